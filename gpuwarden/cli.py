@@ -1,0 +1,224 @@
+"""``gpuwarden`` command line: argument parsing only; each command lives in its room.
+
+Handlers are named ``module:function`` and imported on use, so ``gpuwarden
+--help`` stays fast and a room's heavy imports (faust, httpx) load only for the
+commands that need them. A handler takes ``(args, settings)`` and returns an
+exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from gpuwarden import __version__
+from gpuwarden.config import ConfigError, config_warnings, load_settings
+from gpuwarden.units import parse_duration
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {value}")
+    return value
+
+
+def _add_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE",
+                   help="YAML config (default: $GPUWARDEN_CONFIG, ./gpuwarden.yaml, built-in defaults)")
+
+
+def _add_simulation(p: argparse.ArgumentParser, many: bool = False) -> None:
+    p.add_argument("--simulate", metavar="SCENARIO", nargs="+" if many else None,
+                   help="simulated GPUs running SCENARIO (see 'gpuwarden run --list-scenarios')")
+    p.add_argument("--nodes", type=_positive_int, default=None, help="simulated nodes (default 1)")
+    p.add_argument("--gpus", type=_positive_int, default=None, help="simulated GPUs per node (default 8)")
+    p.add_argument("--seed", type=int, default=0, help="simulation seed (default 0)")
+    p.add_argument("--duration", type=_duration, metavar="SPAN", default=None,
+                   help="run through SPAN of event time as fast as possible, then exit (e.g. 2h)")
+    p.add_argument("--start", metavar="TIME", default=None,
+                   help="simulated clock start (ISO 8601 or epoch seconds; default: SPAN before now)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpuwarden",
+        description="Event-streaming alerts for GPU fleets: per-task baselines, trends and "
+                    "durations, tiered to chat and on-call.",
+    )
+    parser.add_argument("--version", action="version", version=f"gpuwarden {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("run", help="everything in one process, no Kafka (agent → engine → notifiers)")
+    _add_config(p)
+    _add_simulation(p)
+    p.add_argument("--json", action="store_true", help="print every alert transition as a JSON line")
+    p.add_argument("--rules", metavar="FILE", help="rules file (default: the config's, else the default pack)")
+    p.add_argument("--list-scenarios", action="store_true", help="list simulator scenarios and exit")
+    p.set_defaults(handler="streams.standalone:cmd_run")
+
+    p = sub.add_parser("agent", help="node agent: sample GPUs and events, publish to Kafka or a file")
+    _add_config(p)
+    _add_simulation(p, many=True)
+    p.add_argument("--output", metavar="FILE.jsonl", help="write contract records to FILE instead of Kafka")
+    p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
+    p.set_defaults(handler="producers.agent:cmd_agent")
+
+    p = sub.add_parser("streams", help="stream worker (faust): baselines, rules, tiers")
+    _add_config(p)
+    p.add_argument("--worker-id", default=None, help="distinguishes workers sharing partitions")
+    p.add_argument("--data-dir", metavar="DIR", default=None, help="faust data directory")
+    p.set_defaults(handler="streams.worker:cmd_streams")
+
+    p = sub.add_parser("notify", help="notifier worker: route alerts from Kafka to chat and on-call")
+    _add_config(p)
+    p.set_defaults(handler="notifiers.worker:cmd_notify")
+
+    p = sub.add_parser("replay", help="feed recorded records through the engine (incident retros)")
+    _add_config(p)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--from-file", metavar="FILE.jsonl", help="JSONL file of contract records")
+    src.add_argument("--spool", metavar="DIR", help="a spool directory or file")
+    src.add_argument("--kafka", metavar="BOOTSTRAP", help="a Kafka cluster, with --since/--until")
+    p.add_argument("--since", metavar="T", help="start of the time range (ISO 8601, epoch or e.g. 2h ago)")
+    p.add_argument("--until", metavar="T", help="end of the time range")
+    p.add_argument("--rules", metavar="FILE", action="append",
+                   help="rules file; give it twice to compare two rule sets")
+    p.add_argument("--json", action="store_true", help="print alert transitions as JSON lines")
+    p.add_argument("--report", metavar="FILE.html", help="write a self-contained retro report")
+    p.set_defaults(handler="streams.replay:cmd_replay")
+
+    p = sub.add_parser("rules", help="rule files")
+    rsub = p.add_subparsers(dest="rules_command", metavar="ACTION", required=True)
+    rc = rsub.add_parser("check", help="validate a rules file (exit 0 valid, 2 invalid)")
+    rc.add_argument("file", metavar="FILE")
+    rc.set_defaults(handler="streams.rules:cmd_check")
+
+    p = sub.add_parser("config", help="configuration files")
+    csub = p.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    cc = csub.add_parser("check", help="validate a config file (exit 0 valid, 2 invalid)")
+    cc.add_argument("file", metavar="FILE")
+    cc.set_defaults(handler="gpuwarden.cli:cmd_config_check", needs_settings=False)
+
+    p = sub.add_parser("silence", help="silence alerts by label matchers")
+    _add_config(p)
+    ssub = p.add_subparsers(dest="silence_command", metavar="ACTION", required=True)
+    sa = ssub.add_parser("add", help="add a silence, e.g. node=gpu-07 rule=~thermal.*")
+    sa.add_argument("matchers", nargs="+", metavar="MATCHER")
+    sa.add_argument("--for", dest="duration", type=_duration, default=3600.0, metavar="SPAN")
+    sa.add_argument("--comment", default="")
+    sa.add_argument("--by", default=None, help="who (default: $USER)")
+    ssub.add_parser("list", help="list active silences")
+    se = ssub.add_parser("expire", help="end a silence now")
+    se.add_argument("id")
+    p.set_defaults(handler="notifiers.control:cmd_silence")
+
+    p = sub.add_parser("ack", help="acknowledge an alert: stops repeats and escalation")
+    _add_config(p)
+    p.add_argument("fingerprint")
+    p.add_argument("--comment", default="")
+    p.add_argument("--by", default=None, help="who (default: $USER)")
+    p.set_defaults(handler="notifiers.control:cmd_ack")
+
+    p = sub.add_parser("report", help="reports from history")
+    _add_config(p)
+    rsub = p.add_subparsers(dest="report_command", metavar="KIND", required=True)
+    ru = rsub.add_parser("usage", help="card-hours, idle allocated card-hours, reruns and cost")
+    ru.add_argument("--since", default="7d", metavar="SPAN")
+    ru.add_argument("--by", choices=["user", "project", "task-class"], default="user")
+    ru.add_argument("--price-per-gpu-hour", type=float, default=None, metavar="X")
+    ru.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    ru.set_defaults(handler="gpuwarden.accounting:cmd_report_usage")
+
+    p = sub.add_parser("export", help="write portable history (compressed JSONL + manifest)")
+    _add_config(p)
+    p.add_argument("--since", metavar="T")
+    p.add_argument("--until", metavar="T")
+    p.add_argument("--out", metavar="FILE", required=True)
+    p.set_defaults(handler="gpuwarden.history:cmd_export")
+
+    p = sub.add_parser("import", help="load portable history into the spool or Kafka")
+    _add_config(p)
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--kafka", metavar="BOOTSTRAP", help="import into this Kafka cluster instead of the spool")
+    p.set_defaults(handler="gpuwarden.history:cmd_import")
+
+    p = sub.add_parser("doctor", help="check NVML, driver, persistence mode, kmsg, socket and Kafka")
+    _add_config(p)
+    p.set_defaults(handler="producers.doctor:cmd_doctor")
+
+    p = sub.add_parser("test-notify", help="send a test message to every configured receiver")
+    _add_config(p)
+    p.add_argument("--receiver", action="append", help="only this receiver (repeatable)")
+    p.set_defaults(handler="notifiers.worker:cmd_test_notify")
+
+    return parser
+
+
+def cmd_config_check(args: argparse.Namespace, settings: Any = None) -> int:
+    """Validate a config file: exit 0 and say so, or exit 2 naming file, key path and expectation."""
+    try:
+        loaded = load_settings(args.file)
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        return EXIT_USAGE
+    for w in config_warnings(loaded):
+        print(f"{args.file}: warning: {w}", file=sys.stderr)
+    print(f"{args.file}: ok")
+    return EXIT_OK
+
+
+def _resolve(target: str) -> Any:
+    module, _, func = target.partition(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING - 10 * min(args.verbose, 2),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    settings = None
+    if getattr(args, "needs_settings", True):
+        try:
+            settings = load_settings(getattr(args, "config", None))
+        except ConfigError as e:
+            print(e, file=sys.stderr)
+            return EXIT_USAGE
+        for w in config_warnings(settings):
+            logging.getLogger("gpuwarden.config").warning("%s", w)
+    try:
+        handler = _resolve(args.handler)
+    except (ImportError, AttributeError):
+        print(f"gpuwarden {args.command}: not available in this build", file=sys.stderr)
+        return EXIT_FAIL
+    try:
+        return int(handler(args, settings) or 0)
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""Settings: one YAML file validated by pydantic, secrets only from the environment or files.
+
+Where the file comes from: ``--config``, else ``$GPUWARDEN_CONFIG``, else
+``./gpuwarden.yaml``, else the built-in defaults (which work: standalone, simulated
+GPUs where there is no NVML, a spool under ``./var``).
+
+Each room owns its section model (``producers.config``, ``streams.config``,
+``notifiers.config``); this module composes them, loads the file and turns
+validation errors into ``file: key.path: what was expected`` lines.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+from gpuwarden.contract import DEFAULT_MAX_FUTURE_SKEW_S, DEFAULT_MAX_RECORD_BYTES, field_path
+from gpuwarden.units import Duration, Size
+
+
+class ConfigError(Exception):
+    """Bad configuration: names the file, the key path and what was expected."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__("\n".join(f"{source}: {p}" for p in problems))
+
+
+class Section(BaseModel):
+    """Base of every config section; unknown keys are kept and reported as warnings."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True, validate_default=True)
+
+
+class SecretRef(Section):
+    """Where a secret lives: ``{env: NAME}`` or ``{file: /run/secrets/x}``, never inline."""
+
+    env: str | None = None
+    file: Path | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SecretRef:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("expected exactly one of 'env' (variable name) or 'file' (path)")
+        return self
+
+    def resolve(self) -> SecretStr:
+        """The secret's value; the error names the variable or file, never the value."""
+        if self.env is not None:
+            value = os.environ.get(self.env)
+            if value is None:
+                raise ConfigError("environment", [f"secret variable {self.env} is not set"])
+            return SecretStr(value)
+        assert self.file is not None
+        try:
+            return SecretStr(self.file.read_text().strip())
+        except OSError as e:
+            raise ConfigError(str(self.file), [f"cannot read secret file ({e.strerror})"]) from None
+
+    def warnings(self) -> list[str]:
+        if self.file is not None and self.file.exists():
+            mode = self.file.stat().st_mode
+            if mode & (stat.S_IROTH | stat.S_IWOTH):
+                return [f"secret file {self.file} is readable by other users (chmod 600 it)"]
+        return []
+
+
+class KafkaConfig(Section):
+    bootstrap: str = "127.0.0.1:9092"
+    topic_prefix: str = ""
+    client_id: str = "gpuwarden"
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretRef | None = None
+    ssl_cafile: Path | None = None
+    partitions: int = Field(default=4, ge=1, le=1024)
+    replication_factor: int = Field(default=1, ge=1, le=16)
+
+
+class SpoolConfig(Section):
+    path: Path = Path("var/spool.db")
+    max_bytes: Size = 1 << 30
+    max_age: Duration = 7 * 86400
+
+
+class LimitsConfig(Section):
+    max_record_bytes: Size = DEFAULT_MAX_RECORD_BYTES
+    max_future_skew: Duration = DEFAULT_MAX_FUTURE_SKEW_S
+
+
+def _sections() -> dict[str, type[BaseModel]]:
+    # Imported here so each room can import gpuwarden.config's helpers without a cycle.
+    from notifiers.config import NotifyConfig
+    from producers.config import AgentConfig
+    from streams.config import EngineConfig
+
+    return {"agent": AgentConfig, "engine": EngineConfig, "notify": NotifyConfig}
+
+
+def _settings_model() -> type[BaseModel]:
+    from pydantic import create_model
+
+    rooms = {name: (model, Field(default_factory=model)) for name, model in _sections().items()}
+    return create_model(  # type: ignore[call-overload]
+        "Settings",
+        __base__=Section,
+        site=(str, "default"),
+        language=(Literal["en", "zh-CN"], "en"),
+        kafka=(KafkaConfig, Field(default_factory=KafkaConfig)),
+        spool=(SpoolConfig, Field(default_factory=SpoolConfig)),
+        limits=(LimitsConfig, Field(default_factory=LimitsConfig)),
+        **rooms,
+    )
+
+
+_MODEL: type[BaseModel] | None = None
+
+
+def settings_model() -> type[BaseModel]:
+    global _MODEL
+    if _MODEL is None:
+        _MODEL = _settings_model()
+    return _MODEL
+
+
+def config_path(explicit: str | os.PathLike[str] | None = None) -> Path | None:
+    """Resolve which file to load, or None for the built-in defaults."""
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get("GPUWARDEN_CONFIG")
+    if env:
+        return Path(env)
+    local = Path("gpuwarden.yaml")
+    return local if local.exists() else None
+
+
+def load_settings(path: str | os.PathLike[str] | None = None, *, resolve: bool = True) -> Any:
+    """Load and validate settings; raises :class:`ConfigError` on any problem."""
+    p = config_path(path)
+    source = str(p) if p else "<defaults>"
+    data: Any = {}
+    if p is not None:
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except OSError as e:
+            raise ConfigError(source, [f"cannot read ({e.strerror})"]) from None
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+            raise ConfigError(source, [f"{where}not valid YAML ({getattr(e, 'problem', e)})"]) from None
+        if not isinstance(data, dict):
+            raise ConfigError(source, ["expected a mapping of sections at the top level"])
+    return validate_settings(data, source)
+
+
+def validate_settings(data: dict[str, Any], source: str = "<config>") -> Any:
+    try:
+        return settings_model().model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(source, validation_problems(e)) from None
+
+
+def validation_problems(err: ValidationError) -> list[str]:
+    """``key.path: expected …`` for each error; the offending value is never echoed (it may be a secret)."""
+    out = []
+    for e in err.errors(include_url=False, include_input=False):
+        out.append(f"{field_path(tuple(e['loc']))}: {_expected(e)}")
+    return out
+
+
+def _expected(e: dict[str, Any]) -> str:
+    msg = e["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    return msg[0].lower() + msg[1:] if msg else msg
+
+
+def config_warnings(settings: BaseModel) -> list[str]:
+    """Unknown keys (likely typos) and world-readable secret files."""
+    found: list[str] = []
+
+    def walk(obj: Any, loc: tuple[Any, ...]) -> None:
+        if isinstance(obj, BaseModel):
+            for k in (obj.model_extra or {}):
+                found.append(f"{field_path((*loc, k))}: unknown key (ignored)")
+            if isinstance(obj, SecretRef):
+                found.extend(f"{field_path(loc)}: {w}" for w in obj.warnings())
+            for name in type(obj).model_fields:
+                walk(getattr(obj, name), (*loc, name))
+        elif isinstance(obj, (list, tuple)):
+            for i, v in enumerate(obj):
+                walk(v, (*loc, i))
+        elif isinstance(obj, dict):
+            for k, v in obj.items():
+                walk(v, (*loc, k))
+
+    walk(settings, ())
+    return found

@@ -1,0 +1,533 @@
+"""The wire contract: one pydantic model per topic record, in one place.
+
+Every record carries ``schema`` ("<kind>/<version>"), which doubles as the type
+tag when records of several kinds share a file (replay, export).  A change to a
+record's shape bumps its version; consumers reject versions they do not know.
+
+Validation is strict on purpose: a NaN, a negative counter or a timestamp from
+the far future poisons baselines for days, so such records are rejected at the
+boundary (and sent to a dead-letter topic by the stream workers) instead.
+"""
+
+from __future__ import annotations
+
+import time
+from enum import StrEnum
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+
+SCHEMA_VERSION = 1
+
+#: Default limits applied by :func:`decode`; workers take them from config.
+DEFAULT_MAX_RECORD_BYTES = 1 << 20
+DEFAULT_MAX_FUTURE_SKEW_S = 300.0
+
+NonNegInt = Annotated[int, Field(ge=0)]
+NonNegFloat = Annotated[float, Field(ge=0)]
+Percent = Annotated[float, Field(ge=0, le=100)]
+Label = Annotated[str, Field(max_length=256)]
+Text = Annotated[str, Field(max_length=4096)]
+Timestamp = Annotated[float, Field(ge=0, description="event time, UTC epoch seconds")]
+
+
+class Wire(BaseModel):
+    """Base of every contract model: strict numbers, no unknown fields."""
+
+    model_config = ConfigDict(
+        allow_inf_nan=False,
+        extra="forbid",
+        populate_by_name=True,
+        serialize_by_alias=True,
+        frozen=False,
+    )
+
+
+class _TimedRecord(Wire):
+    """A top-level record with an event timestamp checked against the clock."""
+
+    ts: Timestamp
+
+    @field_validator("ts")
+    @classmethod
+    def _not_in_future(cls, v: float, info: ValidationInfo) -> float:
+        ctx = info.context or {}
+        now = ctx.get("now")
+        if now is None:
+            return v
+        skew = ctx.get("max_future_skew_s", DEFAULT_MAX_FUTURE_SKEW_S)
+        if v > now + skew:
+            raise ValueError(
+                f"timestamp {v:.3f} is {v - now:.0f} s in the future (allowed skew {skew:.0f} s)"
+            )
+        return v
+
+
+# --------------------------------------------------------------------------- gpu.samples
+
+
+class GpuSample(Wire):
+    """One GPU at one tick. A field the GPU does not support is ``None``, never 0."""
+
+    index: NonNegInt
+    uuid: Label
+    name: Label | None = None
+    mig_mode: bool | None = None
+    util_gpu: Percent | None = None
+    util_memory: Percent | None = None
+    # GPM activity (Hopper+), 0-100, sampled on the slow cadence.
+    sm_active: Percent | None = None
+    sm_occupancy: Percent | None = None
+    tensor_active: Percent | None = None
+    dram_active: Percent | None = None
+    mem_used_bytes: NonNegInt | None = None
+    mem_total_bytes: NonNegInt | None = None
+    mem_reserved_bytes: NonNegInt | None = None
+    temp_gpu_c: float | None = Field(default=None, ge=-50, le=200)
+    temp_memory_c: float | None = Field(default=None, ge=-50, le=200)
+    power_w: NonNegFloat | None = None
+    power_limit_w: NonNegFloat | None = None
+    energy_mj: NonNegInt | None = None
+    clock_sm_mhz: NonNegInt | None = None
+    clock_mem_mhz: NonNegInt | None = None
+    clock_sm_max_mhz: NonNegInt | None = None
+    clock_event_reasons: NonNegInt | None = None
+    clock_event_names: list[Label] = Field(default_factory=list)
+    pstate: int | None = Field(default=None, ge=0, le=32)
+    ecc_volatile_corrected: NonNegInt | None = None
+    ecc_volatile_uncorrected: NonNegInt | None = None
+    ecc_aggregate_corrected: NonNegInt | None = None
+    ecc_aggregate_uncorrected: NonNegInt | None = None
+    remapped_rows_corrected: NonNegInt | None = None
+    remapped_rows_uncorrected: NonNegInt | None = None
+    remap_pending: bool | None = None
+    remap_failure: bool | None = None
+    pcie_gen: NonNegInt | None = None
+    pcie_width: NonNegInt | None = None
+    pcie_replay_counter: NonNegInt | None = None
+    nvlink_up: NonNegInt | None = None
+    nvlink_down: NonNegInt | None = None
+    fan_pct: Percent | None = None
+
+
+class GpuProcess(Wire):
+    """A process holding a GPU, attributed node → GPU → process/container → user."""
+
+    pid: NonNegInt
+    gpu_index: NonNegInt
+    gpu_uuid: Label | None = None
+    used_memory_bytes: NonNegInt | None = None
+    uid: NonNegInt | None = None
+    user: Label | None = None
+    container_id: Label | None = None
+    pod_uid: Label | None = None
+    pod_name: Label | None = None
+    pod_namespace: Label | None = None
+    slurm_job_id: Label | None = None
+    task: Label | None = Field(default=None, description="task class label")
+    task_id: Label | None = Field(default=None, description="this run of the task")
+    project: Label | None = None
+    command: Text | None = None
+
+
+class NodeSnapshot(_TimedRecord):
+    """gpu.samples, key ``node``: every GPU and GPU process of one node at one tick."""
+
+    schema_: Literal["node_snapshot/1"] = Field(default="node_snapshot/1", alias="schema")
+    node: Label
+    seq: NonNegInt
+    boot_id: Label
+    agent_version: Label
+    driver_version: Label | None = None
+    cuda_version: Label | None = None
+    interval_s: NonNegFloat | None = None
+    gpus: list[GpuSample] = Field(default_factory=list, max_length=64)
+    processes: list[GpuProcess] = Field(default_factory=list, max_length=4096)
+
+
+# --------------------------------------------------------------------------- gpu.events
+
+
+class EventKind(StrEnum):
+    XID = "xid"
+    SXID = "sxid"
+    ECC_SBE = "ecc_sbe"
+    ECC_DBE = "ecc_dbe"
+    ROW_REMAP = "row_remap"
+    GPU_LOST = "gpu_lost"
+    DRIVER = "driver"
+    CLOCK_EVENT = "clock_event"
+    PCIE_REPLAY = "pcie_replay"
+    AGENT = "agent"
+
+
+class Severity(StrEnum):
+    INFO = "info"
+    WARNING = "warning"
+    FATAL = "fatal"
+
+
+class CatalogueEntry(Wire):
+    """What the XID catalogue says about a code."""
+
+    code: int
+    meaning: Text
+    action: Label
+    severity: Severity
+
+
+class GpuEvent(_TimedRecord):
+    """gpu.events, key ``node``: one discrete hardware, driver or agent event."""
+
+    schema_: Literal["gpu_event/1"] = Field(default="gpu_event/1", alias="schema")
+    node: Label
+    seq: NonNegInt
+    boot_id: Label
+    kind: EventKind
+    source: Literal["nvml", "kmsg", "counter", "agent", "sim"]
+    gpu_index: NonNegInt | None = None
+    gpu_uuid: Label | None = None
+    pci_bus_id: Label | None = None
+    code: int | None = None
+    count: NonNegInt = 1
+    message: Text = ""
+    catalogue: CatalogueEntry | None = None
+
+
+# --------------------------------------------------------------------------- task.metrics
+
+
+class TaskMetricKind(StrEnum):
+    STEP = "step"
+    CHECKPOINT_BEGIN = "checkpoint_begin"
+    CHECKPOINT_END = "checkpoint_end"
+    OOM = "oom"
+    EXIT = "exit"
+    THROUGHPUT = "throughput"
+    TTFT = "ttft"
+    LATENCY = "latency"
+
+
+class TaskMetric(_TimedRecord):
+    """task.metrics, key ``task_id``: what the training/inference code says about itself."""
+
+    schema_: Literal["task_metric/1"] = Field(default="task_metric/1", alias="schema")
+    node: Label
+    task: Label
+    task_id: Label
+    kind: TaskMetricKind
+    pid: NonNegInt | None = None
+    uid: NonNegInt | None = None
+    step: NonNegInt | None = None
+    step_time_s: NonNegFloat | None = None
+    data_wait_s: NonNegFloat | None = None
+    comm_s: NonNegFloat | None = None
+    throughput: NonNegFloat | None = None
+    throughput_unit: Label | None = None
+    ttft_s: NonNegFloat | None = None
+    latency_s: NonNegFloat | None = None
+    exit_code: int | None = None
+    message: Text = ""
+
+
+# --------------------------------------------------------------------------- task.summaries
+
+
+class TaskSummary(_TimedRecord):
+    """task.summaries, key task class: one task's per-window aggregates for the baselines."""
+
+    schema_: Literal["task_summary/1"] = Field(default="task_summary/1", alias="schema")
+    task: Label
+    task_id: Label
+    node: Label
+    window_s: NonNegFloat
+    samples: NonNegInt
+    gpus: NonNegInt
+    stats: dict[Label, float] = Field(default_factory=dict, max_length=64)
+
+
+# --------------------------------------------------------------------------- alerts
+
+
+class Tier(StrEnum):
+    INFO = "info"
+    ATTENTION = "attention"
+    CRITICAL = "critical"
+
+
+class AlertState(StrEnum):
+    FIRING = "firing"
+    RESOLVED = "resolved"
+
+
+class Baseline(Wire):
+    """The baseline band an alert was judged against."""
+
+    median: float
+    mad: float
+    low: float
+    high: float
+    samples: NonNegInt
+
+
+class Evidence(Wire):
+    """The numbers behind an alert, so a person believes it without a dashboard."""
+
+    values: dict[Label, float] = Field(default_factory=dict)
+    window_s: NonNegFloat | None = None
+    held_for_s: NonNegFloat | None = None
+    slope: float | None = None
+    slope_unit: Label | None = None
+    monotonic: float | None = Field(default=None, ge=0, le=1)
+    baseline: Baseline | None = None
+    count: NonNegInt | None = None
+    note: Text | None = None
+
+
+class AlertTransition(_TimedRecord):
+    """alerts, key ``fingerprint``: an alert starting or ending (event time ``ts``)."""
+
+    schema_: Literal["alert/1"] = Field(default="alert/1", alias="schema")
+    fingerprint: Label
+    rule: Label
+    tier: Tier
+    state: AlertState
+    labels: dict[Label, Label] = Field(default_factory=dict)
+    started_at: Timestamp
+    ended_at: Timestamp | None = None
+    summary: Text
+    action: Text = ""
+    evidence: Evidence = Field(default_factory=Evidence)
+
+
+# --------------------------------------------------------------------------- control
+
+
+class Matcher(Wire):
+    label: Label
+    op: Literal["=", "!=", "=~", "!~"] = "="
+    value: Label
+
+
+class Silence(Wire):
+    schema_: Literal["silence/1"] = Field(default="silence/1", alias="schema")
+    id: Label
+    matchers: list[Matcher] = Field(min_length=1)
+    starts_at: Timestamp
+    ends_at: Timestamp
+    created_by: Label
+    comment: Text = ""
+
+
+class Ack(Wire):
+    schema_: Literal["ack/1"] = Field(default="ack/1", alias="schema")
+    fingerprint: Label
+    by: Label
+    at: Timestamp
+    comment: Text = ""
+
+
+class OnCallOverride(Wire):
+    schema_: Literal["oncall_override/1"] = Field(default="oncall_override/1", alias="schema")
+    id: Label
+    schedule: Label
+    user: Label
+    starts_at: Timestamp
+    ends_at: Timestamp
+
+
+ControlRecord = Annotated[Union[Silence, Ack, OnCallOverride], Field(discriminator="schema_")]
+
+
+# --------------------------------------------------------------------------- dead letters
+
+
+class DeadLetter(Wire):
+    """``<topic>.dlq``: a record that failed validation, with its original bytes."""
+
+    schema_: Literal["dead_letter/1"] = Field(default="dead_letter/1", alias="schema")
+    topic: Label
+    partition: int | None = None
+    offset: int | None = None
+    key_b64: str | None = None
+    value_b64: str
+    error: str
+    received_at: Timestamp
+
+
+# --------------------------------------------------------------------------- codec
+
+Record = Annotated[
+    Union[
+        NodeSnapshot,
+        GpuEvent,
+        TaskMetric,
+        TaskSummary,
+        AlertTransition,
+        Silence,
+        Ack,
+        OnCallOverride,
+        DeadLetter,
+    ],
+    Field(discriminator="schema_"),
+]
+_RECORD = TypeAdapter(Record)
+_CONTROL = TypeAdapter(ControlRecord)
+
+
+class ContractError(ValueError):
+    """A record that breaks the contract; ``str()`` names each offending field."""
+
+    def __init__(self, message: str, fields: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.fields = fields or []
+
+
+def field_path(loc: tuple[Any, ...]) -> str:
+    """``('receivers', 2, 'feishu', 'secret')`` → ``receivers[2].feishu.secret``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "<record>"
+
+
+def describe(err: ValidationError, skip_tags: bool = True) -> tuple[str, list[str]]:
+    """One line per error: ``field.path: message (got …)``; secrets never echoed."""
+    lines, fields = [], []
+    for e in err.errors(include_url=False, include_input=False):
+        loc = tuple(p for p in e["loc"] if not (skip_tags and isinstance(p, str) and "/" in p))
+        path = field_path(loc)
+        fields.append(path)
+        lines.append(f"{path}: {e['msg']}")
+    return "; ".join(lines), fields
+
+
+def encode(record: BaseModel) -> bytes:
+    return record.model_dump_json(by_alias=True, exclude_none=False).encode()
+
+
+def decode(
+    data: bytes | str,
+    model: Any = None,
+    *,
+    now: float | None = None,
+    max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    max_future_skew_s: float = DEFAULT_MAX_FUTURE_SKEW_S,
+) -> Any:
+    """Parse one record; raise :class:`ContractError` naming the fields at fault.
+
+    ``model`` is a contract class (or None for any record kind, dispatched on
+    ``schema``). ``now`` enables the future-timestamp check; pass ``time.time()``
+    at live boundaries, or leave it out for trusted replays.
+    """
+    size = len(data)
+    if size > max_bytes:
+        raise ContractError(f"record: {size} bytes exceeds the limit of {max_bytes} bytes", ["record"])
+    ctx = None if now is None else {"now": now, "max_future_skew_s": max_future_skew_s}
+    try:
+        if model is None:
+            return _RECORD.validate_json(data, context=ctx)
+        return model.model_validate_json(data, context=ctx)
+    except ValidationError as e:
+        msg, fields = describe(e)
+        raise ContractError(msg, fields) from None
+
+
+def decode_control(data: bytes | str) -> Silence | Ack | OnCallOverride:
+    try:
+        return _CONTROL.validate_json(data)
+    except ValidationError as e:
+        msg, fields = describe(e)
+        raise ContractError(msg, fields) from None
+
+
+def dead_letter(
+    topic: str, value: bytes, error: str, *, key: bytes | None = None,
+    partition: int | None = None, offset: int | None = None, received_at: float | None = None,
+) -> DeadLetter:
+    import base64
+
+    return DeadLetter(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        key_b64=None if key is None else base64.b64encode(key).decode(),
+        value_b64=base64.b64encode(value).decode(),
+        error=error[:8192],
+        received_at=time.time() if received_at is None else received_at,
+    )
+
+
+# --------------------------------------------------------------------------- topics
+
+
+class Topics:
+    """Topic names in one place; a prefix lets several fleets share one cluster."""
+
+    BASE = {
+        "samples": "gpu.samples",
+        "events": "gpu.events",
+        "metrics": "task.metrics",
+        "summaries": "task.summaries",
+        "alerts": "alerts",
+        "control": "control",
+    }
+
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix
+        self.samples = prefix + self.BASE["samples"]
+        self.events = prefix + self.BASE["events"]
+        self.metrics = prefix + self.BASE["metrics"]
+        self.summaries = prefix + self.BASE["summaries"]
+        self.alerts = prefix + self.BASE["alerts"]
+        self.control = prefix + self.BASE["control"]
+
+    @staticmethod
+    def dlq(topic: str) -> str:
+        return topic + ".dlq"
+
+    def all(self) -> list[str]:
+        return [self.samples, self.events, self.metrics, self.summaries, self.alerts, self.control]
+
+    def for_record(self, record: BaseModel) -> str:
+        """The topic a contract record belongs on."""
+        return {
+            NodeSnapshot: self.samples,
+            GpuEvent: self.events,
+            TaskMetric: self.metrics,
+            TaskSummary: self.summaries,
+            AlertTransition: self.alerts,
+            Silence: self.control,
+            Ack: self.control,
+            OnCallOverride: self.control,
+        }[type(record)]
+
+
+def record_key(record: BaseModel) -> str:
+    """The partition key the design gives each record kind."""
+    if isinstance(record, (NodeSnapshot, GpuEvent)):
+        return record.node
+    if isinstance(record, TaskMetric):
+        return record.task_id
+    if isinstance(record, TaskSummary):
+        return record.task
+    if isinstance(record, AlertTransition):
+        return record.fingerprint
+    if isinstance(record, Silence):
+        return f"silence:{record.id}"
+    if isinstance(record, Ack):
+        return f"ack:{record.fingerprint}"
+    if isinstance(record, OnCallOverride):
+        return f"oncall:{record.id}"
+    raise TypeError(f"not a keyed contract record: {type(record).__name__}")
