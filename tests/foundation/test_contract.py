@@ -1,0 +1,212 @@
+"""The wire contract: every model round-trips; malformed records are rejected naming the field."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuwarden.contract import (
+    Ack,
+    AlertState,
+    AlertTransition,
+    Baseline,
+    CatalogueEntry,
+    ContractError,
+    DeadLetter,
+    EventKind,
+    Evidence,
+    GpuEvent,
+    GpuProcess,
+    GpuSample,
+    Matcher,
+    NodeSnapshot,
+    OnCallOverride,
+    Severity,
+    Silence,
+    TaskMetric,
+    TaskMetricKind,
+    TaskSummary,
+    Tier,
+    Topics,
+    dead_letter,
+    decode,
+    decode_control,
+    encode,
+    record_key,
+)
+
+NOW = 1_790_000_000.0
+
+
+def snapshot(**over) -> NodeSnapshot:
+    base = dict(
+        node="node-00", ts=NOW, seq=7, boot_id="b-1", agent_version="0.1.0",
+        driver_version="580.159.04", cuda_version="13.0", interval_s=1.0,
+        gpus=[GpuSample(index=0, uuid="GPU-aaa", name="NVIDIA H200", util_gpu=97.0,
+                        mem_used_bytes=70 << 30, mem_total_bytes=141 << 30, temp_gpu_c=61,
+                        power_w=612.5, power_limit_w=700, clock_event_reasons=4,
+                        clock_event_names=["sw_power_cap"], fan_pct=None, nvlink_up=None)],
+        processes=[GpuProcess(pid=4242, gpu_index=0, used_memory_bytes=69 << 30, uid=1001,
+                              user="alice", container_id="c0ffee", slurm_job_id="12345",
+                              task="llama-pretrain", task_id="slurm-12345", command="python train.py")],
+    )
+    base.update(over)
+    return NodeSnapshot(**base)
+
+
+ALL_RECORDS = [
+    snapshot(),
+    GpuEvent(node="node-00", ts=NOW, seq=8, boot_id="b-1", kind=EventKind.XID, source="kmsg",
+             gpu_index=0, gpu_uuid="GPU-aaa", code=79, message="NVRM: Xid (PCI:0000:3b:00): 79",
+             catalogue=CatalogueEntry(code=79, meaning="GPU has fallen off the bus",
+                                      action="RESTART_BM", severity=Severity.FATAL)),
+    TaskMetric(node="node-00", ts=NOW, task="llama-pretrain", task_id="slurm-12345",
+               kind=TaskMetricKind.STEP, step=100, step_time_s=1.2, data_wait_s=0.1, comm_s=0.2),
+    TaskSummary(ts=NOW, task="llama-pretrain", task_id="slurm-12345", node="node-00",
+                window_s=60, samples=60, gpus=8, stats={"util_gpu_mean": 93.5}),
+    AlertTransition(ts=NOW, fingerprint="fp1", rule="memory_leak", tier=Tier.ATTENTION,
+                    state=AlertState.FIRING, labels={"node": "node-00", "gpu": "0"},
+                    started_at=NOW, summary="memory grows 2.1 GiB/h",
+                    evidence=Evidence(values={"mem_used_gib": 70.0}, slope=2.1, slope_unit="GiB/h",
+                                      baseline=Baseline(median=1, mad=0.1, low=0.7, high=1.3, samples=99))),
+    Silence(id="s1", matchers=[Matcher(label="node", value="node-00")], starts_at=NOW,
+            ends_at=NOW + 3600, created_by="bob"),
+    Ack(fingerprint="fp1", by="bob", at=NOW),
+    OnCallOverride(id="o1", schedule="gpu-oncall", user="carol", starts_at=NOW, ends_at=NOW + 86400),
+    dead_letter("gpu.samples", b"\xff\x00garbage", "record: not JSON", key=b"node-00",
+                partition=0, offset=3, received_at=NOW),
+]
+
+
+@pytest.mark.parametrize("record", ALL_RECORDS, ids=lambda r: type(r).__name__)
+def test_every_model_round_trips(record):
+    data = encode(record)
+    assert json.loads(data)["schema"].endswith("/1")
+    assert decode(data) == record              # dispatched on schema
+    assert decode(data, type(record)) == record
+    assert encode(decode(data)) == data
+
+
+def test_unsupported_fields_stay_null_not_zero():
+    data = json.loads(encode(snapshot()))
+    assert data["gpus"][0]["fan_pct"] is None
+    assert data["gpus"][0]["nvlink_up"] is None
+
+
+def test_control_records_dispatch_on_schema():
+    for rec in ALL_RECORDS[5:8]:
+        assert decode_control(encode(rec)) == rec
+
+
+def _bad(mutate) -> ContractError:
+    doc = json.loads(encode(snapshot()))
+    mutate(doc)
+    with pytest.raises(ContractError) as ei:
+        decode(json.dumps(doc).replace('"__NaN__"', "NaN"), now=NOW)
+    return ei.value
+
+
+def test_missing_field_named():
+    err = _bad(lambda d: d.pop("boot_id"))
+    assert "boot_id" in str(err) and "required" in str(err).lower()
+    assert err.fields == ["boot_id"]
+
+
+def test_wrong_type_named():
+    err = _bad(lambda d: d["gpus"][0].__setitem__("mem_used_bytes", "lots"))
+    assert "gpus[0].mem_used_bytes" in str(err)
+
+
+def test_nan_named():
+    err = _bad(lambda d: d["gpus"][0].__setitem__("power_w", "__NaN__"))
+    assert "gpus[0].power_w" in str(err) and "finite" in str(err)
+
+
+def test_infinity_rejected():
+    doc = json.loads(encode(snapshot()))
+    text = json.dumps(doc).replace('"util_gpu": 97.0', '"util_gpu": Infinity')
+    with pytest.raises(ContractError, match=r"gpus\[0\]\.util_gpu"):
+        decode(text)
+
+
+def test_negative_memory_named():
+    err = _bad(lambda d: d["processes"][0].__setitem__("used_memory_bytes", -1))
+    assert "processes[0].used_memory_bytes" in str(err)
+
+
+def test_negative_counter_named():
+    err = _bad(lambda d: d["gpus"][0].__setitem__("ecc_aggregate_uncorrected", -3))
+    assert "gpus[0].ecc_aggregate_uncorrected" in str(err)
+
+
+def test_ten_years_in_future_named():
+    err = _bad(lambda d: d.__setitem__("ts", NOW + 10 * 365 * 86400))
+    assert str(err).startswith("ts:") and "future" in str(err)
+
+
+def test_future_skew_is_configurable():
+    data = encode(snapshot(ts=NOW + 600))
+    with pytest.raises(ContractError, match="future"):
+        decode(data, now=NOW)                                   # default skew 300 s
+    assert decode(data, now=NOW, max_future_skew_s=900).ts == NOW + 600
+
+
+def test_five_megabyte_record_rejected_before_parsing():
+    doc = json.loads(encode(snapshot()))
+    doc["processes"][0]["command"] = "x" * (5 << 20)
+    data = json.dumps(doc).encode()
+    with pytest.raises(ContractError) as ei:
+        decode(data)
+    assert ei.value.fields == ["record"] and "exceeds" in str(ei.value)
+    # Under a larger size limit the field's own bound still names it.
+    with pytest.raises(ContractError, match=r"processes\[0\]\.command"):
+        decode(data, max_bytes=16 << 20)
+
+
+def test_unknown_field_and_unknown_schema_rejected():
+    err = _bad(lambda d: d.__setitem__("surprise", 1))
+    assert "surprise" in str(err)
+    with pytest.raises(ContractError, match="schema"):
+        decode(json.dumps({"schema": "node_snapshot/99", "node": "x"}))
+
+
+def test_not_json_rejected():
+    with pytest.raises(ContractError):
+        decode(b"\xff\xfe not json")
+
+
+def test_topics_prefix_and_keys():
+    t = Topics("lab1.")
+    assert t.samples == "lab1.gpu.samples" and Topics.dlq(t.samples) == "lab1.gpu.samples.dlq"
+    assert [t.for_record(r) for r in ALL_RECORDS[:5]] == [
+        t.samples, t.events, t.metrics, t.summaries, t.alerts]
+    assert [record_key(r) for r in ALL_RECORDS[:5]] == [
+        "node-00", "node-00", "slurm-12345", "llama-pretrain", "fp1"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=2048))
+def test_arbitrary_bytes_never_escape_as_other_errors(blob):
+    try:
+        decode(blob, now=NOW)
+    except ContractError:
+        pass
+
+
+@settings(max_examples=100, deadline=None)
+@given(util=st.floats(allow_nan=True, allow_infinity=True), mem=st.integers(min_value=-(2**40), max_value=2**50))
+def test_sample_values_validated(util, mem):
+    doc = json.loads(encode(snapshot()))
+    doc["gpus"][0]["util_gpu"] = util if math.isfinite(util) else None
+    doc["gpus"][0]["mem_used_bytes"] = mem
+    ok = (not math.isfinite(util) or 0 <= util <= 100) and mem >= 0
+    try:
+        decode(json.dumps(doc))
+        assert ok
+    except ContractError:
+        assert not ok
