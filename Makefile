@@ -1,0 +1,45 @@
+# gpuwarden: the two commands a new user needs are `make demo` and `make test`.
+# Both create .venv and install the project themselves.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DEMO_ARGS ?= --simulate mixed --nodes 2 --gpus 8 --duration 6h
+PYTEST_ARGS ?=
+
+.PHONY: demo test bench reliability kafka-start kafka-stop clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,report]'
+	touch $(STAMP)
+
+## Standalone pipeline on simulated GPUs: agent → engine → router in one process, no Kafka.
+demo: $(STAMP)
+	$(VENV)/bin/gpuwarden run $(DEMO_ARGS)
+
+## The whole suite against a real Kafka broker that this target starts and stops
+## (set KAFKA_BOOTSTRAP to use an existing broker instead).
+test: $(STAMP)
+	@set -e; started=0; \
+	if [ -z "$$KAFKA_BOOTSTRAP" ]; then \
+	  if ! $(PYTHON) scripts/kafka-local status >/dev/null 2>&1; then started=1; fi; \
+	  KAFKA_BOOTSTRAP=$$($(PYTHON) scripts/kafka-local start | tail -n 1); \
+	  export KAFKA_BOOTSTRAP; echo "kafka: broker at $$KAFKA_BOOTSTRAP"; \
+	fi; \
+	rc=0; $(PY) -m pytest -q -rfE -p no:cacheprovider $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$started = 1 ]; then $(PYTHON) scripts/kafka-local stop; fi; \
+	exit $$rc
+
+bench: $(STAMP)
+	$(PY) bench/run_all.py
+
+kafka-start:
+	@$(PYTHON) scripts/kafka-local start
+kafka-stop:
+	@$(PYTHON) scripts/kafka-local stop
+
+clean:
+	rm -rf $(VENV) .pytest_cache var
