@@ -1,0 +1,86 @@
+"""Boundary decoding for the stream workers: a record either parses or becomes a dead letter.
+
+A malformed record must never stop a worker, and must never be lost either:
+it goes to ``<topic>.dlq`` as a :class:`gpuwarden.contract.DeadLetter` holding
+the original key and value bytes, where it came from (topic, partition,
+offset) and the validation error naming the fields at fault.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from collections.abc import Callable
+from typing import Any
+
+from gpuwarden.contract import (
+    DEFAULT_MAX_FUTURE_SKEW_S,
+    DEFAULT_MAX_RECORD_BYTES,
+    ContractError,
+    Topics,
+    dead_letter,
+    decode,
+    encode,
+    record_key,
+)
+
+
+@dataclass(frozen=True)
+class Inbound:
+    """One consumed Kafka record, free of any client library's types."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+@dataclass(frozen=True)
+class Outbound:
+    """One record to produce: raw key and value bytes for ``topic``."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The decode limits a worker applies at its boundary (from ``settings.limits``)."""
+
+    max_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    max_future_skew_s: float = DEFAULT_MAX_FUTURE_SKEW_S
+
+
+def to_dlq(msg: Inbound, error: str, *, dlq_topic: str | None = None) -> Outbound:
+    """The dead letter for ``msg``, keyed like the original, bound for ``<topic>.dlq``."""
+    letter = dead_letter(
+        msg.topic, msg.value or b"", error, key=msg.key, partition=msg.partition, offset=msg.offset
+    )
+    return Outbound(dlq_topic or Topics.dlq(msg.topic), msg.key, encode(letter))
+
+
+def decode_inbound(
+    msg: Inbound, model: Any, limits: Limits, *,
+    key_of: Callable[[Any], str] | None = record_key, now: float | None = None,
+) -> Any:
+    """Parse ``msg.value`` as ``model`` or raise :class:`ContractError`.
+
+    With ``key_of`` the Kafka key must equal the key the record should travel
+    under (by default the design's ``record_key``): a record on the wrong key
+    lands on the wrong partition, and its state would be split between workers.
+    """
+    if not msg.value:
+        raise ContractError("record: empty value (null or zero bytes)", ["record"])
+    record = decode(
+        msg.value, model,
+        now=time.time() if now is None else now,
+        max_bytes=limits.max_bytes, max_future_skew_s=limits.max_future_skew_s,
+    )
+    if key_of is not None:
+        want = key_of(record).encode()
+        if msg.key != want:
+            got = "null" if msg.key is None else repr(msg.key[:64].decode(errors="replace"))
+            raise ContractError(f"key: record key {got} does not match {want.decode()!r}", ["key"])
+    return record

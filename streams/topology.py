@@ -1,0 +1,203 @@
+"""The faust topology: two keyed stages over Kafka, state in changelog tables.
+
+Stage 1 (key node) reads ``gpu.samples`` and ``gpu.events`` (keyed by node) and
+``task.metrics.by-node`` (``task.metrics`` re-keyed from task id to node by a
+small agent), runs :class:`streams.engine.NodeStage`, and produces transitions
+to ``alerts`` (key fingerprint) and task summaries to ``task.summaries`` (key
+task class: the repartition for stage 2). Stage 2 (key task class) reads
+``task.summaries`` and runs :class:`streams.engine.ClassStage` for the
+per-class baselines. Each stage keeps a faust Table (compacted changelog) of
+per-key envelopes (see :mod:`streams.keyed`), written once per batch per key.
+
+faust costs ~130 µs per record, so values stay raw bytes (no faust.Record)
+and agents take records in batches (``take_events``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import faust
+
+from gpuwarden.contract import (
+    ContractError,
+    GpuEvent,
+    NodeSnapshot,
+    TaskMetric,
+    TaskSummary,
+    Topics,
+    encode,
+)
+from streams.dlq import Inbound, Limits, Outbound, decode_inbound, to_dlq
+from streams.keyed import KeyedRunner, Source
+
+BATCH_MAX = 2000
+BATCH_WITHIN_S = 0.1
+#: Quick takeover when a worker dies, yet tolerant of a slow batch (heartbeats
+#: run on the same event loop). The broker's group.min.session.timeout.ms
+#: (default 6 s) is the floor.
+SESSION_TIMEOUT_S = 10.0
+HEARTBEAT_INTERVAL_S = 2.0
+COMMIT_INTERVAL_S = 1.0
+BY_NODE_SUFFIX = ".by-node"
+
+
+def app_id(settings: Any) -> str:
+    """One consumer group per fleet: workers with the same id share the partitions."""
+    return f"{settings.kafka.topic_prefix}{settings.kafka.client_id}-streams"
+
+
+def broker_credentials(kafka: Any) -> faust.types.auth.CredentialsT | None:
+    """faust credentials from ``settings.kafka`` (None for PLAINTEXT); the secret stays in memory."""
+    proto = kafka.security_protocol
+    if proto == "PLAINTEXT":
+        return None
+    context = None
+    if proto in ("SSL", "SASL_SSL"):
+        context = ssl.create_default_context(cafile=str(kafka.ssl_cafile) if kafka.ssl_cafile else None)
+    if proto == "SSL":
+        return faust.SSLCredentials(context)
+    password = kafka.sasl_password.resolve().get_secret_value() if kafka.sasl_password else None
+    return faust.SASLCredentials(
+        username=kafka.sasl_username, password=password, ssl_context=context,
+        mechanism=kafka.sasl_mechanism or "PLAIN",
+    )
+
+
+def default_stages(settings: Any) -> tuple[Any, Any]:
+    """The real engine stages, with the rules named in the config (else the default pack)."""
+    from streams.engine import ClassStage, NodeStage
+    from streams.rules import load_rules
+
+    rules = load_rules(settings.engine.rules)
+    return NodeStage(rules, settings.engine), ClassStage(rules, settings.engine)
+
+
+def inbound(event: Any) -> Inbound:
+    m = event.message
+    return Inbound(m.topic, m.partition, m.offset, m.key, m.value)
+
+
+def build_app(
+    settings: Any, *, worker_id: str, data_dir: Path,
+    node_stage: Any = None, class_stage: Any = None,
+) -> faust.App:
+    """The faust app for ``settings``; stages default to :func:`default_stages`."""
+    if node_stage is None or class_stage is None:
+        node_stage, class_stage = default_stages(settings)
+    k = settings.kafka
+    topics = Topics(k.topic_prefix)
+    by_node = topics.metrics + BY_NODE_SUFFIX
+    limits = Limits(int(settings.limits.max_record_bytes), float(settings.limits.max_future_skew))
+    app = faust.App(
+        app_id(settings),
+        broker=[f"kafka://{h.strip()}" for h in k.bootstrap.split(",") if h.strip()],
+        broker_credentials=broker_credentials(k),
+        broker_client_id=f"{k.client_id}-{worker_id}",
+        datadir=str(data_dir),
+        store="memory://",
+        topic_partitions=k.partitions,
+        topic_replication_factor=k.replication_factor,
+        processing_guarantee="at_least_once",
+        consumer_auto_offset_reset="earliest",
+        broker_session_timeout=SESSION_TIMEOUT_S,
+        broker_heartbeat_interval=HEARTBEAT_INTERVAL_S,
+        broker_commit_interval=COMMIT_INTERVAL_S,
+        stream_wait_empty=False,
+        table_standby_replicas=0,
+        producer_acks=-1,
+        web_enabled=False,
+        autodiscover=False,
+    )
+
+    def raw_topic(*names: str) -> faust.TopicT:
+        return app.topic(*names, key_serializer="raw", value_serializer="raw",
+                         partitions=k.partitions, internal=True)
+
+    def state_table(name: str) -> faust.Table:
+        # Keys are bytes (the raw key serializer would turn str keys into bytes on
+        # recovery); the changelog partition comes from the same murmur2
+        # partitioner as the source records' keys, so it matches their partition.
+        return app.Table(name, default=None, partitions=k.partitions, use_partitioner=True,
+                         schema=faust.Schema(key_serializer="raw", value_serializer="raw"))
+
+    outputs = {
+        name: raw_topic(name)
+        for name in (topics.alerts, topics.summaries, by_node,
+                     *(Topics.dlq(t) for t in (topics.samples, topics.events, topics.metrics,
+                                               topics.summaries)))
+    }
+    node_table, class_table = state_table("node-state"), state_table("class-state")
+    declared: list[bool] = []
+
+    async def send_all(out: Iterable[Outbound], wait: bool) -> None:
+        if not declared:
+            for t in outputs.values():
+                await t.maybe_declare()
+            declared.append(True)
+        futs = [await outputs[o.topic].send(key=o.key, value=o.value, force=True) for o in out]
+        if wait and futs:
+            await asyncio.gather(*futs)
+
+    async def apply(runner: KeyedRunner, table: faust.Table, events: list[Any]) -> None:
+        res = runner.run([inbound(e) for e in events], lambda key: table.get(key.encode()))
+        # Outputs must be on the broker before the state that says they were made.
+        await send_all(res.out, wait=True)
+        for key, envelope in res.state.items():
+            table[key.encode()] = envelope
+
+    def emit_node(record: Any) -> list[Outbound]:
+        out = node_stage.process(record)
+        return [*(Outbound(topics.alerts, t.fingerprint.encode(), encode(t)) for t in out.transitions),
+                *(Outbound(topics.summaries, s.task.encode(), encode(s)) for s in out.summaries)]
+
+    def emit_class(summary: TaskSummary) -> list[Outbound]:
+        return [Outbound(topics.alerts, t.fingerprint.encode(), encode(t))
+                for t in class_stage.process(summary)]
+
+    def node_of(record: Any) -> str:
+        return record.node
+
+    def class_of(record: TaskSummary) -> str:
+        return record.task
+
+    node_runner = KeyedRunner(node_stage, {
+        topics.samples: Source(NodeSnapshot, node_of, Topics.dlq(topics.samples)),
+        topics.events: Source(GpuEvent, node_of, Topics.dlq(topics.events)),
+        by_node: Source(TaskMetric, node_of, Topics.dlq(topics.metrics)),
+    }, emit_node, limits)
+    class_runner = KeyedRunner(class_stage, {
+        topics.summaries: Source(TaskSummary, class_of, Topics.dlq(topics.summaries)),
+    }, emit_class, limits)
+
+    @app.agent(raw_topic(topics.metrics), name="metrics-by-node")
+    async def rekey_metrics(stream: faust.StreamT) -> None:
+        """task.metrics arrive keyed by task id; stage 1 needs them on the node's partition."""
+        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
+            out = []
+            for e in events:
+                msg = inbound(e)
+                try:
+                    record = decode_inbound(msg, TaskMetric, limits)
+                except ContractError as err:
+                    out.append(to_dlq(msg, str(err)))
+                else:
+                    out.append(Outbound(by_node, record.node.encode(), msg.value or b""))
+            # Not awaited: faust flushes the producer before it commits offsets.
+            await send_all(out, wait=False)
+
+    @app.agent(raw_topic(topics.samples, topics.events, by_node), name="node-stage")
+    async def node_agent(stream: faust.StreamT) -> None:
+        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
+            await apply(node_runner, node_table, events)
+
+    @app.agent(raw_topic(topics.summaries), name="class-stage")
+    async def class_agent(stream: faust.StreamT) -> None:
+        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
+            await apply(class_runner, class_table, events)
+
+    return app

@@ -1,0 +1,38 @@
+"""``gpuwarden streams``: run one faust worker of the topology in :mod:`streams.topology`.
+
+Workers started with the same config join one consumer group and share the
+partitions; each recovers the state of the partitions it is given from the
+changelog topics, so a worker may be killed and restarted (or replaced) at any time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("gpuwarden.streams")
+
+
+def cmd_streams(args: argparse.Namespace, settings: Any) -> int:
+    """Run a worker until SIGINT/SIGTERM."""
+    import faust
+
+    from streams.topology import app_id, build_app
+
+    worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
+    data_dir = Path(args.data_dir or Path("var") / "streams" / worker_id)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    app = build_app(settings, worker_id=worker_id, data_dir=data_dir)
+    log.warning("streams worker %s: app %s, broker %s, data dir %s",
+                worker_id, app_id(settings), settings.kafka.bootstrap, data_dir)
+    level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
+    worker = faust.Worker(app, loglevel=level, quiet=True, redirect_stdouts=False)
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as e:
+        return int(e.code or 0)
+    return 0
