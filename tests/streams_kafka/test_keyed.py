@@ -1,0 +1,98 @@
+"""The pure core of the topology: batches, dead letters, offset-tracked state envelopes."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from gpuwarden.contract import GpuEvent, NodeSnapshot, decode, encode
+from streams.dlq import Inbound, Limits, Outbound
+from streams.keyed import KeyedRunner, Source, pack, unpack
+from tests.streams_kafka.records import T0, snapshot, xid
+from tests.streams_kafka.standin import StandinNodeStage
+
+TOPIC = "p.gpu.samples"
+EVENTS = "p.gpu.events"
+
+
+def runner(stage: StandinNodeStage) -> KeyedRunner:
+    def emit(record: object) -> list[Outbound]:
+        out = stage.process(record)
+        return [Outbound("alerts", t.fingerprint.encode(), encode(t)) for t in out.transitions] + \
+               [Outbound("summaries", s.task.encode(), encode(s)) for s in out.summaries]
+
+    return KeyedRunner(stage, {
+        TOPIC: Source(NodeSnapshot, lambda r: r.node, TOPIC + ".dlq"),
+        EVENTS: Source(GpuEvent, lambda r: r.node, EVENTS + ".dlq"),
+    }, emit, Limits())
+
+
+def msg(record: object, offset: int, topic: str = TOPIC, partition: int = 0) -> Inbound:
+    return Inbound(topic, partition, offset, record.node.encode(), encode(record))
+
+
+def test_envelope_round_trip_and_rejects_foreign_bytes() -> None:
+    data = pack({"t:0": 41, "u:1": 7}, b"\x00state\n")
+    assert unpack(data) == ({"t:0": 41, "u:1": 7}, b"\x00state\n")
+    with pytest.raises(ValueError, match="bad magic"):
+        unpack(b"XXXX\x00\x00\x00\x00")
+    with pytest.raises(ValueError, match="truncated"):
+        unpack(b"GW")
+
+
+def test_batch_writes_one_envelope_per_key_with_last_offsets() -> None:
+    r = runner(StandinNodeStage(every=2))
+    batch = [msg(snapshot("a", i, T0 + i), 10 + i) for i in range(4)] + [msg(snapshot("b", 0, T0), 3, partition=1)]
+    res = r.run(batch, lambda key: None, now=T0)
+    assert res.applied == 5 and res.dead == 0 and res.skipped == 0
+    assert set(res.state) == {"a", "b"}
+    assert unpack(res.state["a"]) == ({f"{TOPIC}:0": 13}, json.dumps({"snapshots": 4, "seen": []}).encode())
+    assert [o.topic for o in res.out] == ["summaries", "summaries"]
+
+
+def test_restored_state_skips_records_already_applied_and_matches_uninterrupted_run() -> None:
+    records = [msg(snapshot("a", i, T0 + i), i) for i in range(6)] + [msg(xid("a", 0, T0 + 3, 79), 0, EVENTS)]
+    whole = runner(StandinNodeStage(every=2)).run(records, lambda k: None, now=T0)
+
+    # First life: applies the first 4 samples and the event, stores the envelope, then dies.
+    first = runner(StandinNodeStage(every=2)).run(records[:4] + records[6:], lambda k: None, now=T0)
+    # Second life (a fresh worker) resumes from an older committed offset: samples 2..5 again.
+    second = runner(StandinNodeStage(every=2)).run(records[2:6], first.state.get, now=T0)
+    assert second.skipped == 2 and second.applied == 2
+    assert second.state["a"] == whole.state["a"]
+    # Nothing lost, nothing produced twice, though the two lives saw the records in another order.
+    assert sorted(o.value for o in first.out + second.out) == sorted(o.value for o in whole.out)
+    assert len(whole.out) == 4
+
+
+def test_state_moved_on_elsewhere_is_loaded_before_the_next_record() -> None:
+    stage = StandinNodeStage(every=100)
+    r = runner(stage)
+    r.run([msg(snapshot("a", 0, T0), 0)], lambda k: None, now=T0)
+    elsewhere = pack({f"{TOPIC}:0": 50}, json.dumps({"snapshots": 51, "seen": [79]}).encode())
+    res = r.run([msg(snapshot("a", 51, T0 + 51), 51)], {"a": elsewhere}.get, now=T0)
+    assert stage.state["a"]["snapshots"] == 52 and res.applied == 1
+
+
+def test_bad_records_become_dead_letters_and_the_batch_goes_on() -> None:
+    class Exploding(StandinNodeStage):
+        def process(self, record: object):  # type: ignore[no-untyped-def]
+            if record.seq == 1:
+                raise ZeroDivisionError("boom")
+            return super().process(record)
+
+    r = runner(Exploding(every=1))
+    far = snapshot("a", 2, T0 + 10_000)
+    batch = [Inbound(TOPIC, 0, 0, b"a", b"\xff\xfe"), Inbound(TOPIC, 0, 1, b"a", None),
+             msg(snapshot("a", 1, T0), 2), msg(far, 3), msg(snapshot("a", 3, T0 + 1), 4)]
+    res = r.run(batch, lambda k: None, now=T0)
+    dead = [decode(o.value) for o in res.out if o.topic == TOPIC + ".dlq"]
+    assert [(d.offset, d.topic, d.partition) for d in dead] == [(0, TOPIC, 0), (1, TOPIC, 0), (2, TOPIC, 0), (3, TOPIC, 0)]
+    assert "Invalid JSON" in dead[0].error and base64.b64decode(dead[0].value_b64) == b"\xff\xfe"
+    assert "empty value" in dead[1].error
+    assert dead[2].error == "engine: ZeroDivisionError: boom"
+    assert dead[3].error.startswith("ts: ") and "in the future" in dead[3].error
+    assert base64.b64decode(dead[0].key_b64) == b"a"
+    assert res.dead == 4 and res.applied == 2  # the engine failure still moves the offset on
