@@ -1,11 +1,228 @@
-"""The notifier's config section (``notify:``)."""
+"""The notifier's config section (``notify:``): receivers, routing tree, owners, on-call, escalation.
+
+When ``route`` is left out, :func:`default_route` builds the tier policy:
+info is recorded only; attention goes to the owner's chat, grouped; critical
+pages the on-call AND posts to the team chat at once (no group_wait).
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
 
 from gpuwarden.config import Section
+from gpuwarden.contract import Matcher
+from gpuwarden.units import Duration
+from notifiers.receivers import Receiver, fallback_problems
+
+_MATCHER = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(=~|!~|!=|=)\s*(.*?)\s*$")
+
+#: Receiver tokens resolved per alert: the owner's chat, the on-call pager, the team chat.
+OWNER, ONCALL, TEAM = "@owner", "@oncall", "@team"
+#: ``group_by: ["..."]``: every alert is its own group (Alertmanager's spelling).
+GROUP_BY_ALL = "..."
+
+
+def parse_matcher(text: str) -> Matcher:
+    """``node=gpu-07``, ``rule=~thermal.*``, ``tier!=info``, ``user!~bot.*`` → Matcher.
+
+    Values may be quoted; regexes are checked here so a typo fails at load, not at match time.
+    """
+    m = _MATCHER.match(text)
+    if not m:
+        raise ValueError(f"expected a matcher such as node=gpu-07 or rule=~thermal.* (got {text!r})")
+    label, op, value = m.groups()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        value = value[1:-1]
+    if op in ("=~", "!~"):
+        try:
+            re.compile(value)
+        except re.error as e:
+            raise ValueError(f"expected a valid regular expression in {text!r} ({e})") from None
+    return Matcher(label=label, op=op, value=value)  # type: ignore[arg-type]
+
+
+def _matchers(v: Any) -> list[Matcher]:
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise ValueError("expected a list of matchers such as ['tier=critical', 'node=~gpu-0.*']")
+    return [x if isinstance(x, Matcher) else parse_matcher(x) if isinstance(x, str)
+            else Matcher.model_validate(x) for x in v]
+
+
+class RouteConfig(Section):
+    """One node of the routing tree; unset options are inherited from the parent."""
+
+    matchers: list[Matcher] = Field(default_factory=list)
+    receivers: list[str] | None = None
+    """Receiver names, or ``@owner`` / ``@oncall`` / ``@team``; ``[]`` = record only."""
+    group_by: list[str] | None = None
+    group_wait: Duration | None = None
+    group_interval: Duration | None = None
+    repeat_interval: Duration | None = None
+    mention_oncall: bool | None = None
+    """@-mention whoever is on call (first escalation level's schedule) in this route's messages."""
+    continue_: bool = Field(default=False, alias="continue")
+    routes: list[RouteConfig] = Field(default_factory=list)
+
+    @field_validator("matchers", mode="before")
+    @classmethod
+    def _parse_matchers(cls, v: Any) -> list[Matcher]:
+        return _matchers(v)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _receiver_alias(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "receiver" in data:
+            data = dict(data)
+            one = data.pop("receiver")
+            if "receivers" in data:
+                raise ValueError("expected either 'receiver' or 'receivers', not both")
+            data["receivers"] = [] if one is None else [one]
+        return data
+
+    @field_validator("group_interval")
+    @classmethod
+    def _positive_interval(cls, v: float | None) -> float | None:
+        if v is not None and v <= 0:
+            raise ValueError("expected a group_interval above 0 (e.g. 5m)")
+        return v
+
+
+class InhibitRule(Section):
+    """Alertmanager's inhibition: a firing source mutes targets with equal ``equal`` labels."""
+
+    source_matchers: list[Matcher] = Field(min_length=1)
+    target_matchers: list[Matcher] = Field(min_length=1)
+    equal: list[str] = Field(default_factory=list)
+
+    @field_validator("source_matchers", "target_matchers", mode="before")
+    @classmethod
+    def _parse_matchers(cls, v: Any) -> list[Matcher]:
+        return _matchers(v)
+
+
+_LOST = "rule=~(gpu[_-]?lost|node[_-]?unreachable|xid[_-]?79).*"
+
+
+def default_inhibit_rules() -> list[InhibitRule]:
+    """A lost GPU or unreachable node mutes that node's per-GPU and per-task alerts."""
+    return [InhibitRule(source_matchers=[_LOST], target_matchers=[t], equal=["node"])  # type: ignore[list-item]
+            for t in ("gpu=~.+", "task=~.+")]
+
+
+def _epoch(v: Any) -> float:
+    if isinstance(v, datetime):
+        return v.timestamp()
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    try:
+        return datetime.fromisoformat(str(v)).timestamp()
+    except ValueError:
+        raise ValueError(f"expected an ISO 8601 time or epoch seconds (got {v!r})") from None
+
+
+class OverrideConfig(Section):
+    user: str
+    starts_at: float
+    ends_at: float
+
+    @field_validator("starts_at", "ends_at", mode="before")
+    @classmethod
+    def _time(cls, v: Any) -> float:
+        return _epoch(v)
+
+
+class ScheduleConfig(Section):
+    """A rotation: ``users`` take turns of one day or one week from ``start`` (the hand-off time)."""
+
+    rotation: Literal["daily", "weekly"] = "weekly"
+    start: float = 0.0
+    users: list[str] = Field(min_length=1)
+    overrides: list[OverrideConfig] = Field(default_factory=list)
+
+    @field_validator("start", mode="before")
+    @classmethod
+    def _time(cls, v: Any) -> float:
+        return _epoch(v)
+
+
+class EscalationLevel(Section):
+    """Level 0 is the first page (``@oncall``); level n pages ``after`` the first page if unacked."""
+
+    after: Duration = 0.0
+    receivers: list[str] = Field(min_length=1)
+    schedule: str | None = None
+
+
+class OwnersConfig(Section):
+    """Who owns an alert's chat: by ``user`` label, else ``project``, else ``default``."""
+
+    users: dict[str, str] = Field(default_factory=dict)
+    projects: dict[str, str] = Field(default_factory=dict)
+    default: str | None = None
 
 
 class NotifyConfig(Section):
     language: Literal["en", "zh-CN"] | None = None
+    control: Literal["spool", "kafka"] = "spool"
+    """Where silences, acks and on-call overrides live (and where the CLI writes them)."""
+    receivers: list[Receiver] = Field(default_factory=list)
+    team: str | None = None
+    """The team chat receiver (``@team``): critical alerts go here besides the pager."""
+    owners: OwnersConfig = Field(default_factory=OwnersConfig)
+    route: RouteConfig | None = None
+    inhibit_rules: list[InhibitRule] = Field(default_factory=default_inhibit_rules)
+    schedules: dict[str, ScheduleConfig] = Field(default_factory=dict)
+    escalation: list[EscalationLevel] = Field(default_factory=list)
+    consumer_group: str = "gpuwarden-notify"
+    tick_interval: Duration = 1.0
+    """How often the worker runs timers (group flushes, repeats, escalation, spool drain)."""
+
+    @model_validator(mode="after")
+    def _names(self) -> NotifyConfig:
+        problems = fallback_problems(self.receivers)
+        names = {r.name for r in self.receivers}
+        refs = [("team", self.team), ("owners.default", self.owners.default)]
+        refs += [(f"owners.users.{k}", v) for k, v in self.owners.users.items()]
+        refs += [(f"owners.projects.{k}", v) for k, v in self.owners.projects.items()]
+        for i, lvl in enumerate(self.escalation):
+            refs += [(f"escalation[{i}].receivers[{j}]", r) for j, r in enumerate(lvl.receivers)]
+            if lvl.schedule is not None and lvl.schedule not in self.schedules:
+                problems.append(f"escalation[{i}].schedule: expected a schedule name (no schedule {lvl.schedule!r})")
+        refs += _route_refs(self.route, "route")
+        for where, name in refs:
+            if name is not None and not name.startswith("@") and name not in names:
+                problems.append(f"{where}: expected a receiver name (no receiver {name!r})")
+            elif name is not None and name.startswith("@") and name not in (OWNER, ONCALL, TEAM):
+                problems.append(f"{where}: expected @owner, @oncall or @team (got {name!r})")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def routing_tree(self) -> RouteConfig:
+        return self.route if self.route is not None else default_route()
+
+
+def _route_refs(route: RouteConfig | None, where: str) -> list[tuple[str, str]]:
+    if route is None:
+        return []
+    out = [(f"{where}.receivers[{i}]", r) for i, r in enumerate(route.receivers or [])]
+    for i, child in enumerate(route.routes):
+        out += _route_refs(child, f"{where}.routes[{i}]")
+    return out
+
+
+def default_route() -> RouteConfig:
+    """The tier policy as a tree: critical at once to pager + team chat; the rest to the owner, grouped."""
+    return RouteConfig(
+        receivers=[OWNER], group_by=["rule", "node"], group_wait=30.0, group_interval=300.0,
+        repeat_interval=4 * 3600.0, mention_oncall=False,
+        routes=[RouteConfig(matchers=["tier=critical"], receivers=[ONCALL, TEAM],  # type: ignore[list-item]
+                            group_by=[GROUP_BY_ALL], group_wait=0.0, group_interval=60.0,
+                            repeat_interval=3600.0, mention_oncall=True)],
+    )

@@ -1,0 +1,183 @@
+"""Control state (silences, acknowledgements, on-call overrides) and the CLI that writes it.
+
+The state is a map keyed by :func:`gpuwarden.contract.record_key`, the last
+write per key winning, which is exactly what a compacted Kafka topic keeps.
+It lives in the ``control`` topic (``notify.control: kafka``, cluster mode)
+or in the spool's key/value store (``notify.control: spool``, the default,
+for standalone ``gpuwarden run``). A tombstone or an ``ends_at`` in the past
+ends a silence; ``silence expire`` writes ``ends_at = now`` so the history of
+who silenced what stays readable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import os
+import sys
+import time
+import uuid
+from typing import Any
+
+from gpuwarden.contract import (
+    Ack,
+    AlertTransition,
+    ContractError,
+    OnCallOverride,
+    Silence,
+    decode_control,
+    encode,
+    record_key,
+)
+from gpuwarden.spool import Spool
+from notifiers.config import parse_matcher
+from notifiers.matchers import alert_labels, matches_all, show
+from notifiers.oncall import Cover
+
+ControlRecord = Silence | Ack | OnCallOverride
+KV_NS = "control"
+
+
+class ControlState:
+    """Silences, acks and overrides by key; the router asks it questions at a given time."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, ControlRecord] = {}
+
+    def apply(self, record: ControlRecord) -> None:
+        self.records[record_key(record)] = record
+
+    def apply_raw(self, key: str, value: bytes | None) -> None:
+        """One record as stored (a ``None`` value is a tombstone); raises ContractError if malformed."""
+        if value is None:
+            self.records.pop(key, None)
+        else:
+            self.apply(decode_control(value))
+
+    def silences(self, now: float | None = None) -> list[Silence]:
+        """All silences, or those active at ``now``, oldest first."""
+        out = [r for r in self.records.values() if isinstance(r, Silence)
+               and (now is None or r.starts_at <= now < r.ends_at)]
+        return sorted(out, key=lambda s: (s.starts_at, s.id))
+
+    def silenced_by(self, t: AlertTransition, now: float) -> str | None:
+        """The id of an active silence matching the alert, if any."""
+        labels = alert_labels(t)
+        for s in self.silences(now):
+            if matches_all(s.matchers, labels):
+                return s.id
+        return None
+
+    def ack(self, t: AlertTransition) -> Ack | None:
+        """The ack of this alert's current episode (an ack from before it started does not count)."""
+        a = self.records.get(f"ack:{t.fingerprint}")
+        return a if isinstance(a, Ack) and a.at >= t.started_at else None
+
+    def covers(self, schedule: str) -> list[Cover]:
+        return [Cover(r.user, r.starts_at, r.ends_at) for r in self.records.values()
+                if isinstance(r, OnCallOverride) and r.schedule == schedule]
+
+
+# ----------------------------------------------------------------------- stores
+
+
+def load_spool(spool: Spool, state: ControlState | None = None) -> tuple[ControlState, list[str]]:
+    """Read the spool's control records into ``state``; returns it and one line per bad record."""
+    state = state or ControlState()
+    problems = []
+    fresh = ControlState()
+    for key, value in spool.kv_items(KV_NS):
+        try:
+            fresh.apply_raw(key, value)
+        except ContractError as e:
+            problems.append(f"control record {key}: {e}")
+    state.records = fresh.records
+    return state, problems
+
+
+def write_spool(spool: Spool, record: ControlRecord) -> None:
+    spool.kv_put(KV_NS, record_key(record), encode(record))
+
+
+def _open_spool(settings: Any) -> Spool:
+    return Spool(settings.spool.path, settings.spool.max_bytes, settings.spool.max_age)
+
+
+async def _read(settings: Any) -> ControlState:
+    if settings.notify.control == "kafka":
+        from notifiers.kafka import read_control
+
+        return await read_control(settings)
+    with _open_spool(settings) as spool:
+        state, problems = load_spool(spool)
+    for p in problems:
+        print(f"warning: {p}", file=sys.stderr)
+    return state
+
+
+async def _write(settings: Any, record: ControlRecord) -> None:
+    if settings.notify.control == "kafka":
+        from notifiers.kafka import write_control
+
+        await write_control(settings, record)
+    else:
+        with _open_spool(settings) as spool:
+            write_spool(spool, record)
+
+
+# ----------------------------------------------------------------------- CLI
+
+
+def _who(args: argparse.Namespace) -> str:
+    if args.by:
+        return args.by
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return os.environ.get("USER", "unknown")
+
+
+def _fmt_time(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(ts))
+
+
+def cmd_silence(args: argparse.Namespace, settings: Any) -> int:
+    """``gpuwarden silence add|list|expire``; writes where ``notify.control`` says."""
+    return asyncio.run(_silence(args, settings))
+
+
+async def _silence(args: argparse.Namespace, settings: Any) -> int:
+    now = time.time()
+    if args.silence_command == "add":
+        try:
+            matchers = [parse_matcher(m) for m in args.matchers]
+        except ValueError as e:
+            print(f"gpuwarden silence add: {e}", file=sys.stderr)
+            return 2
+        s = Silence(id=uuid.uuid4().hex[:12], matchers=matchers, starts_at=now,
+                    ends_at=now + args.duration, created_by=_who(args), comment=args.comment)
+        await _write(settings, s)
+        print(f"{s.id}  until {_fmt_time(s.ends_at)}  {' '.join(show(m) for m in matchers)}")
+        return 0
+    state = await _read(settings)
+    if args.silence_command == "list":
+        for s in state.silences(now):
+            print(f"{s.id}  until {_fmt_time(s.ends_at)}  by {s.created_by}  "
+                  f"{' '.join(show(m) for m in s.matchers)}  {s.comment}".rstrip())
+        return 0
+    found = state.records.get(f"silence:{args.id}")
+    if not isinstance(found, Silence) or found.ends_at <= now:
+        print(f"gpuwarden silence expire: no active silence {args.id!r}", file=sys.stderr)
+        return 1
+    await _write(settings, found.model_copy(update={"ends_at": now}))
+    print(f"{args.id}  expired")
+    return 0
+
+
+def cmd_ack(args: argparse.Namespace, settings: Any) -> int:
+    """``gpuwarden ack FINGERPRINT``: stops repeats and escalation of that alert's current episode."""
+    a = Ack(fingerprint=args.fingerprint, by=_who(args), at=time.time(), comment=args.comment)
+    asyncio.run(_write(settings, a))
+    print(f"acknowledged {a.fingerprint} by {a.by}")
+    return 0

@@ -1,0 +1,95 @@
+"""Kafka plumbing for the notifier: client options, the compacted ``control`` topic."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from gpuwarden.contract import ContractError, Topics, encode, record_key
+
+READ_TIMEOUT_S = 15.0
+
+
+def client_kwargs(settings: Any) -> dict[str, Any]:
+    """aiokafka connection options from ``settings.kafka`` (SASL/SSL where configured)."""
+    k = settings.kafka
+    kw: dict[str, Any] = {"bootstrap_servers": k.bootstrap, "client_id": k.client_id,
+                          "security_protocol": k.security_protocol}
+    if k.sasl_mechanism:
+        kw["sasl_mechanism"] = k.sasl_mechanism
+        kw["sasl_plain_username"] = k.sasl_username
+        if k.sasl_password is not None:
+            kw["sasl_plain_password"] = k.sasl_password.resolve().get_secret_value()
+    if k.ssl_cafile is not None:
+        from aiokafka.helpers import create_ssl_context
+
+        kw["ssl_context"] = create_ssl_context(cafile=str(k.ssl_cafile))
+    return kw
+
+
+async def ensure_control_topic(settings: Any) -> str:
+    """Create the compacted control topic if it is missing; returns its name."""
+    topic = Topics(settings.kafka.topic_prefix).control
+    admin = AIOKafkaAdminClient(**client_kwargs(settings))
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(
+            topic, num_partitions=1, replication_factor=settings.kafka.replication_factor,
+            topic_configs={"cleanup.policy": "compact"})])
+    except TopicAlreadyExistsError:
+        pass
+    finally:
+        await admin.close()
+    return topic
+
+
+async def write_control(settings: Any, record: Any) -> None:
+    """Produce one control record keyed by ``record_key`` and wait for the ack."""
+    topic = await ensure_control_topic(settings)
+    producer = AIOKafkaProducer(**client_kwargs(settings), acks="all")
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, encode(record), key=record_key(record).encode())
+    finally:
+        await producer.stop()
+
+
+async def read_control(settings: Any) -> Any:
+    """The control state as of now: the topic read from the beginning to its end offsets."""
+    from notifiers.control import ControlState
+
+    topic = await ensure_control_topic(settings)
+    state = ControlState()
+    consumer = AIOKafkaConsumer(**client_kwargs(settings), enable_auto_commit=False)
+    await consumer.start()
+    try:
+        parts = [TopicPartition(topic, p) for p in (consumer.partitions_for_topic(topic) or {0})]
+        consumer.assign(parts)
+        await consumer.seek_to_beginning(*parts)
+        ends = await consumer.end_offsets(parts)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + READ_TIMEOUT_S
+        while any(await consumer.position(p) < ends[p] for p in parts):
+            if loop.time() > deadline:
+                raise TimeoutError(f"reading {topic} took over {READ_TIMEOUT_S:.0f} s")
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                for r in records:
+                    apply_record(state, r.key, r.value)
+    finally:
+        await consumer.stop()
+    return state
+
+
+def apply_record(state: Any, key: bytes | None, value: bytes | None) -> str | None:
+    """Apply one control-topic record; returns a problem line instead of raising on a bad one."""
+    if key is None:
+        return "control record without a key (ignored)"
+    try:
+        state.apply_raw(key.decode(errors="replace"), value)
+    except ContractError as e:
+        return f"control record {key.decode(errors='replace')}: {e}"
+    return None

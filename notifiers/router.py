@@ -1,0 +1,281 @@
+"""Routing policy: who hears about which alert, and when. Pure and deterministic.
+
+Alertmanager's model where it is right: a routing tree (matchers, ``continue``,
+inherited ``group_by``/``group_wait``/``group_interval``/``repeat_interval``),
+aggregation groups flushed on a fixed cadence, inhibition and silences. What
+users miss there is added: acknowledgements (stop repeats and escalation),
+escalation of unacknowledged critical alerts through levels with an on-call
+rotation that decides who is paged and @-mentioned, owner routing by the
+alert's user/project, and dedup of at-least-once input.
+
+Time is always an argument (``now``): event time in simulation and replay,
+wall time live, so replay sends the same notifications at the same times.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from gpuwarden.contract import AlertState, AlertTransition, Matcher, Tier
+from notifiers.config import GROUP_BY_ALL, ONCALL, OWNER, TEAM, NotifyConfig, RouteConfig
+from notifiers.control import ControlState
+from notifiers.matchers import alert_labels, matches_all
+from notifiers.message import Notification, Reason
+from notifiers.oncall import on_call
+
+#: How long a resolved alert's dedup entry is kept (event time) against late redeliveries.
+DEDUP_KEEP_S = 86400.0
+
+
+@dataclass(slots=True)
+class Route:
+    """A routing-tree node with its inherited options filled in."""
+
+    id: str
+    matchers: list[Matcher]
+    receivers: list[str]
+    group_by: list[str]
+    group_wait: float
+    group_interval: float
+    repeat_interval: float
+    mention_oncall: bool
+    cont: bool
+    children: list[Route]
+
+
+def build_tree(cfg: RouteConfig, parent: Route | None = None, rid: str = "0") -> Route:
+    """Resolve inheritance once, so matching is a plain walk."""
+    def pick(name: str, fallback: object) -> object:
+        own = getattr(cfg, name)
+        return own if own is not None else (getattr(parent, name) if parent else fallback)
+
+    node = Route(
+        id=rid, matchers=list(cfg.matchers),
+        receivers=list(pick("receivers", [])),  # type: ignore[arg-type]
+        group_by=list(pick("group_by", [])),  # type: ignore[arg-type]
+        group_wait=float(pick("group_wait", 30.0)),  # type: ignore[arg-type]
+        group_interval=float(pick("group_interval", 300.0)),  # type: ignore[arg-type]
+        repeat_interval=float(pick("repeat_interval", 4 * 3600.0)),  # type: ignore[arg-type]
+        mention_oncall=bool(pick("mention_oncall", False)),
+        cont=cfg.continue_, children=[],
+    )
+    node.children = [build_tree(c, node, f"{rid}.{i}") for i, c in enumerate(cfg.routes)]
+    return node
+
+
+def match_routes(route: Route, labels: dict[str, str]) -> list[Route]:
+    """The routes an alert lands on: deepest matching children, ``continue`` going on to siblings."""
+    if not matches_all(route.matchers, labels):
+        return []
+    out: list[Route] = []
+    for child in route.children:
+        hit = match_routes(child, labels)
+        out += hit
+        if hit and not child.cont:
+            break
+    return out or [route]
+
+
+@dataclass(slots=True)
+class Group:
+    """An aggregation group: one route, one receiver, one set of group_by values."""
+
+    key: str
+    receiver: str
+    route: Route
+    mention: bool
+    next_flush: float
+    alerts: dict[str, AlertTransition] = field(default_factory=dict)
+    sent_firing: set[str] = field(default_factory=set)
+    last_sent: float | None = None
+
+
+@dataclass(slots=True)
+class Page:
+    """Escalation track of one critical alert episode."""
+
+    alert: AlertTransition
+    paged_at: float
+    level: int = 0
+
+
+class Router:
+    """``on_transition`` and ``tick`` return the notifications due now; nothing else happens here."""
+
+    def __init__(self, config: NotifyConfig, control: ControlState | None = None) -> None:
+        self.config = config
+        self.control = control or ControlState()
+        self.tree = build_tree(config.routing_tree())
+        self.groups: dict[str, Group] = {}
+        self.pages: dict[str, Page] = {}
+        self._last: dict[str, tuple[float, int, float]] = {}
+        """fingerprint → (started_at, state rank, ts) of the newest transition seen."""
+        self._sources: list[dict[str, dict[str, str]]] = [{} for _ in config.inhibit_rules]
+        self._purged_at = float("-inf")
+
+    # ------------------------------------------------------------------ input
+
+    def on_transition(self, t: AlertTransition, now: float) -> list[Notification]:
+        if not self._is_new(t):
+            return []
+        labels = alert_labels(t)
+        firing = t.state == AlertState.FIRING
+        for rule, sources in zip(self.config.inhibit_rules, self._sources):
+            if firing and matches_all(rule.source_matchers, labels):
+                sources[t.fingerprint] = labels
+            else:
+                sources.pop(t.fingerprint, None)
+        if t.tier == Tier.INFO:
+            return []  # recorded only (the pipeline keeps history)
+        if t.tier == Tier.CRITICAL and self.config.escalation:
+            if firing:
+                self.pages.setdefault(t.fingerprint, Page(t, now))
+            else:
+                self.pages.pop(t.fingerprint, None)
+        for route in match_routes(self.tree, labels):
+            self._add(route, t, labels, now)
+        return self._flush_due(now)
+
+    def tick(self, now: float) -> list[Notification]:
+        out = self._flush_due(now) + self._escalate(now)
+        if now - self._purged_at >= 3600:
+            self._purged_at = now
+            self._last = {fp: v for fp, v in self._last.items() if v[1] == 0 or v[2] >= now - DEDUP_KEEP_S}
+        return out
+
+    def next_deadline(self) -> float | None:
+        """When ``tick`` next has something to do (None: nothing pending)."""
+        times = [g.next_flush for g in self.groups.values()]
+        levels = self.config.escalation
+        times += [p.paged_at + levels[p.level + 1].after for p in self.pages.values()
+                  if p.level + 1 < len(levels)]
+        return min(times, default=None)
+
+    # ------------------------------------------------------------------ policy pieces
+
+    def _is_new(self, t: AlertTransition) -> bool:
+        """At-least-once input: an episode moves firing → resolved once; anything else is a repeat."""
+        rank = 0 if t.state == AlertState.FIRING else 1
+        last = self._last.get(t.fingerprint)
+        if last is not None and (t.started_at, rank) <= last[:2]:
+            return False
+        self._last[t.fingerprint] = (t.started_at, rank, t.ts)
+        return True
+
+    def _add(self, route: Route, t: AlertTransition, labels: dict[str, str], now: float) -> None:
+        if route.group_by == [GROUP_BY_ALL]:
+            glabels = {k: v for k, v in labels.items() if k not in ("tier", "fingerprint")}
+        else:
+            glabels = {k: labels.get(k, "") for k in route.group_by}
+        gl = json.dumps(glabels, sort_keys=True, separators=(",", ":"))
+        for token in route.receivers:
+            for receiver in self._resolve(token, labels):
+                key = f"{route.id}/{receiver}/{gl}"
+                g = self.groups.get(key)
+                if g is None:
+                    g = self.groups[key] = Group(key, receiver, route, route.mention_oncall or token == ONCALL,
+                                                 now + route.group_wait)
+                g.alerts[t.fingerprint] = t
+
+    def _resolve(self, token: str, labels: dict[str, str]) -> list[str]:
+        cfg = self.config
+        if token == OWNER:
+            own = cfg.owners
+            name = (own.users.get(labels.get("user", "")) or own.projects.get(labels.get("project", ""))
+                    or own.default or cfg.team)
+            return [name] if name else []
+        if token == TEAM:
+            return [cfg.team] if cfg.team else []
+        if token == ONCALL:
+            return list(cfg.escalation[0].receivers) if cfg.escalation else []
+        return [token]
+
+    def _muted(self, t: AlertTransition, now: float) -> bool:
+        """Silenced, or inhibited by another firing alert (an alert never inhibits itself)."""
+        if self.control.silenced_by(t, now) is not None:
+            return True
+        labels = alert_labels(t)
+        for rule, sources in zip(self.config.inhibit_rules, self._sources):
+            if not sources or not matches_all(rule.target_matchers, labels):
+                continue
+            if matches_all(rule.source_matchers, labels):
+                continue
+            for fp, src in sources.items():
+                if fp != t.fingerprint and all(src.get(e, "") == labels.get(e, "") for e in rule.equal):
+                    return True
+        return False
+
+    def _oncall_now(self, level: int, now: float) -> list[str]:
+        levels = self.config.escalation
+        if level >= len(levels) or levels[level].schedule is None:
+            return []
+        name = levels[level].schedule
+        assert name is not None
+        return [on_call(self.config.schedules[name], now, self.control.covers(name))]
+
+    # ------------------------------------------------------------------ timers
+
+    def _flush_due(self, now: float) -> list[Notification]:
+        due = sorted((g for g in self.groups.values() if g.next_flush <= now),
+                     key=lambda g: (g.next_flush, g.key))
+        out: list[Notification] = []
+        for g in due:
+            n = self._flush(g, now)
+            if n is not None:
+                out.append(n)
+            interval = g.route.group_interval
+            while g.next_flush <= now:
+                g.next_flush += interval
+            if not g.alerts:
+                del self.groups[g.key]
+        return out
+
+    def _flush(self, g: Group, now: float) -> Notification | None:
+        visible = [a for a in g.alerts.values() if not self._muted(a, now)]
+        firing = [a for a in visible if a.state == AlertState.FIRING]
+        resolved = [a for a in visible if a.state == AlertState.RESOLVED and a.fingerprint in g.sent_firing]
+        new = [a for a in firing if a.fingerprint not in g.sent_firing]
+        for fp in [fp for fp, a in g.alerts.items() if a.state == AlertState.RESOLVED]:
+            del g.alerts[fp]
+            g.sent_firing.discard(fp)
+        reason: Reason
+        if new:
+            reason = "update" if g.last_sent is not None else "new"
+            alerts = firing + resolved
+        elif resolved:
+            reason, alerts = "resolved", firing + resolved
+        else:
+            unacked = [a for a in firing if self.control.ack(a) is None]
+            if not unacked or g.last_sent is None or now < g.last_sent + g.route.repeat_interval:
+                return None
+            reason, alerts = "repeat", unacked
+        g.sent_firing.update(a.fingerprint for a in new)
+        g.last_sent = now
+        mentions = self._oncall_now(0, now) if g.mention and firing else []
+        return _notification(g.receiver, g.key, alerts, reason, now, mentions, 0)
+
+    def _escalate(self, now: float) -> list[Notification]:
+        levels = self.config.escalation
+        out: list[Notification] = []
+        for fp in sorted(self.pages):
+            p = self.pages[fp]
+            while p.level + 1 < len(levels) and now >= p.paged_at + levels[p.level + 1].after:
+                if self.control.ack(p.alert) is not None or self._muted(p.alert, now):
+                    break
+                p.level += 1
+                mentions = self._oncall_now(p.level, now)
+                out += [_notification(r, f"escalation/{fp}", [p.alert], "escalation", now, mentions, p.level)
+                        for r in levels[p.level].receivers]
+        return out
+
+
+def _notification(receiver: str, group_key: str, alerts: list[AlertTransition], reason: Reason,
+                  now: float, mentions: list[str], level: int) -> Notification:
+    alerts = sorted(alerts, key=lambda a: (a.state != AlertState.FIRING, a.started_at, a.fingerprint))
+    ident = "|".join([receiver, group_key, reason, repr(now), str(level)]
+                     + [f"{a.fingerprint}:{a.state.value}:{a.started_at!r}" for a in alerts])
+    nid = hashlib.sha256(ident.encode()).hexdigest()[:24]
+    return Notification(receiver=receiver, group_key=group_key, alerts=alerts, reason=reason, at=now,
+                        mentions=mentions, escalation_level=level, id=nid)

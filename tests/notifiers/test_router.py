@@ -1,0 +1,271 @@
+"""Router policy with an injected clock: exact times for grouping, repeats, resolved, escalation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from gpuwarden.contract import Ack, AlertTransition, OnCallOverride, Silence
+from notifiers.config import NotifyConfig, parse_matcher
+from notifiers.control import ControlState
+from notifiers.router import Router
+
+T0 = 1_700_000_000.0
+DAY = 86400.0
+
+
+def receivers(*names: str) -> list[dict[str, Any]]:
+    return [{"name": n, "feishu": {"url": {"env": f"URL_{n.upper().replace('-', '_')}"}}} for n in names]
+
+
+def config(**kw: Any) -> NotifyConfig:
+    base: dict[str, Any] = {
+        "receivers": receivers("team-chat", "alice-chat", "llm-chat", "pager", "lead-chat", "boss"),
+        "team": "team-chat",
+        "owners": {"users": {"alice": "alice-chat"}, "projects": {"llm": "llm-chat"}},
+        "schedules": {
+            "primary": {"rotation": "weekly", "start": T0 - 3 * DAY, "users": ["ann", "ben", "cat"]},
+            "secondary": {"rotation": "daily", "start": T0, "users": ["dan", "eve"]},
+        },
+        "escalation": [
+            {"after": "0s", "receivers": ["pager"], "schedule": "primary"},
+            {"after": "15m", "receivers": ["pager", "lead-chat"], "schedule": "secondary"},
+            {"after": "30m", "receivers": ["boss"]},
+        ],
+    }
+    base.update(kw)
+    return NotifyConfig.model_validate(base)
+
+
+def alert(fp: str, *, tier: str = "attention", state: str = "firing", rule: str = "mem_leak",
+          started: float = T0, ts: float | None = None, **labels: str) -> AlertTransition:
+    labels = {"node": "node-01", **labels}
+    return AlertTransition(
+        fingerprint=fp, rule=rule, tier=tier, state=state, labels=labels, started_at=started,
+        ended_at=None if state == "firing" else ts, ts=ts if ts is not None else started,
+        summary=f"{rule} on {labels['node']}",
+    )
+
+
+def sent(notes: list) -> list[tuple[str, str, list[str]]]:
+    return [(n.receiver, n.reason, [f"{a.fingerprint}:{a.state.value}" for a in n.alerts]) for n in notes]
+
+
+def test_attention_is_grouped_for_group_wait_then_interval_then_repeat() -> None:
+    r = Router(config(route={"receiver": "@owner", "group_by": ["rule", "node"], "group_wait": "30s",
+                             "group_interval": "5m", "repeat_interval": "1000s"}))
+    assert r.on_transition(alert("a", user="alice"), T0) == []
+    assert r.on_transition(alert("b", user="alice", gpu="3", started=T0 + 10), T0 + 10) == []
+    assert r.tick(T0 + 29.9) == []
+    first = r.tick(T0 + 30)
+    assert sent(first) == [("alice-chat", "new", ["a:firing", "b:firing"])]
+    assert r.next_deadline() == T0 + 330
+    # A third alert joins the group; it waits for the group_interval, not the group_wait.
+    assert r.on_transition(alert("c", user="alice", started=T0 + 40), T0 + 40) == []
+    assert r.tick(T0 + 329) == []
+    assert sent(r.tick(T0 + 330)) == [("alice-chat", "update", ["a:firing", "b:firing", "c:firing"])]
+    # repeat_interval 1000 s is rounded up to the group_interval cadence: 330 + 1200.
+    for t in (T0 + 630, T0 + 930, T0 + 1230):
+        assert r.tick(t) == []
+    assert sent(r.tick(T0 + 1530)) == [("alice-chat", "repeat", ["a:firing", "b:firing", "c:firing"])]
+
+
+def test_owner_routing_by_user_then_project_then_team() -> None:
+    r = Router(config(route={"receiver": "@owner", "group_by": ["..."], "group_wait": "0s"}))
+    out = r.on_transition(alert("a", user="alice", project="llm"), T0)
+    out += r.on_transition(alert("b", user="bob", project="llm"), T0)
+    out += r.on_transition(alert("c", user="bob", project="cv"), T0)
+    assert [(n.receiver, n.alerts[0].fingerprint) for n in out] == [
+        ("alice-chat", "a"), ("llm-chat", "b"), ("team-chat", "c")]
+
+
+def test_critical_pages_oncall_and_team_at_once_with_mention() -> None:
+    r = Router(config())
+    out = r.on_transition(alert("x", tier="critical", rule="xid_48", gpu="2"), T0 + 60)
+    assert sorted(sent(out)) == [("pager", "new", ["x:firing"]), ("team-chat", "new", ["x:firing"])]
+    # primary rotation started 3 days before T0: turn 0 → ann.
+    assert all(n.mentions == ["ann"] for n in out)
+
+
+def test_info_is_recorded_only() -> None:
+    r = Router(config())
+    assert r.on_transition(alert("i", tier="info"), T0) == []
+    assert r.tick(T0 + 3600) == [] and r.groups == {}
+
+
+def test_resolved_is_sent_on_the_next_group_interval() -> None:
+    r = Router(config())
+    r.on_transition(alert("x", tier="critical"), T0)
+    assert r.on_transition(alert("x", tier="critical", state="resolved", ts=T0 + 10), T0 + 10) == []
+    assert r.tick(T0 + 59) == []
+    assert sorted(sent(r.tick(T0 + 60))) == [("pager", "resolved", ["x:resolved"]),
+                                             ("team-chat", "resolved", ["x:resolved"])]
+    assert r.groups == {}
+
+
+def test_resolved_before_group_wait_is_never_sent() -> None:
+    r = Router(config())
+    r.on_transition(alert("a"), T0)
+    r.on_transition(alert("a", state="resolved", ts=T0 + 5), T0 + 5)
+    assert r.tick(T0 + 30) == [] and r.groups == {}
+
+
+def test_dedup_of_at_least_once_input() -> None:
+    r = Router(config())
+    fire, res = alert("x", tier="critical"), alert("x", tier="critical", state="resolved", ts=T0 + 5)
+    assert len(r.on_transition(fire, T0)) == 2
+    assert r.on_transition(fire, T0 + 1) == []
+    r.on_transition(res, T0 + 5)
+    assert r.on_transition(fire, T0 + 6) == []       # a stale redelivery after the resolve
+    assert r.on_transition(res, T0 + 7) == []
+    assert len(r.tick(T0 + 60)) == 2                  # one resolved per receiver, once
+    again = alert("x", tier="critical", started=T0 + 100)
+    assert len(r.on_transition(again, T0 + 100)) == 2  # a new episode of the same fingerprint
+
+
+def test_silence_mutes_until_it_expires() -> None:
+    control = ControlState()
+    control.apply(Silence(id="s1", matchers=[parse_matcher("node=node-01"), parse_matcher("rule=~mem.*")],
+                          starts_at=T0, ends_at=T0 + 100, created_by="ops"))
+    r = Router(config(), control)
+    r.on_transition(alert("a"), T0)
+    r.on_transition(alert("b", node="node-02"), T0)
+    assert [n.alerts[0].labels["node"] for n in r.tick(T0 + 30)] == ["node-02"]
+    assert r.tick(T0 + 99) == []
+
+
+def test_silence_expiry_sends_at_the_first_flush_after() -> None:
+    control = ControlState()
+    control.apply(Silence(id="s1", matchers=[parse_matcher("node=node-01")],
+                          starts_at=T0, ends_at=T0 + 100, created_by="ops"))
+    r = Router(config(), control)
+    r.on_transition(alert("a"), T0)
+    assert r.tick(T0 + 30) == []
+    assert sent(r.tick(T0 + 330)) == [("team-chat", "new", ["a:firing"])]
+
+
+def test_ack_stops_repeats_and_escalation() -> None:
+    control = ControlState()
+    r = Router(config(), control)
+    crit = alert("x", tier="critical")
+    r.on_transition(crit, T0)
+    control.apply(Ack(fingerprint="x", by="ann", at=T0 + 300))
+    assert r.tick(T0 + 900) == []            # no escalation
+    assert r.tick(T0 + 3600 + 60) == []      # no repeat (critical repeat_interval 1h)
+    # An ack of an earlier episode does not cover a new one.
+    r.on_transition(alert("x", tier="critical", state="resolved", ts=T0 + 4000), T0 + 4000)
+    r.tick(T0 + 4020)
+    r.on_transition(alert("x", tier="critical", started=T0 + 5000), T0 + 5000)
+    assert [n.escalation_level for n in r.tick(T0 + 5900)] == [1, 1]
+
+
+def test_unacked_repeat_for_critical() -> None:
+    r = Router(config(escalation=[]))
+    r.on_transition(alert("x", tier="critical"), T0)
+    assert r.tick(T0 + 3599) == []
+    assert sorted(sent(r.tick(T0 + 3600))) == [("team-chat", "repeat", ["x:firing"])]
+
+
+def test_escalation_exact_times_levels_and_mentions() -> None:
+    r = Router(config())
+    r.on_transition(alert("x", tier="critical"), T0)
+    assert r.next_deadline() == T0 + 60
+    assert r.tick(T0 + 899.9) == []
+    lvl1 = r.tick(T0 + 900)
+    assert [(n.receiver, n.reason, n.escalation_level) for n in lvl1] == [
+        ("pager", "escalation", 1), ("lead-chat", "escalation", 1)]
+    assert lvl1[0].mentions == ["dan"]       # secondary daily rotation starts at T0 with dan
+    assert r.tick(T0 + 1799) == []
+    lvl2 = r.tick(T0 + 1800)
+    assert [(n.receiver, n.escalation_level, n.mentions) for n in lvl2] == [("boss", 2, [])]
+    assert r.tick(T0 + 3599) == []
+    assert sorted(sent(r.tick(T0 + 3600))) == [("pager", "repeat", ["x:firing"]),
+                                               ("team-chat", "repeat", ["x:firing"])]
+
+
+def test_escalation_stops_when_resolved() -> None:
+    r = Router(config())
+    r.on_transition(alert("x", tier="critical"), T0)
+    r.on_transition(alert("x", tier="critical", state="resolved", ts=T0 + 600), T0 + 600)
+    assert all(n.reason == "resolved" for n in r.tick(T0 + 900))
+    assert r.tick(T0 + 1800) == []
+
+
+def test_inhibition_lost_gpu_mutes_that_nodes_gpu_and_task_alerts() -> None:
+    r = Router(config(route={"receiver": "team-chat", "group_by": ["..."], "group_wait": "0s"}))
+    lost = r.on_transition(alert("lost", tier="critical", rule="gpu_lost", gpu="3"), T0)
+    assert sent(lost) == [("team-chat", "new", ["lost:firing"])]  # the source is not muted by itself
+    assert r.on_transition(alert("g1", gpu="1"), T0 + 1) == []
+    assert r.on_transition(alert("t1", task="llama", rule="step_slow"), T0 + 1) == []
+    other = r.on_transition(alert("g2", gpu="1", node="node-02"), T0 + 1)
+    assert sent(other) == [("team-chat", "new", ["g2:firing"])]
+    # Once the source resolves, the muted alerts surface at their next flush.
+    r.on_transition(alert("lost", tier="critical", rule="gpu_lost", gpu="3", state="resolved",
+                          ts=T0 + 100), T0 + 100)
+    later = r.tick(T0 + 301)
+    assert sorted(a for *_, al in sent(later) for a in al) == ["g1:firing", "lost:resolved", "t1:firing"]
+
+
+def test_configured_inhibit_rule_with_equal_labels() -> None:
+    r = Router(config(route={"receiver": "team-chat", "group_by": ["..."], "group_wait": "0s"},
+                      inhibit_rules=[{"source_matchers": ["rule=node_down"], "target_matchers": ["tier=attention"],
+                                      "equal": ["node", "rack"]}]))
+    r.on_transition(alert("src", tier="critical", rule="node_down", rack="r1"), T0)
+    assert r.on_transition(alert("a", rack="r1"), T0) == []
+    assert len(r.on_transition(alert("b", rack="r2"), T0)) == 1
+
+
+def test_routing_tree_matchers_continue_and_inheritance() -> None:
+    cfg = config(route={
+        "receiver": "team-chat", "group_by": ["node"], "group_wait": "10s",
+        "routes": [
+            {"matchers": ["project=llm"], "receiver": "llm-chat", "continue": True},
+            {"matchers": ["rule=~mem.*", "user!~bot.*"], "receiver": "alice-chat", "group_wait": "0s"},
+            {"matchers": ["rule!=never"], "receiver": "boss"},
+        ]})
+    r = Router(cfg)
+    assert sent(r.on_transition(alert("a", project="llm"), T0)) == [("alice-chat", "new", ["a:firing"])]
+    assert sent(r.tick(T0 + 10)) == [("llm-chat", "new", ["a:firing"])]      # inherited group_wait
+    r.on_transition(alert("b", user="bot-7"), T0 + 20)                         # falls to the third route
+    assert sent(r.tick(T0 + 30)) == [("boss", "new", ["b:firing"])]
+
+
+def test_empty_receivers_route_records_only() -> None:
+    r = Router(config(route={"receiver": "team-chat", "routes": [{"matchers": ["node=node-09"], "receivers": []}]}))
+    r.on_transition(alert("a", node="node-09"), T0)
+    assert r.tick(T0 + 3600) == []
+
+
+def test_same_input_same_notifications() -> None:
+    def run() -> list[tuple[str, str, float, str]]:
+        r = Router(config())
+        out = r.on_transition(alert("x", tier="critical"), T0) + r.on_transition(alert("a"), T0 + 1)
+        for t in range(0, 4000, 30):
+            out += r.tick(T0 + t)
+        return [(n.receiver, n.reason, n.at, n.id) for n in out]
+
+    first = run()
+    assert first == run() and len({i for *_, i in first}) == len(first)
+
+
+def test_oncall_override_from_control_state_decides_who_is_mentioned() -> None:
+    control = ControlState()
+    control.apply(OnCallOverride(id="swap1", schedule="primary", user="zoe", starts_at=T0, ends_at=T0 + DAY))
+    r = Router(config(), control)
+    assert {tuple(n.mentions) for n in r.on_transition(alert("x", tier="critical"), T0 + 10)} == {("zoe",)}
+
+
+@pytest.mark.parametrize("bad, where", [
+    ({"route": {"receiver": "nobody"}}, "route.receivers[0]"),
+    ({"team": "ghost"}, "team"),
+    ({"route": {"receiver": "@boss"}}, "expected @owner, @oncall or @team"),
+    ({"escalation": [{"receivers": ["pager"], "schedule": "tertiary"}]}, "escalation[0].schedule"),
+    ({"route": {"matchers": ["node=~("]}}, "valid regular expression"),
+    ({"route": {"matchers": ["what"]}}, "expected a matcher"),
+])
+def test_config_errors_name_the_place(bad: dict[str, Any], where: str) -> None:
+    with pytest.raises(ValidationError) as e:
+        config(**bad)
+    assert where in str(e.value)
