@@ -12,7 +12,7 @@ from typing import Literal
 
 from gpuwarden.contract import AlertTransition
 
-Reason = Literal["new", "update", "repeat", "resolved", "escalation", "digest", "test"]
+Reason = Literal["new", "update", "repeat", "resolved", "escalation", "digest", "test", "ack"]
 
 
 @dataclass(slots=True)

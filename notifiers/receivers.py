@@ -57,7 +57,7 @@ class WeComConfig(Section):
     """WeCom (企业微信) group robot (``…/cgi-bin/webhook/send?key=…``)."""
 
     url: SecretRef
-    mentioned_mobiles: list[str] = Field(default_factory=list)
+    mention_user_ids: list[str] = Field(default_factory=list, description="userids to <@…> in markdown")
     send_resolved: bool = True
 
 

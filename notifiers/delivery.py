@@ -1,0 +1,321 @@
+"""Delivery: rate limits, retries, digests, fallback and the spool, around pure channels.
+
+One notification's path: already delivered (same id)? done. Receiver down or
+messages queued before it? queue behind them (and try the fallbacks if it is
+down). Over the platform's limit? queue: the next free slot sends everything
+queued as one digest, so a burst is merged, never dropped. Otherwise send, with
+exponential backoff and jitter on 5xx, timeouts and rate limits (honouring
+Retry-After); no retry on permanent errors. When retries run out the receiver
+counts as down, the fallbacks are tried, and the notification waits in the
+spool until a background flusher (or :meth:`Delivery.drain`) gets it through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from types import ModuleType
+from typing import Literal
+
+import httpx
+
+from gpuwarden.spool import Spool
+from notifiers import dingtalk, email, feishu, pagerduty, slack, webhook, wecom
+from notifiers.message import Notification
+from notifiers.outbox import (Delivered, DeliveryLog, decode_notification, encode_notification,
+                              outbox_topic)
+from notifiers.ratelimit import Limiter
+from notifiers.receivers import Receiver, fallback_problems
+from notifiers.redact import install as install_redaction, redact
+from notifiers.render import is_resolved, render_text
+from notifiers.verdict import Ok, Permanent, Retry, Verdict
+
+log = logging.getLogger("notifiers.delivery")
+
+CHANNELS: dict[str, ModuleType] = {
+    "slack": slack, "feishu": feishu, "dingtalk": dingtalk, "wecom": wecom,
+    "pagerduty": pagerduty, "webhook": webhook, "email": email,
+}
+MAX_DIGEST = 1000  # notifications merged into one digest at most (the text limit usually binds first)
+
+Status = Literal["delivered", "spooled", "failed", "fallback"]
+
+
+@dataclass
+class Outcome:
+    receiver: str
+    notification_id: str
+    status: Status
+    detail: str
+    attempts: int
+
+
+def notification_id(n: Notification) -> str:
+    """The router's id, or a stable one from what the notification says."""
+    if n.id:
+        return n.id
+    parts = [n.receiver, n.group_key, n.reason, repr(n.at)] + [f"{a.fingerprint}:{a.state}:{a.ts}" for a in n.alerts]
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32]
+
+
+def digest(receiver: str, items: list[Notification]) -> Notification:
+    """Queued notifications merged into one message, every alert transition kept, in order."""
+    if len(items) == 1:
+        return items[0]
+    ids = ",".join(n.id for n in items)
+    return Notification(
+        receiver=receiver, group_key="digest", reason="digest", at=max(n.at for n in items),
+        alerts=[a for n in items for a in n.alerts],
+        mentions=list(dict.fromkeys(m for n in items for m in n.mentions)),
+        escalation_level=max(n.escalation_level for n in items),
+        id="digest:" + hashlib.sha256(ids.encode()).hexdigest()[:24],
+    )
+
+
+class Delivery:
+    def __init__(self, receivers: list[Receiver], *, spool: Spool | None, language: str = "en",
+                 clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 client: httpx.AsyncClient | None = None, log: DeliveryLog | None = None,
+                 max_attempts: int = 4, backoff_s: float = 1.0, max_backoff_s: float = 60.0,
+                 timeout_s: float = 10.0, rng: Callable[[], float] = random.random) -> None:
+        if problems := fallback_problems(receivers):
+            raise ValueError("; ".join(problems))
+        unsupported = [r.name for r in receivers if r.kind not in CHANNELS]
+        if unsupported:
+            raise ValueError(f"receivers {', '.join(unsupported)}: channel not supported by this build")
+        self.receivers = {r.name: r for r in receivers}
+        # Resolve every secret now: a missing one fails at start, and redaction knows them all.
+        install_redaction(ref.resolve().get_secret_value() for r in receivers for ref in r.secrets())
+        self._own_spool = spool is None
+        self.spool = spool if spool is not None else Spool(":memory:")
+        self.language = language
+        self.clock, self.sleep, self.rng = clock, sleep, rng
+        self.max_attempts, self.backoff_s, self.max_backoff_s = max_attempts, backoff_s, max_backoff_s
+        self._own_client = client is None
+        self.client = client or httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)))
+        self.log = log or DeliveryLog(self.spool)
+        self.delivered = Delivered(self.spool)
+        self.limiters = {r.name: Limiter(CHANNELS[r.kind].RATE_LIMITS, clock) for r in receivers}
+        self._locks = {r.name: asyncio.Lock() for r in receivers}
+        self._down: dict[str, int] = {}  # receiver → failed rounds in a row
+        self._flushers: dict[str, asyncio.Task[None]] = {}
+
+    # ------------------------------------------------------------------ public
+
+    async def deliver(self, n: Notification) -> Outcome:
+        """Send now, or queue (digest / outage), or hand to a fallback; never drops the notification."""
+        r = self.receivers.get(n.receiver)
+        n = replace(n, id=notification_id(n))
+        if r is None:
+            return self._outcome(n, "failed", f"no receiver named {n.receiver!r}", 0)
+        if (r.name, n.id) in self.delivered:
+            return Outcome(r.name, n.id, "delivered", "already delivered (same id)", 0)
+        if is_resolved(n) and not r.channel.send_resolved:
+            return Outcome(r.name, n.id, "delivered", "not sent: send_resolved is false", 0)
+        async with self._locks[r.name]:
+            queued = self.spool.pending_count(outbox_topic(r.name))
+            down = r.name in self._down
+            if queued and not down:
+                return self._queue(r, n, f"queued behind {queued} notification(s)")
+            if not down:
+                if self.limiters[r.name].wait_s() > 0:
+                    return self._queue(r, n, "rate limited: queued for the next digest")
+                verdict, attempts = await self._send(r, n, self.max_attempts)
+                if isinstance(verdict, Ok):
+                    return self._done(r, [n], attempts)
+                self._warn(r, verdict, attempts)
+                if isinstance(verdict, Retry):
+                    self._down[r.name] = 1
+        if (fb := await self._fallback(r, n)) is not None:
+            return fb
+        if not down and isinstance(verdict, Permanent):
+            return self._outcome(n, "failed", verdict.message, attempts)
+        return self._queue(r, n, "receiver down: queued until it recovers")
+
+    async def drain(self) -> int:
+        """One pass over every outbox, in order; returns how many notifications got through."""
+        sent = 0
+        for name in list(self.receivers):
+            if not self.spool.pending_count(outbox_topic(name)):
+                continue
+            if self.limiters[name].wait_s() > 0:
+                self._ensure_flusher(name)
+                continue
+            sent += await self._drain_one(self.receivers[name])
+            if self.spool.pending_count(outbox_topic(name)):
+                self._ensure_flusher(name)
+        return sent
+
+    async def wait_idle(self) -> None:
+        """Wait until every background flusher has emptied its outbox."""
+        while tasks := [t for t in self._flushers.values() if not t.done()]:
+            await asyncio.gather(*tasks)
+
+    def pending(self, receiver: str) -> int:
+        return self.spool.pending_count(outbox_topic(receiver))
+
+    async def aclose(self) -> None:
+        for t in self._flushers.values():
+            t.cancel()
+        await asyncio.gather(*self._flushers.values(), return_exceptions=True)
+        if self._own_client:
+            await self.client.aclose()
+        if self._own_spool:
+            self.spool.close()
+
+    # ------------------------------------------------------------------ sending
+
+    async def _send(self, r: Receiver, n: Notification, max_attempts: int) -> tuple[Verdict, int]:
+        attempt = 0
+        while True:
+            attempt += 1
+            verdict = await self._send_once(r, n)
+            if not isinstance(verdict, Retry) or attempt >= max_attempts:
+                return verdict, attempt
+            delay = self._backoff(attempt, verdict.after_s)
+            log.info("%s: %s; retry %d in %.1fs", r.name, redact(verdict.message), attempt, delay)
+            await self.sleep(delay)
+
+    async def _send_once(self, r: Receiver, n: Notification) -> Verdict:
+        module = CHANNELS[r.kind]
+        lang = r.language or self.language
+        parts = [replace(n, alerts=[a]) for a in n.alerts] if getattr(module, "ONE_ALERT_PER_REQUEST", False) else [n]
+        for part in parts:
+            limiter = self.limiters[r.name]
+            while (wait := limiter.wait_s()) > 0:
+                await self.sleep(wait)
+            limiter.try_take()
+            if module is email:
+                verdict = await email.send(r.channel, part, lang, self.clock())
+            else:
+                verdict = await self._post(module, r, part, lang)
+            if not isinstance(verdict, Ok):
+                return verdict
+        return Ok()
+
+    async def _post(self, module: ModuleType, r: Receiver, n: Notification, lang: str) -> Verdict:
+        req = module.build_request(r.channel, n, lang, self.clock())
+        try:
+            resp = await self.client.post(req.url, content=req.body, headers=req.headers)
+        except httpx.TimeoutException as e:
+            return Retry(None, f"timeout ({type(e).__name__})")
+        except httpx.HTTPError as e:  # the URL (with its token) may be in the message: redact
+            return Retry(None, redact(f"{type(e).__name__}: {e}"))
+        return module.classify(resp.status_code, resp.headers, resp.content)
+
+    def _backoff(self, attempt: int, after_s: float | None) -> float:
+        base = min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1))
+        jittered = base * (0.5 + 0.5 * self.rng())
+        return max(jittered, after_s or 0.0)
+
+    # ------------------------------------------------------------------ fallback, queue, drain
+
+    async def _fallback(self, r: Receiver, n: Notification) -> Outcome | None:
+        """Try each fallback now (not queued there: the notification stays owned by ``r``)."""
+        for name in r.fallback:
+            fb = self.receivers[name]
+            m = replace(n, receiver=name)
+            if (name, m.id) in self.delivered:
+                return Outcome(r.name, n.id, "fallback", f"already delivered via {name}", 0)
+            if name in self._down or self.spool.pending_count(outbox_topic(name)):
+                continue
+            async with self._locks[name]:
+                verdict, attempts = await self._send(fb, m, self.max_attempts)
+            if isinstance(verdict, Ok):
+                self._done(fb, [m], attempts)
+                return self._outcome(n, "fallback", f"{r.name} unavailable; delivered via {name}", attempts)
+            if isinstance(verdict, Retry):
+                self._down[name] = 1
+                self._ensure_flusher(name)
+            self._warn(fb, verdict, attempts)
+        return None
+
+    def _queue(self, r: Receiver, n: Notification, why: str) -> Outcome:
+        self.spool.append(outbox_topic(r.name), encode_notification(n), key=n.id, ts=n.at)
+        self._ensure_flusher(r.name)
+        return self._outcome(n, "spooled", why, 0)
+
+    def _ensure_flusher(self, name: str) -> None:
+        task = self._flushers.get(name)
+        if task is None or task.done():
+            self._flushers[name] = asyncio.get_running_loop().create_task(self._flush(name))
+
+    async def _flush(self, name: str) -> None:
+        """Background: wait for a free slot (and back off while down), send the queue as digests."""
+        r = self.receivers[name]
+        while self.spool.pending_count(outbox_topic(name)):
+            wait = self.limiters[name].wait_s()
+            if name in self._down:
+                wait = max(wait, self._backoff(self._down[name], None))
+            if wait > 0:
+                await self.sleep(wait)
+            try:
+                await self._drain_one(r)
+            except Exception as e:  # a flusher must not die: log and back off
+                self._down[name] = self._down.get(name, 0) + 1
+                log.error("%s: flush failed: %s", name, redact(f"{type(e).__name__}: {e}"))
+
+    async def _drain_one(self, r: Receiver) -> int:
+        """Send the oldest queued notifications (as one digest when several fit) once."""
+        async with self._locks[r.name]:
+            topic = outbox_topic(r.name)
+            batch, done_ids = [], []
+            for rec in self.spool.pending(topic, limit=MAX_DIGEST):
+                n = decode_notification(rec.value)
+                if (r.name, n.id) in self.delivered:
+                    done_ids.append(rec.id)
+                elif self._fits(r, [n for _, n in batch] + [n]) or not batch:
+                    batch.append((rec.id, n))
+                else:
+                    break
+            self.spool.mark_published(done_ids)
+            if not batch or self.limiters[r.name].wait_s() > 0:
+                return 0
+            items = [n for _, n in batch]
+            verdict, attempts = await self._send(r, digest(r.name, items), 1)
+            if isinstance(verdict, Retry):
+                self._down[r.name] = self._down.get(r.name, 0) + 1
+                self._warn(r, verdict, attempts)
+                return 0
+            self.spool.mark_published([rid for rid, _ in batch])
+            if isinstance(verdict, Permanent):
+                self._warn(r, verdict, attempts)
+                for n in items:
+                    self._outcome(n, "failed", verdict.message, attempts)
+                return 0
+            self._down.pop(r.name, None)
+            self._done(r, items, attempts)
+            return len(items)
+
+    def _fits(self, r: Receiver, items: list[Notification]) -> bool:
+        if len(items) > MAX_DIGEST:
+            return False
+        _, body = render_text(digest(r.name, items), r.language or self.language)
+        return len(body.encode()) <= CHANNELS[r.kind].TEXT_LIMIT
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _done(self, r: Receiver, items: list[Notification], attempts: int) -> Outcome:
+        self.delivered.add(r.name, [n.id for n in items], self.clock())
+        detail = "delivered" if len(items) == 1 else f"delivered in a digest of {len(items)}"
+        outcomes = [self._outcome(n, "delivered", detail, attempts) for n in items]
+        return outcomes[0]
+
+    def _outcome(self, n: Notification, status: Status, detail: str, attempts: int) -> Outcome:
+        detail = redact(detail)
+        self.log.record(at=self.clock(), receiver=n.receiver, notification_id=n.id,
+                        fingerprints=[a.fingerprint for a in n.alerts], status=status,
+                        attempts=attempts, detail=detail)
+        log.debug("%s %s: %s (%s)", n.receiver, n.id, status, detail)
+        return Outcome(n.receiver, n.id, status, detail, attempts)
+
+    def _warn(self, r: Receiver, verdict: Verdict, attempts: int) -> None:
+        kind = "permanent error" if isinstance(verdict, Permanent) else "still failing"
+        message = getattr(verdict, "message", "")
+        log.warning("%s (%s): %s after %d attempt(s): %s", r.name, r.kind, kind, attempts, redact(message))

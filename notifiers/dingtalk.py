@@ -1,0 +1,69 @@
+"""DingTalk custom robot: markdown or actionCard with @-mobiles, optionally signed.
+
+Signature (DingTalk docs): ``timestamp`` in milliseconds, ``sign`` =
+urlencode(base64(HMAC-SHA256(key = secret, message = timestamp + "\\n" + secret))),
+both in the query string. Success is ``errcode == 0``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from urllib.parse import quote_plus
+
+from gpuwarden.contract import Tier
+from notifiers.message import Notification
+from notifiers.receivers import DingTalkConfig
+from notifiers.render import is_resolved, render_text, top_tier, truncate_utf8
+from notifiers.verdict import (HttpRequest, Ok, Permanent, Retry, Verdict, http_status_verdict, json_body,
+                               json_request, reveal)
+
+RATE_LIMITS = [(20, 60.0)]  # 20 messages per minute per robot
+TEXT_LIMIT = 18_000  # markdown size limit is not documented officially; stay well under 20 KB
+RATE_LIMITED, SECURITY_CHECK_FAILED = 130101, 310000
+RATE_LIMIT_WAIT_S = 60.0
+
+
+def sign(timestamp_ms: int, secret: str) -> str:
+    """The URL-encoded ``sign`` query value."""
+    mac = hmac.new(secret.encode(), f"{timestamp_ms}\n{secret}".encode(), hashlib.sha256).digest()
+    return quote_plus(base64.b64encode(mac).decode())
+
+
+def payload(cfg: DingTalkConfig, n: Notification, language: str) -> dict:
+    title, body = render_text(n, language)
+    mobiles = [*cfg.at_mobiles, *n.mentions]
+    at_all = cfg.at_all_on_critical and top_tier(n) == Tier.CRITICAL and not is_resolved(n)
+    # DingTalk only notifies mobiles that also appear as "@mobile" in the text.
+    tail = " ".join(f"@{m}" for m in mobiles)
+    text = truncate_utf8(f"### {title}\n\n{body}", TEXT_LIMIT) + (f"\n\n{tail}" if tail else "")
+    at = {"atMobiles": mobiles, "atUserIds": cfg.at_user_ids, "isAtAll": at_all}
+    if cfg.msgtype == "actionCard":
+        view = "View" if language == "en" else "查看"
+        card = {"title": title, "text": text, "singleTitle": view, "singleURL": cfg.action_url}
+        return {"msgtype": "actionCard", "actionCard": card, "at": at}
+    return {"msgtype": "markdown", "markdown": {"title": title, "text": text}, "at": at}
+
+
+def build_request(cfg: DingTalkConfig, n: Notification, language: str, now: float) -> HttpRequest:
+    url = reveal(cfg.url)
+    if cfg.secret is not None:
+        ts = int(now * 1000)
+        url += f"{'&' if '?' in url else '?'}timestamp={ts}&sign={sign(ts, reveal(cfg.secret))}"
+    return json_request(url, payload(cfg, n, language))
+
+
+def classify(status: int, headers: object, body: bytes) -> Verdict:
+    if (v := http_status_verdict(status, headers, body)) is not None:
+        return v
+    data = json_body(body)
+    if data is None:
+        return Retry(None, f"HTTP {status}: not a DingTalk JSON answer")
+    code = data.get("errcode")
+    msg = f"DingTalk errcode {code}: {data.get('errmsg', '')}"
+    if code == 0:
+        return Ok()
+    if code == RATE_LIMITED:
+        return Retry(RATE_LIMIT_WAIT_S, msg)
+    return Permanent(msg)  # 310000 security check failed (keyword, sign, IP), 300001 bad token…

@@ -1,0 +1,61 @@
+"""Email over SMTP: the message is built purely; smtplib runs in a worker thread."""
+
+from __future__ import annotations
+
+import asyncio
+import smtplib
+import ssl
+from email.message import EmailMessage
+from email.utils import formatdate, make_msgid
+
+from notifiers.message import Notification
+from notifiers.receivers import EmailConfig
+from notifiers.render import render_text
+from notifiers.verdict import Ok, Permanent, Retry, Verdict, reveal
+
+RATE_LIMITS: list[tuple[int, float]] = []
+TEXT_LIMIT = 1_000_000
+
+
+def build_message(cfg: EmailConfig, n: Notification, language: str, now: float) -> EmailMessage:
+    title, body = render_text(n, language)
+    msg = EmailMessage()
+    msg["Subject"] = title
+    msg["From"] = cfg.sender
+    msg["To"] = ", ".join(cfg.to)
+    msg["Date"] = formatdate(now, usegmt=True)
+    msg["Message-ID"] = make_msgid(idstring=n.id or None, domain="gpuwarden")
+    msg["X-Gpuwarden-Group"] = n.group_key
+    msg.set_content(body)
+    return msg
+
+
+def _send_blocking(cfg: EmailConfig, msg: EmailMessage) -> Verdict:
+    try:
+        if cfg.tls == "ssl":
+            smtp: smtplib.SMTP = smtplib.SMTP_SSL(cfg.host, cfg.port, timeout=cfg.timeout_s,
+                                                  context=ssl.create_default_context())
+        else:
+            smtp = smtplib.SMTP(cfg.host, cfg.port, timeout=cfg.timeout_s)
+        with smtp:
+            if cfg.tls == "starttls":
+                smtp.starttls(context=ssl.create_default_context())
+            if cfg.username and cfg.password:
+                smtp.login(cfg.username, reveal(cfg.password))
+            refused = smtp.send_message(msg)
+        if refused:
+            return Permanent(f"SMTP refused recipients: {', '.join(sorted(refused))}")
+        return Ok()
+    except smtplib.SMTPRecipientsRefused as e:
+        return Permanent(f"SMTP refused recipients: {', '.join(sorted(e.recipients))}")
+    except smtplib.SMTPResponseException as e:
+        text = e.smtp_error.decode("utf-8", "replace") if isinstance(e.smtp_error, bytes) else str(e.smtp_error)
+        if 400 <= e.smtp_code < 500:
+            return Retry(None, f"SMTP {e.smtp_code}: {text}")
+        return Permanent(f"SMTP {e.smtp_code}: {text}")
+    except (OSError, smtplib.SMTPException) as e:
+        return Retry(None, f"SMTP {cfg.host}:{cfg.port} unreachable: {type(e).__name__}: {e}")
+
+
+async def send(cfg: EmailConfig, n: Notification, language: str, now: float) -> Verdict:
+    return await asyncio.to_thread(_send_blocking, cfg, build_message(cfg, n, language, now))

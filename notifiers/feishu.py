@@ -1,0 +1,68 @@
+"""Feishu/Lark custom bot: an interactive card, optionally signed.
+
+Signature (Feishu docs): ``timestamp`` in seconds and ``sign`` =
+base64(HMAC-SHA256(key = timestamp + "\\n" + secret, message = empty)), both in the
+body. HTTP says 200 even on failure: only ``code == 0`` is success.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+
+from gpuwarden.contract import Tier
+from notifiers.message import Notification
+from notifiers.receivers import FeishuConfig
+from notifiers.render import is_resolved, render_text, top_tier, truncate_utf8
+from notifiers.verdict import (HttpRequest, Ok, Permanent, Retry, Verdict, http_status_verdict, json_body,
+                               json_request, reveal)
+
+RATE_LIMITS = [(5, 1.0), (100, 60.0)]  # per bot: 5/s and 100/min
+TEXT_LIMIT = 18_000  # the body must stay under 20 KB
+RATE_LIMITED, BAD_SIGNATURE, BAD_REQUEST = 11232, 19021, 9499
+
+_TEMPLATE = {Tier.CRITICAL: "red", Tier.ATTENTION: "orange", Tier.INFO: "blue"}
+
+
+def sign(timestamp: int, secret: str) -> str:
+    key = f"{timestamp}\n{secret}".encode()
+    return base64.b64encode(hmac.new(key, b"", hashlib.sha256).digest()).decode()
+
+
+def card(cfg: FeishuConfig, n: Notification, language: str) -> dict:
+    title, body = render_text(n, language)
+    ats = [*cfg.at_user_ids, *n.mentions]
+    if cfg.at_all_on_critical and top_tier(n) == Tier.CRITICAL and not is_resolved(n):
+        ats.append("all")
+    mention = " ".join(f"<at id={u}></at>" for u in ats)
+    content = truncate_utf8(body + (f"\n{mention}" if mention else ""), TEXT_LIMIT)
+    return {
+        "config": {"wide_screen_mode": True},
+        "header": {"title": {"tag": "plain_text", "content": title},
+                   "template": "green" if is_resolved(n) else _TEMPLATE[top_tier(n)]},
+        "elements": [{"tag": "div", "text": {"tag": "lark_md", "content": content}}],
+    }
+
+
+def build_request(cfg: FeishuConfig, n: Notification, language: str, now: float) -> HttpRequest:
+    payload: dict = {"msg_type": "interactive", "card": card(cfg, n, language)}
+    if cfg.secret is not None:
+        ts = int(now)
+        payload = {"timestamp": str(ts), "sign": sign(ts, reveal(cfg.secret)), **payload}
+    return json_request(reveal(cfg.url), payload)
+
+
+def classify(status: int, headers: object, body: bytes) -> Verdict:
+    if (v := http_status_verdict(status, headers, body)) is not None:
+        return v
+    data = json_body(body)
+    if data is None:
+        return Retry(None, f"HTTP {status}: not a Feishu JSON answer")
+    code = data.get("code", data.get("StatusCode"))
+    msg = f"Feishu code {code}: {data.get('msg', data.get('StatusMessage', ''))}"
+    if code == 0:
+        return Ok()
+    if code == RATE_LIMITED:
+        return Retry(None, msg)
+    return Permanent(msg)  # 19021 bad signature, 9499 bad request, 19024 keyword, 19022 IP…

@@ -1,0 +1,153 @@
+"""Message text in English or Simplified Chinese, shared by every channel.
+
+Channels wrap this text in their own envelope (Block Kit, Feishu card, DingTalk
+markdown, …); the words, the evidence and the recommended action are decided
+once here so every platform tells the same story.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from gpuwarden.contract import AlertState, AlertTransition, Evidence, Tier
+from notifiers.message import Notification
+
+_WORDS: dict[str, dict[str, str]] = {
+    "en": {
+        "critical": "CRITICAL", "attention": "ATTENTION", "info": "INFO",
+        "firing": "firing", "resolved": "resolved",
+        "action": "Recommended action", "evidence": "Evidence", "since": "since", "ended": "ended",
+        "held": "held for", "slope": "slope", "baseline": "baseline", "window": "window",
+        "count": "count", "digest": "Digest: {n} alerts held back by the rate limit or an outage, merged",
+        "escalation": "Escalation level {n}",
+        "test": "Test message from gpuwarden: this receiver works.", "alerts": "{f} firing, {r} resolved",
+    },
+    "zh-CN": {
+        "critical": "严重", "attention": "关注", "info": "信息",
+        "firing": "告警中", "resolved": "已恢复",
+        "action": "建议操作", "evidence": "证据", "since": "开始于", "ended": "结束于",
+        "held": "持续", "slope": "斜率", "baseline": "基线", "window": "窗口",
+        "count": "次数", "digest": "汇总：因频率限制或故障暂存的 {n} 条告警合并发送",
+        "escalation": "升级级别 {n}",
+        "test": "gpuwarden 测试消息：此接收方工作正常。", "alerts": "{f} 条告警中，{r} 条已恢复",
+    },
+}
+
+#: Alerts shown in full in one message; the rest are listed one line each.
+DETAILED_ALERTS = 5
+
+
+def words(language: str) -> dict[str, str]:
+    return _WORDS.get(language, _WORDS["en"])
+
+
+def top_tier(n: Notification) -> Tier:
+    order = [Tier.INFO, Tier.ATTENTION, Tier.CRITICAL]
+    firing = [a.tier for a in n.alerts if a.state == AlertState.FIRING] or [a.tier for a in n.alerts]
+    return max(firing, key=order.index, default=Tier.INFO)
+
+
+def is_resolved(n: Notification) -> bool:
+    """All alerts of the notification are resolved."""
+    return bool(n.alerts) and all(a.state == AlertState.RESOLVED for a in n.alerts)
+
+
+def _ts(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _dur(s: float) -> str:
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def _num(v: float) -> str:
+    return f"{v:.4g}"
+
+
+def evidence_parts(ev: Evidence, w: dict[str, str]) -> list[str]:
+    parts = [f"{k}={_num(v)}" for k, v in ev.values.items()]
+    if ev.held_for_s is not None:
+        parts.append(f"{w['held']} {_dur(ev.held_for_s)}")
+    if ev.slope is not None:
+        parts.append(f"{w['slope']} {_num(ev.slope)}{(' ' + ev.slope_unit) if ev.slope_unit else ''}")
+    if ev.window_s is not None:
+        parts.append(f"{w['window']} {_dur(ev.window_s)}")
+    if ev.baseline is not None:
+        b = ev.baseline
+        parts.append(f"{w['baseline']} {_num(b.median)} [{_num(b.low)}, {_num(b.high)}] (n={b.samples})")
+    if ev.count is not None:
+        parts.append(f"{w['count']} {ev.count}")
+    if ev.note:
+        parts.append(ev.note)
+    return parts
+
+
+def _labels(a: AlertTransition) -> str:
+    keys = ("node", "gpu", "user", "task", "project")
+    return " · ".join(f"{k}={a.labels[k]}" for k in keys if a.labels.get(k))
+
+
+def alert_line(a: AlertTransition, language: str) -> str:
+    """One compact line per alert: used for digests and long groups."""
+    w = words(language)
+    return f"- [{w[a.state.value]}] {a.summary} ({_labels(a) or a.rule}) `{a.fingerprint[:16]}`"
+
+
+def alert_block(a: AlertTransition, language: str) -> str:
+    """An alert in full: summary, labels, evidence, when, and what to do."""
+    w = words(language)
+    head = f"**[{w[a.tier.value]} · {w[a.state.value]}] {a.summary}**"
+    lines = [head]
+    if lab := _labels(a):
+        lines.append(lab)
+    if ev := evidence_parts(a.evidence, w):
+        lines.append(f"{w['evidence']}: " + "; ".join(ev))
+    when = f"{w['since']} {_ts(a.started_at)}"
+    if a.ended_at is not None:
+        when += f", {w['ended']} {_ts(a.ended_at)}"
+    lines.append(when)
+    if a.action and a.state == AlertState.FIRING:
+        lines.append(f"{w['action']}: {a.action}")
+    lines.append(f"`{a.rule}` · `{a.fingerprint[:16]}`")
+    return "\n".join(lines)
+
+
+def render_title(n: Notification, language: str) -> str:
+    w = words(language)
+    if n.reason == "test":
+        return "gpuwarden test" if language == "en" else "gpuwarden 测试"
+    tier = w[top_tier(n).value]
+    state = w["resolved"] if is_resolved(n) else w["firing"]
+    first = n.alerts[0].summary if n.alerts else n.group_key
+    more = f" (+{len(n.alerts) - 1})" if len(n.alerts) > 1 else ""
+    return f"[{tier}] {state}: {first}{more}"
+
+
+def render_text(n: Notification, language: str) -> tuple[str, str]:
+    """(title, markdown body) with the evidence and the recommended action of each alert."""
+    w = words(language)
+    title = render_title(n, language)
+    if n.reason == "test":
+        return title, w["test"]
+    firing = sum(a.state == AlertState.FIRING for a in n.alerts)
+    parts = [w["alerts"].format(f=firing, r=len(n.alerts) - firing)]
+    if n.reason == "digest":
+        parts.insert(0, w["digest"].format(n=len(n.alerts)))
+    if n.escalation_level:
+        parts.append(w["escalation"].format(n=n.escalation_level))
+    if n.mentions:
+        parts.append(" ".join(f"@{m}" for m in n.mentions))
+    sections = ["\n".join(parts), *(alert_block(a, language) for a in n.alerts[:DETAILED_ALERTS])]
+    if rest := n.alerts[DETAILED_ALERTS:]:
+        sections.append("\n".join(alert_line(a, language) for a in rest))
+    return title, "\n\n".join(sections)
+
+
+def truncate_utf8(text: str, max_bytes: int, marker: str = "\n…") -> str:
+    """Cut ``text`` to at most ``max_bytes`` UTF-8 bytes without splitting a character."""
+    data = text.encode()
+    if len(data) <= max_bytes:
+        return text
+    room = max(0, max_bytes - len(marker.encode()))
+    return data[:room].decode("utf-8", "ignore") + marker

@@ -1,0 +1,59 @@
+"""Slack incoming webhook: Block Kit (at most 50 blocks) with a plain-text fallback."""
+
+from __future__ import annotations
+
+from notifiers.message import Notification
+from notifiers.receivers import SlackConfig
+from notifiers.render import alert_block, alert_line, render_text, truncate_utf8, DETAILED_ALERTS
+from notifiers.verdict import HttpRequest, Ok, Permanent, Verdict, http_status_verdict, json_request, reveal
+
+RATE_LIMITS = [(1, 1.0)]  # 1 message per second per webhook
+TEXT_LIMIT = 30_000
+MAX_BLOCKS = 50
+SECTION_CHARS = 3000  # a section block's text limit
+HEADER_CHARS = 150
+
+
+def _mrkdwn(text: str) -> str:
+    return text.replace("**", "*")
+
+
+def _section(text: str) -> dict:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": _mrkdwn(text)[:SECTION_CHARS]}}
+
+
+def blocks(n: Notification, language: str) -> list[dict]:
+    """Header, intro, one section per detailed alert, the rest as line sections: never over 50 blocks."""
+    title, body = render_text(n, language)
+    intro = body.split("\n\n", 1)[0]
+    out: list[dict] = [{"type": "header", "text": {"type": "plain_text", "text": title[:HEADER_CHARS]}},
+                       _section(intro)]
+    out += [_section(alert_block(a, language)) for a in n.alerts[:DETAILED_ALERTS]]
+    chunk = ""
+    for a in n.alerts[DETAILED_ALERTS:]:
+        line = alert_line(a, language)
+        if len(chunk) + len(line) + 1 > SECTION_CHARS:
+            out.append(_section(chunk))
+            chunk = ""
+        chunk += line + "\n"
+    if chunk:
+        out.append(_section(chunk))
+    if len(out) > MAX_BLOCKS:
+        dropped = len(out) - (MAX_BLOCKS - 1)
+        out = out[: MAX_BLOCKS - 1] + [{"type": "context", "elements": [
+            {"type": "mrkdwn", "text": f"+{dropped} sections in the text fallback"}]}]
+    return out
+
+
+def build_request(cfg: SlackConfig, n: Notification, language: str, now: float) -> HttpRequest:
+    title, body = render_text(n, language)
+    text = truncate_utf8(f"{title}\n{_mrkdwn(body)}", TEXT_LIMIT)
+    return json_request(reveal(cfg.url), {"text": text, "blocks": blocks(n, language)})
+
+
+def classify(status: int, headers: object, body: bytes) -> Verdict:
+    """200 ``ok``; 429 with Retry-After; errors are plain text (``invalid_payload``, ``no_text``…)."""
+    if (v := http_status_verdict(status, headers, body)) is not None:
+        return v
+    text = body.decode("utf-8", "replace").strip()
+    return Ok() if status == 200 and text in ("ok", "") else Permanent(f"HTTP {status}: {text[:300]}")

@@ -1,0 +1,84 @@
+"""What a channel says about one platform response, and the request it builds.
+
+Channels are pure: ``build_request`` turns a notification into bytes and
+``classify`` turns the platform's answer into one of these verdicts. Delivery
+acts on the verdict (retry, wait, fall back) without knowing the platform.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from gpuwarden.config import SecretRef
+
+
+class HttpRequest(NamedTuple):
+    url: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Ok:
+    detail: str = "ok"
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Transient: 5xx, timeout, rate limit. ``after_s`` is the platform's hint (Retry-After), if any."""
+
+    after_s: float | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Permanent:
+    """Will fail the same way again (bad signature, bad payload): the platform's own message."""
+
+    message: str
+
+
+Verdict = Ok | Retry | Permanent
+
+
+def retry_after(headers: dict[str, str] | object) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds form); None when absent or unparseable."""
+    get = getattr(headers, "get", None)
+    value = get("retry-after") or get("Retry-After") if get else None
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def http_status_verdict(status: int, headers: object, body: bytes) -> Verdict | None:
+    """The verdict HTTP alone decides (429, 5xx, other 4xx); None when the body must be read."""
+    text = body[:300].decode("utf-8", "replace")
+    if status == 429:
+        return Retry(retry_after(headers), f"HTTP 429 rate limited: {text}")
+    if status >= 500:
+        return Retry(retry_after(headers), f"HTTP {status}: {text}")
+    if status >= 400:
+        return Permanent(f"HTTP {status}: {text}")
+    return None
+
+
+def reveal(ref: SecretRef) -> str:
+    """The secret's value, for building a request; never log what this returns."""
+    return ref.resolve().get_secret_value()
+
+
+def json_request(url: str, payload: object, headers: dict[str, str] | None = None) -> HttpRequest:
+    body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+    return HttpRequest(url, {"Content-Type": "application/json; charset=utf-8", **(headers or {})}, body)
+
+
+def json_body(body: bytes) -> dict | None:
+    """The response body as a JSON object, or None when it is not one."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None

@@ -1,0 +1,76 @@
+"""Generic webhook with an Alertmanager-v4-compatible payload, so existing receivers work unchanged."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from gpuwarden.contract import AlertState, AlertTransition
+from notifiers.message import Notification
+from notifiers.receivers import WebhookConfig
+from notifiers.render import evidence_parts, is_resolved, words
+from notifiers.verdict import HttpRequest, Ok, Permanent, Verdict, http_status_verdict, json_request, reveal
+
+RATE_LIMITS: list[tuple[int, float]] = []  # no platform limit
+TEXT_LIMIT = 1_000_000
+ZERO_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's "not ended"
+
+
+def _rfc3339(t: float | None) -> str:
+    return ZERO_TIME if t is None else datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
+
+
+def am_labels(a: AlertTransition) -> dict[str, str]:
+    return {"alertname": a.rule, "severity": a.tier.value, **a.labels}
+
+
+def am_alert(a: AlertTransition, language: str) -> dict:
+    annotations = {"summary": a.summary}
+    if a.action:
+        annotations["action"] = a.action
+    if ev := evidence_parts(a.evidence, words(language)):
+        annotations["evidence"] = "; ".join(ev)
+    return {
+        "status": a.state.value,
+        "labels": am_labels(a),
+        "annotations": annotations,
+        "startsAt": _rfc3339(a.started_at),
+        "endsAt": _rfc3339(a.ended_at if a.state == AlertState.RESOLVED else None),
+        "generatorURL": "",
+        "fingerprint": a.fingerprint,
+    }
+
+
+def _common(dicts: list[dict[str, str]]) -> dict[str, str]:
+    if not dicts:
+        return {}
+    return {k: v for k, v in dicts[0].items() if all(d.get(k) == v for d in dicts[1:])}
+
+
+def payload(cfg: WebhookConfig, n: Notification, language: str) -> dict:
+    alerts = [am_alert(a, language) for a in n.alerts]
+    kept = alerts[: cfg.max_alerts] if cfg.max_alerts else alerts
+    common = _common([a["labels"] for a in alerts])
+    return {
+        "version": "4",
+        "groupKey": n.group_key,
+        "truncatedAlerts": len(alerts) - len(kept),
+        "status": "resolved" if is_resolved(n) else "firing",
+        "receiver": n.receiver,
+        "groupLabels": common,
+        "commonLabels": common,
+        "commonAnnotations": _common([a["annotations"] for a in alerts]),
+        "externalURL": cfg.external_url,
+        "notification_reason": n.reason,
+        "alerts": kept,
+    }
+
+
+def build_request(cfg: WebhookConfig, n: Notification, language: str, now: float) -> HttpRequest:
+    headers = {"Authorization": f"Bearer {reveal(cfg.bearer_token)}"} if cfg.bearer_token else {}
+    return json_request(reveal(cfg.url), payload(cfg, n, language), headers)
+
+
+def classify(status: int, headers: object, body: bytes) -> Verdict:
+    if (v := http_status_verdict(status, headers, body)) is not None:
+        return v
+    return Ok() if 200 <= status < 300 else Permanent(f"HTTP {status}")

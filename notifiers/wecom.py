@@ -1,0 +1,43 @@
+"""WeCom (企业微信) group robot: markdown within the 4096-byte limit."""
+
+from __future__ import annotations
+
+from notifiers.message import Notification
+from notifiers.receivers import WeComConfig
+from notifiers.render import render_text, truncate_utf8
+from notifiers.verdict import (HttpRequest, Ok, Permanent, Retry, Verdict, http_status_verdict, json_body,
+                               json_request, reveal)
+
+RATE_LIMITS = [(20, 60.0)]  # 20 messages per minute per robot
+MARKDOWN_BYTES = 4096
+TEXT_LIMIT = MARKDOWN_BYTES
+RATE_LIMITED = 45009
+RATE_LIMIT_WAIT_S = 60.0
+
+
+def content(cfg: WeComConfig, n: Notification, language: str) -> str:
+    """Markdown content cut on a UTF-8 boundary so it never exceeds 4096 bytes."""
+    title, body = render_text(n, language)
+    mentions = "".join(f"<@{u}>" for u in [*cfg.mention_user_ids, *n.mentions])
+    tail = f"\n{mentions}" if mentions else ""
+    room = MARKDOWN_BYTES - len(tail.encode())
+    return truncate_utf8(f"## {title}\n{body}", room) + tail
+
+
+def build_request(cfg: WeComConfig, n: Notification, language: str, now: float) -> HttpRequest:
+    return json_request(reveal(cfg.url), {"msgtype": "markdown", "markdown": {"content": content(cfg, n, language)}})
+
+
+def classify(status: int, headers: object, body: bytes) -> Verdict:
+    if (v := http_status_verdict(status, headers, body)) is not None:
+        return v
+    data = json_body(body)
+    if data is None:
+        return Retry(None, f"HTTP {status}: not a WeCom JSON answer")
+    code = data.get("errcode")
+    msg = f"WeCom errcode {code}: {data.get('errmsg', '')}"
+    if code == 0:
+        return Ok()
+    if code == RATE_LIMITED:
+        return Retry(RATE_LIMIT_WAIT_S, msg)
+    return Permanent(msg)  # 93000 invalid webhook URL, 40008 bad message type…
