@@ -1,0 +1,613 @@
+"""Simulated GPU fleet behind the same interface as the NVML collector.
+
+Deterministic for a seed: every node and GPU draws from its own
+``random.Random`` seeded from (seed, node, gpu), and time is event time only
+(``start_ts`` + ticks), so the same arguments always give the same records.
+
+Layout of every node: the first half of the GPUs (at least one) run one
+multi-GPU, multi-node training job (``llama-pretrain``); each remaining GPU runs
+a single-GPU job whose class cycles through ``sd-finetune``, ``vllm-serve``,
+``resnet-train``, ``bert-finetune``. Short jobs end and restart (same class and
+owner, new task id) so per-class baselines see several runs. Faults start at
+``onset_s`` (default 180 s) after ``start_ts``; which GPU each fault hits and
+what a correct monitor should say are in :data:`SCENARIOS` and docs/scenarios.md.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from gpuwarden.contract import (
+    EventKind,
+    GpuEvent,
+    GpuProcess,
+    GpuSample,
+    NodeSnapshot,
+    TaskMetric,
+    TaskMetricKind,
+)
+from producers import clocks
+from producers.gpumodels import MIB, GpuModel, bus_id, model
+from producers.xid import lookup
+
+AGENT_VERSION = "gpuwarden-sim/0.1"
+DRIVER, CUDA = "550.127.05", "12.4"
+SKEWED_DRIVER = "550.90.07"
+DEFAULT_ONSET_S = 180.0
+LEAK_MIB_PER_MIN = 200.0
+THERMAL_C_PER_MIN = 6.0
+THROTTLE_AT_C = 87.0
+GPM_EVERY_S = 15.0
+RESTART_GAP_S = 120.0
+
+Record = NodeSnapshot | GpuEvent | TaskMetric
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioInfo:
+    name: str
+    description: str
+    expected: list[str]
+    placement: str = "none"
+    """Which GPU a fault hits: ``single`` (a single-GPU job's GPU), ``multi`` (the
+    multi-GPU job, all its GPUs) or ``hw`` (a GPU of the multi-GPU job)."""
+
+
+def _info(name: str, placement: str, description: str, *expected: str) -> ScenarioInfo:
+    return ScenarioInfo(name, description, list(expected), placement)
+
+
+SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
+    _info("healthy", "none",
+          "Steady training and serving jobs; memory plateaus and drops back after every checkpoint.",
+          "no alert above info on any node or GPU"),
+    _info("memory-leak", "single",
+          f"From onset the process on the target GPU grows {LEAK_MIB_PER_MIN:.0f} MiB/min, monotonic, "
+          "never released at checkpoints; at ~97% of memory the task reports OOM, exits and restarts "
+          "(and leaks again).",
+          "attention: memory leak on node-00 gpu 4 (sd-finetune, user alice) within 30 min of onset "
+          "(rising memory, not released at checkpoint_end)",
+          "attention/critical: OOM of that task when memory runs out (hours later)"),
+    _info("dataloader-starvation", "single",
+          "From onset the target job waits on its data loader for ~55% of each step: step time x2.2, "
+          "GPU utilization and power fall.",
+          "attention: data-loader starvation of the task on node-00 gpu 4 (data_wait share ~0.55 vs "
+          "class baseline ~0.05, low util) within 10 min of onset"),
+    _info("comm-bound", "multi",
+          "From onset the multi-node llama-pretrain job spends ~45% of each step in communication: "
+          "step time x1.6; util stays high (NCCL kernels) while tensor activity and power fall.",
+          "attention: llama-pretrain communication-bound (comm share ~0.45 vs baseline ~0.12, "
+          "step time up) within 10 min of onset"),
+    _info("thermal-throttle", "hw",
+          f"From onset the target GPU's temperature rises ~{THERMAL_C_PER_MIN:.0f} °C/min at constant "
+          f"power (cooling fault); at {THROTTLE_AT_C:.0f} °C it sets HW thermal slowdown (0x40) and its "
+          "SM clock drops ~28%, slowing the whole job.",
+          "info/attention: temperature rising at constant power on node-00 gpu 3 (within 5 min of onset)",
+          "attention: HW thermal slowdown (0x40) on node-00 gpu 3, clocks down, ~5 min after onset"),
+    _info("power-cap", "hw",
+          "From onset the target GPU intermittently asserts HW power brake (0x80) with HW slowdown "
+          "(0x8): SM clock ~55% of max, power ~45% of limit, job step time up.",
+          "attention: HW power brake / HW slowdown on node-00 gpu 3 held for minutes (check PSU/BMC)"),
+    _info("xid-79", "single",
+          "At onset the target GPU falls off the bus: XID 79 then gpu_lost; afterwards its samples "
+          "carry only index/uuid/name (every reading null) and its task exits with an error.",
+          "critical: XID 79 (GPU fallen off the bus) on node-00 gpu 4, action RESTART_BM, at onset",
+          "critical: gpu_lost on node-00 gpu 4"),
+    _info("ecc-dbe", "single",
+          "At onset a double-bit ECC error: ecc_dbe event, XID 48, uncorrected ECC counters +1, a "
+          "remapped row and remap pending; the task on the GPU exits with an error.",
+          "critical: double-bit ECC (XID 48) on node-00 gpu 4 at onset, action WORKFLOW_XID_48 / reset",
+          "attention: row remap pending on node-00 gpu 4 (reset the GPU when drained)"),
+    _info("row-remap-pending", "hw",
+          "From onset corrected (single-bit) ECC errors climb on the target GPU; 240 s later a row is "
+          "remapped: remap_pending true, XID 63 and a row_remap event. Work continues.",
+          "info: rising corrected ECC errors on node-00 gpu 3 from onset",
+          "attention: row remap pending on node-00 gpu 3 ~4 min after onset (drain, then reset)"),
+    _info("idle-allocated", "single",
+          "From onset the target task stops working but keeps its memory: util ~0, idle power, no "
+          "step metrics, for hours.",
+          "info after ~30 min, attention after ~2 h: node-00 gpu 4 allocated (process holds memory) "
+          "with util ~0, owner alice"),
+    _info("mixed", "none",
+          "A busy multi-user cluster: every fault above on a different GPU (spread over nodes), "
+          "plus driver-version skew: the last node of the multi-node job runs an older driver "
+          f"({SKEWED_DRIVER} vs {DRIVER}; needs nodes >= 2).",
+          "each fault scenario's alerts, on its GPU (see docs/scenarios.md for the placement)",
+          "attention: driver version skew within task llama-pretrain (node-01 differs)"),
+)}
+
+FAULTS = [n for n, s in SCENARIOS.items() if s.placement != "none"]
+
+
+# --------------------------------------------------------------------------- task classes
+
+
+@dataclass(frozen=True, slots=True)
+class TaskClass:
+    name: str
+    serve: bool
+    mem_frac: float
+    step_s: float
+    data_share: float
+    comm_share: float
+    tensor: float
+    ckpt_every_s: float
+    ckpt_len_s: float
+    run_s: float | None
+    unit: str
+    per_step: float
+    user: str
+    uid: int
+    project: str
+    command: str
+    k8s: bool = False
+
+
+LLAMA = TaskClass("llama-pretrain", False, 0.78, 2.4, 0.02, 0.12, 0.72, 1800, 90, None,
+                  "tokens/s", 4 * 4096 * 8, "chen", 1003, "foundation-models",
+                  "python -m torch.distributed.run train_llama.py --config 70b.yaml")
+SINGLE = (
+    TaskClass("sd-finetune", False, 0.45, 0.9, 0.05, 0.0, 0.55, 1200, 30, 8 * 3600,
+              "samples/s", 16, "alice", 1001, "vision", "python finetune_sd.py --lr 1e-5"),
+    TaskClass("vllm-serve", True, 0.90, 1.0, 0.0, 0.0, 0.35, 0, 0, None,
+              "tokens/s", 2400, "svc-infer", 2001, "serving",
+              "python -m vllm.entrypoints.openai.api_server --model qwen2-72b", k8s=True),
+    TaskClass("resnet-train", False, 0.30, 0.35, 0.08, 0.0, 0.45, 900, 20, 4 * 3600,
+              "samples/s", 256, "bob", 1002, "vision", "python train_resnet.py --epochs 90"),
+    TaskClass("bert-finetune", False, 0.25, 0.5, 0.06, 0.0, 0.5, 1200, 25, 3 * 3600,
+              "samples/s", 64, "dmitri", 1004, "nlp", "python run_glue.py --model bert-large"),
+)
+
+
+@dataclass(slots=True)
+class Job:
+    """One run of a task: a task id, processes on one or more GPUs, progress."""
+
+    cls: TaskClass
+    task_id: str
+    start_ts: float
+    gpus: list[GpuSim]
+    slurm_job_id: str | None
+    pod: tuple[str, str, str, str] | None  # name, namespace, uid, container id
+    pids: list[int]
+    steps: float = 0.0
+    reported_step: int = 0
+    last_ckpt: float = 0.0
+    ckpt_until: float | None = None
+    last_rate_ts: float = -1e18
+    ended: bool = False
+    exit_pending: bool = False
+    exit_code: int | None = None
+    exit_message: str = ""
+
+    def slowdown(self) -> float:
+        return max((g.slow for g in self.gpus), default=1.0)
+
+
+# --------------------------------------------------------------------------- GPU state
+
+
+@dataclass(slots=True)
+class GpuSim:
+    node: NodeSim
+    index: int
+    spec: GpuModel
+    rng: random.Random
+    uuid: str
+    faults: set[str] = field(default_factory=set)
+    job: Job | None = None
+    rank: int = 0
+    temp: float = 32.0
+    base_temp: float = 32.0
+    energy_mj: int = 0
+    mem_jitter_mib: float = 0.0
+    leak_mib: float = 0.0
+    sbe_volatile: int = 0
+    sbe_aggregate: int = 0
+    dbe: int = 0
+    remap_corr: int = 0
+    remap_unc: int = 0
+    remap_pending: bool = False
+    lost: bool = False
+    slow: float = 1.0
+    last_hw_reasons: int = 0
+    gpm: tuple[float, float, float, float] | None = None
+    gpm_ts: float = -1e18
+
+    def sample(self, sim: Simulator, ts: float, dt: float, events: list[GpuEvent]) -> tuple[GpuSample, list[GpuProcess]]:
+        spec, rng = self.spec, self.rng
+        if self.lost:
+            return GpuSample(index=self.index, uuid=self.uuid, name=spec.name), []
+        since = ts - sim.onset_ts
+        job = self.job if self.job is not None and not self.job.ended else None
+        duty, compute, tensor = _activity(self, job, ts, since)
+        # Power follows compute (not comm kernels); clocks and reasons corroborate activity.
+        power = spec.idle_power_w + (spec.power_limit_w * 0.86 - spec.idle_power_w) * compute ** 0.9
+        power += rng.gauss(0, 6)
+        reasons = clocks.IDLE if duty < 0.05 else 0
+        sm = spec.sm_idle_mhz if duty < 0.05 else spec.sm_max_mhz - int(abs(rng.gauss(0, 60)))
+        self.slow = 1.0
+        if "thermal-throttle" in self.faults and since >= 0 and self.temp >= THROTTLE_AT_C:
+            reasons |= clocks.HW_THERMAL
+            sm, power, self.slow = int(sm * 0.72), power * 0.8, 1.35
+        if "power-cap" in self.faults and since >= 0 and duty >= 0.05 and rng.random() < 0.6:
+            reasons |= clocks.HW_POWER_BRAKE | clocks.HW_SLOWDOWN
+            sm, power, self.slow = int(spec.sm_max_mhz * 0.55), spec.power_limit_w * 0.45, 1.6
+        if duty >= 0.05 and power > spec.power_limit_w * 0.8 and not reasons & clocks.HW_REASONS:
+            reasons |= clocks.SW_POWER_CAP
+        power = min(max(power, spec.idle_power_w * 0.9), spec.power_limit_w)
+        # Temperature relaxes toward a power-dependent target; a cooling fault adds a ramp.
+        target = 28.0 + 60.0 * power / spec.power_limit_w
+        self.base_temp += (target - self.base_temp) * (1.0 - math.exp(-dt / 90.0))
+        heat = min(THERMAL_C_PER_MIN * since / 60.0, 30.0) if "thermal-throttle" in self.faults and since >= 0 else 0.0
+        self.temp = self.base_temp + heat
+        temp = round(self.temp + rng.gauss(0, 0.4))
+        self.energy_mj += int(power * dt * 1000)
+        hw = reasons & clocks.HW_REASONS
+        if hw and hw != self.last_hw_reasons & clocks.HW_REASONS:
+            events.append(self.node.event(ts, EventKind.CLOCK_EVENT, self, code=hw,
+                                          message="clock event: " + ", ".join(clocks.reason_names(hw))))
+        self.last_hw_reasons = reasons
+        self._counters(sim, ts, since, events)
+        if self.lost:
+            return GpuSample(index=self.index, uuid=self.uuid, name=spec.name), []
+        procs = self._processes(job, ts, since) if job is not None else []
+        used_mib = 615 + sum(p.used_memory_bytes or 0 for p in procs) // MIB
+        util = duty * 100 + rng.gauss(0, 25 * math.sqrt(duty * (1 - duty)) + 0.5)
+        util = int(min(100, max(0, util)))
+        if spec.gpm and ts - self.gpm_ts >= GPM_EVERY_S:
+            self.gpm_ts = ts
+            self.gpm = (min(100.0, round(compute * 92 + rng.random() * 3, 1)),
+                        min(100.0, round(compute * 48 + rng.random() * 2, 1)),
+                        min(100.0, round(tensor * 100 * compute, 1)),
+                        min(100.0, round(compute * 38 + duty * 5 + rng.random() * 2, 1)))
+        sm_act, occ, ten, dram = self.gpm if self.gpm is not None else (None, None, None, None)
+        s = GpuSample(
+            index=self.index, uuid=self.uuid, name=spec.name, mig_mode=False,
+            util_gpu=util, util_memory=int(util * 0.3),
+            sm_active=sm_act, sm_occupancy=occ, tensor_active=ten, dram_active=dram,
+            mem_used_bytes=used_mib * MIB, mem_total_bytes=spec.mem_total_mib * MIB,
+            mem_reserved_bytes=(spec.mem_total_mib // 240) * MIB,
+            temp_gpu_c=temp, temp_memory_c=temp + 5,
+            power_w=round(power, 3), power_limit_w=spec.power_limit_w, energy_mj=self.energy_mj,
+            clock_sm_mhz=sm, clock_mem_mhz=spec.mem_clock_mhz, clock_sm_max_mhz=spec.sm_max_mhz,
+            clock_event_reasons=reasons, clock_event_names=clocks.reason_names(reasons),
+            pstate=0,
+            ecc_volatile_corrected=self.sbe_volatile, ecc_volatile_uncorrected=self.dbe,
+            ecc_aggregate_corrected=self.sbe_aggregate, ecc_aggregate_uncorrected=self.dbe,
+            remapped_rows_corrected=self.remap_corr, remapped_rows_uncorrected=self.remap_unc,
+            remap_pending=self.remap_pending, remap_failure=False,
+            pcie_gen=spec.pcie_gen, pcie_width=16, pcie_replay_counter=0,
+            nvlink_up=spec.nvlinks, nvlink_down=0, fan_pct=None,
+        )
+        return s, procs
+
+    def _counters(self, sim: Simulator, ts: float, since: float, events: list[GpuEvent]) -> None:
+        """Hardware faults that change counters or emit events at a moment."""
+        node = self.node
+        if since < 0:
+            return
+        if "row-remap-pending" in self.faults and not self.remap_pending:
+            new = self.rng.randint(1, 3) if self.rng.random() < sim.tick_s / 10.0 else 0
+            if new:
+                self.sbe_volatile += new
+                self.sbe_aggregate += new
+                events.append(node.event(ts, EventKind.ECC_SBE, self, count=new,
+                                         message=f"corrected (single-bit) ECC errors +{new}"))
+            if since >= 240:
+                self.remap_pending, self.remap_corr = True, self.remap_corr + 1
+                events.append(node.xid(ts, self, 63, "Row remapper: New row marked for remapping, "
+                                                      "reset gpu to activate."))
+                events.append(node.event(ts, EventKind.ROW_REMAP, self,
+                                         message="row remap pending (corrected rows +1)"))
+        if "ecc-dbe" in self.faults and self.dbe == 0:
+            self.dbe, self.remap_unc, self.remap_pending = 1, self.remap_unc + 1, True
+            events.append(node.event(ts, EventKind.ECC_DBE, self, message="double-bit ECC error"))
+            events.append(node.xid(ts, self, 48, "An uncorrectable double bit error (DBE) has been "
+                                                  "detected on GPU in the framebuffer at partition 6, "
+                                                  "subpartition 0."))
+            sim.crash(self, ts, "CUDA error: uncorrectable ECC error encountered")
+        if "xid-79" in self.faults:
+            events.append(node.xid(ts, self, 79, "GPU has fallen off the bus."))
+            events.append(node.event(ts, EventKind.GPU_LOST, self, message="GPU is lost (NVML_ERROR_GPU_IS_LOST)"))
+            self.lost = True
+            self.faults.discard("xid-79")
+            sim.crash(self, ts, "CUDA error: unspecified launch failure")
+
+    def _processes(self, job: Job, ts: float, since: float) -> list[GpuProcess]:
+        cls, spec, rng = job.cls, self.spec, self.rng
+        ramp = min(1.0, (ts - job.start_ts) / 60.0)
+        plateau = cls.mem_frac * spec.mem_total_mib * ramp
+        self.mem_jitter_mib = min(512.0, max(-512.0, self.mem_jitter_mib + rng.choice((-256, 0, 0, 0, 0, 256)) * (rng.random() < 0.05)))
+        mib = plateau + self.mem_jitter_mib * ramp
+        bump = 0.03 * spec.mem_total_mib if job.ckpt_until is not None else 0.0
+        if "memory-leak" in self.faults and since >= 0:
+            # The leak keeps what it touches, checkpoint staging buffers included.
+            dt = self.node.sim.tick_s
+            self.leak_mib += LEAK_MIB_PER_MIN * dt / 60.0 + (bump * dt / cls.ckpt_len_s if bump else 0.0)
+            bump = 0.0
+        mib += bump + self.leak_mib
+        mib = max(0.0, min(mib, spec.mem_total_mib - 700))
+        pod = job.pod
+        return [GpuProcess(
+            pid=job.pids[self.rank], gpu_index=self.index, gpu_uuid=self.uuid,
+            used_memory_bytes=int(mib) * MIB, uid=cls.uid, user=cls.user,
+            container_id=pod[3] if pod else None, pod_uid=pod[2] if pod else None,
+            pod_name=pod[0] if pod else None, pod_namespace=pod[1] if pod else None,
+            slurm_job_id=job.slurm_job_id, task=cls.name, task_id=job.task_id,
+            project=cls.project, command=cls.command,
+        )]
+
+
+def _activity(gpu: GpuSim, job: Job | None, ts: float, since: float) -> tuple[float, float, float]:
+    """(kernel duty for util, compute share for power/GPM, tensor share) of a GPU now."""
+    if job is None or gpu.lost:
+        return 0.0, 0.0, 0.0
+    faults = job_faults(job)
+    if "idle-allocated" in faults and since >= 0:
+        return 0.0, 0.0, 0.0
+    if job.ckpt_until is not None:
+        return 0.12, 0.08, 0.1
+    if job.cls.serve:
+        load = 0.55 + 0.3 * math.sin(ts / 3600.0 * math.pi / 6) + gpu.rng.gauss(0, 0.08)
+        load = min(0.98, max(0.05, load))
+        return load, load * 0.9, job.cls.tensor
+    data, comm = shares(job, since)
+    compute = 1.0 - data - comm
+    return min(1.0, compute + comm * 0.9), compute, job.cls.tensor
+
+
+def job_faults(job: Job) -> set[str]:
+    out: set[str] = set()
+    for g in job.gpus:
+        out |= g.faults
+    return out
+
+
+def shares(job: Job, since: float) -> tuple[float, float]:
+    """(data-loader wait share, communication share) of a training step now."""
+    faults = job_faults(job) if since >= 0 else set()
+    data = 0.55 if "dataloader-starvation" in faults else job.cls.data_share
+    comm = 0.45 if "comm-bound" in faults else job.cls.comm_share
+    return data, comm
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+@dataclass(slots=True)
+class NodeSim:
+    sim: Simulator
+    name: str
+    boot_id: str
+    driver: str
+    gpus: list[GpuSim] = field(default_factory=list)
+    seq: int = 0
+    event_seq: int = 0
+
+    def event(self, ts: float, kind: EventKind, gpu: GpuSim, *, code: int | None = None,
+              count: int = 1, message: str = "", catalogue=None) -> GpuEvent:
+        ev = GpuEvent(ts=ts + 0.5 * self.sim.tick_s, node=self.name, seq=self.event_seq,
+                      boot_id=self.boot_id, kind=kind, source="sim", gpu_index=gpu.index,
+                      gpu_uuid=gpu.uuid, pci_bus_id=bus_id(gpu.index), code=code, count=count,
+                      message=message, catalogue=catalogue)
+        self.event_seq += 1
+        return ev
+
+    def xid(self, ts: float, gpu: GpuSim, code: int, text: str) -> GpuEvent:
+        pid = gpu.job.pids[gpu.rank] if gpu.job is not None and not gpu.job.ended else "'<unknown>'"
+        line = f"NVRM: Xid (PCI:{bus_id(gpu.index)[:-2]}): {code}, pid={pid}, {text}"
+        return self.event(ts, EventKind.XID, gpu, code=code, message=line, catalogue=lookup(code))
+
+    def snapshot(self, ts: float, events: list[GpuEvent]) -> NodeSnapshot:
+        samples, procs = [], []
+        dt = self.sim.tick_s
+        for g in self.gpus:
+            s, p = g.sample(self.sim, ts, dt, events)
+            samples.append(s)
+            procs.extend(p)
+        snap = NodeSnapshot(ts=ts, node=self.name, seq=self.seq, boot_id=self.boot_id,
+                            agent_version=AGENT_VERSION, driver_version=self.driver,
+                            cuda_version=CUDA, interval_s=dt, gpus=samples, processes=procs)
+        self.seq += 1
+        return snap
+
+
+# --------------------------------------------------------------------------- simulator
+
+
+class Simulator:
+    """N nodes × M GPUs running scenario(s); ``step()`` is one tick of event time."""
+
+    def __init__(self, scenario: str | list[str], *, nodes: int = 1, gpus: int = 8, seed: int = 0,
+                 start_ts: float, tick_s: float = 1.0, gpu_model: str = "H200",
+                 onset_s: float = DEFAULT_ONSET_S) -> None:
+        names = [scenario] if isinstance(scenario, str) else list(scenario)
+        for n in names:
+            if n not in SCENARIOS:
+                raise ValueError(f"unknown scenario {n!r}; expected one of {', '.join(SCENARIOS)}")
+        if nodes < 1 or gpus < 1 or tick_s <= 0:
+            raise ValueError("nodes and gpus must be at least 1 and tick_s positive")
+        self.scenarios = names
+        self.seed, self.tick_s = seed, float(tick_s)
+        self.start_ts = self.ts = float(start_ts)
+        self.onset_ts = self.start_ts + onset_s
+        spec = model(gpu_model)
+        skew = "mixed" in names and nodes >= 2
+        self.nodes: list[NodeSim] = []
+        for n in range(nodes):
+            name = f"node-{n:02d}"
+            rng = random.Random(f"{seed}/{name}")
+            driver = SKEWED_DRIVER if skew and n == nodes - 1 else DRIVER
+            node = NodeSim(self, name, str(uuid.UUID(int=rng.getrandbits(128))), driver)
+            for i in range(gpus):
+                grng = random.Random(f"{seed}/{name}/{i}")
+                node.gpus.append(GpuSim(node, i, spec, grng, f"GPU-{uuid.UUID(int=grng.getrandbits(128))}"))
+            self.nodes.append(node)
+        self._rng = random.Random(f"{seed}/jobs")
+        self.jobs: list[Job] = []
+        self._next_slurm = 41000 + self._rng.randint(0, 5000)
+        self._half = max(1, gpus // 2)
+        self.placement = self._place_faults(names)
+        self._start_jobs()
+
+    # ------------------------------------------------------------------ layout
+
+    def _place_faults(self, names: list[str]) -> dict[str, tuple[int, int]]:
+        """Fault scenario -> (node, gpu); single-GPU slots first, spread over nodes."""
+        faults = [f for n in names for f in (FAULTS if n == "mixed" else [n]) if f in FAULTS]
+        nodes, gpus = len(self.nodes), len(self.nodes[0].gpus)
+        single = [(n, g) for g in range(self._half, gpus) for n in range(nodes)] or [(0, 0)]
+        hw = [(n, g) for g in range(self._half - 1, -1, -1) for n in range(nodes)]
+        used = {"single": 0, "hw": 0, "multi": 0}
+        out: dict[str, tuple[int, int]] = {}
+        for f in dict.fromkeys(faults):
+            kind = SCENARIOS[f].placement
+            slots = {"single": single, "hw": hw, "multi": [(0, 0)]}[kind]
+            out[f] = slots[used[kind] % len(slots)]
+            used[kind] += 1
+            n, g = out[f]
+            self.nodes[n].gpus[g].faults.add(f)
+        return out
+
+    def _start_jobs(self) -> None:
+        multi = [node.gpus[i] for node in self.nodes for i in range(self._half)]
+        self._launch(LLAMA, multi, self.start_ts)
+        for node in self.nodes:
+            for i in range(self._half, len(node.gpus)):
+                cls = SINGLE[(i - self._half) % len(SINGLE)]
+                self._launch(cls, [node.gpus[i]], self.start_ts)
+
+    def _launch(self, cls: TaskClass, gpus: list[GpuSim], ts: float) -> Job:
+        rng = self._rng
+        if cls.k8s:
+            name = f"{cls.name}-{rng.getrandbits(32):08x}-{''.join(rng.choice('bcdfghjklmnpqrstvwxz2456789') for _ in range(5))}"
+            pod = (name, cls.project, str(uuid.UUID(int=rng.getrandbits(128))), f"{rng.getrandbits(256):064x}")
+            job = Job(cls, name, ts, gpus, None, pod, [])
+        else:
+            self._next_slurm += 1 + rng.randint(0, 40)
+            job = Job(cls, f"slurm-{self._next_slurm}", ts, gpus, str(self._next_slurm), None, [])
+        job.pids = [rng.randint(10_000, 4_000_000) for _ in gpus]
+        job.last_ckpt = ts
+        for rank, g in enumerate(gpus):
+            g.job, g.rank, g.mem_jitter_mib, g.leak_mib = job, rank, 0.0, 0.0
+        self.jobs.append(job)
+        return job
+
+    def crash(self, gpu: GpuSim, ts: float, message: str) -> None:
+        """The task on ``gpu`` dies with an error (its other GPUs are freed too)."""
+        job = gpu.job
+        if job is not None and not job.ended:
+            self._end(job, ts, 1, message)
+
+    @staticmethod
+    def _end(job: Job, ts: float, code: int, message: str) -> None:
+        job.ended, job.exit_pending, job.exit_code, job.exit_message = True, True, code, message
+        job.start_ts = ts  # from now on: the restart gap
+
+    # ------------------------------------------------------------------ ticking
+
+    def step(self) -> list[Record]:
+        """One tick for all nodes: snapshots, events and task metrics, sorted by ts."""
+        ts, out = self.ts, []
+        metrics: list[TaskMetric] = []
+        for job in list(self.jobs):
+            metrics.extend(self._progress(job, ts))
+        for node in self.nodes:
+            events: list[GpuEvent] = []
+            out.append(node.snapshot(ts, events))
+            out.extend(events)
+        for job in list(self.jobs):
+            metrics.extend(self._exits(job, ts))
+        out.extend(metrics)
+        out.sort(key=lambda r: r.ts)
+        self.ts = ts + self.tick_s
+        return out
+
+    def run(self, duration_s: float) -> Iterator[Record]:
+        end = self.ts + duration_s
+        while self.ts < end - 1e-9:
+            yield from self.step()
+
+    def _metric(self, job: Job, ts: float, kind: TaskMetricKind, **fields) -> TaskMetric:
+        g = job.gpus[0]
+        return TaskMetric(ts=ts + 0.25 * self.tick_s, node=g.node.name, task=job.cls.name,
+                          task_id=job.task_id, kind=kind, pid=job.pids[0], uid=job.cls.uid, **fields)
+
+    def _progress(self, job: Job, ts: float) -> list[TaskMetric]:
+        """Advance a job by one tick; the task SDK records it would have sent."""
+        if job.ended:
+            return []
+        cls, dt, since = job.cls, self.tick_s, ts - self.onset_ts
+        faults = job_faults(job) if since >= 0 else set()
+        if "idle-allocated" in faults or ts < job.start_ts:
+            return []
+        out: list[TaskMetric] = []
+        rng = job.gpus[0].rng
+        if cls.serve:
+            if ts - job.last_rate_ts >= 10.0:
+                job.last_rate_ts = ts
+                load = 0.55 + 0.3 * math.sin(ts / 3600.0 * math.pi / 6)
+                out.append(self._metric(job, ts, TaskMetricKind.TTFT, ttft_s=round(0.18 + 0.2 * load + abs(rng.gauss(0, 0.03)), 4)))
+                out.append(self._metric(job, ts, TaskMetricKind.LATENCY, latency_s=round(1.2 + 1.5 * load + abs(rng.gauss(0, 0.1)), 4)))
+                out.append(self._metric(job, ts, TaskMetricKind.THROUGHPUT, throughput=round(cls.per_step * load * 1.6, 1), throughput_unit=cls.unit))
+            return out
+        if job.ckpt_until is not None:
+            if ts >= job.ckpt_until:
+                job.ckpt_until, job.last_ckpt = None, ts
+                out.append(self._metric(job, ts, TaskMetricKind.CHECKPOINT_END, step=job.reported_step))
+            return out
+        if ts - job.last_ckpt >= cls.ckpt_every_s:
+            job.ckpt_until = ts + cls.ckpt_len_s
+            out.append(self._metric(job, ts, TaskMetricKind.CHECKPOINT_BEGIN, step=job.reported_step))
+            return out
+        data, comm = shares(job, since)
+        step_s = cls.step_s * job.slowdown() * (1.0 - cls.data_share - cls.comm_share) / (1.0 - data - comm)
+        job.steps += dt / step_s
+        if int(job.steps) > job.reported_step:
+            job.reported_step = int(job.steps)
+            st = step_s * (1.0 + rng.gauss(0, 0.03))
+            out.append(self._metric(job, ts, TaskMetricKind.STEP, step=job.reported_step,
+                                    step_time_s=round(st, 4), data_wait_s=round(st * data, 4),
+                                    comm_s=round(st * comm, 4)))
+        if ts - job.last_rate_ts >= 60.0:
+            job.last_rate_ts = ts
+            out.append(self._metric(job, ts, TaskMetricKind.THROUGHPUT, step=job.reported_step,
+                                    throughput=round(cls.per_step / step_s, 1), throughput_unit=cls.unit))
+        return out
+
+    def _exits(self, job: Job, ts: float) -> list[TaskMetric]:
+        """OOM from a leak, errors from hardware faults, normal ends; then restarts."""
+        out: list[TaskMetric] = []
+        if not job.ended:
+            cap = 0.97 * job.gpus[0].spec.mem_total_mib
+            if any(g.leak_mib and job.cls.mem_frac * g.spec.mem_total_mib + g.leak_mib >= cap for g in job.gpus):
+                out.append(self._metric(job, ts, TaskMetricKind.OOM, message="CUDA out of memory"))
+                self._end(job, ts, 1, "torch.OutOfMemoryError: CUDA out of memory")
+            elif job.cls.run_s is not None and ts - job.start_ts >= job.cls.run_s:
+                self._end(job, ts, 0, "finished")
+            else:
+                return out
+        if job.exit_pending:
+            job.exit_pending = False
+            out.append(self._metric(job, ts, TaskMetricKind.EXIT, exit_code=job.exit_code,
+                                    message=job.exit_message))
+        # A GPU that fell off the bus or had a DBE stays empty (a scheduler would drain it).
+        if ts - job.start_ts >= RESTART_GAP_S and all(not g.lost and not g.dbe for g in job.gpus):
+            self.jobs.remove(job)
+            for g in job.gpus:
+                g.job = None
+            self._launch(job.cls, job.gpus, ts)
+        return out
+
+
+def scenario_list() -> str:
+    """One line per scenario for ``--list-scenarios``."""
+    return "\n".join(f"{s.name:24} {s.description}" for s in SCENARIOS.values())
