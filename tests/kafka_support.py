@@ -6,7 +6,12 @@ Loaded from tests/conftest.py via ``pytest_plugins = ["tests.kafka_support"]``.
   otherwise ``scripts/kafka-local start`` (a broker this session starts is
   stopped at session end; one that was already running is left alone).
   A broker that cannot be started fails the tests; it never skips them.
-* helpers: ``unique_topic``, ``create_topic``, ``produce``, ``consume_all``.
+* ``kafka_scram`` (session fixture, ``ScramBroker``): a second broker with a
+  SASL_PLAINTEXT/SCRAM-SHA-256 listener (``scripts/kafka-local start --scram``),
+  or ``$KAFKA_SCRAM_BOOTSTRAP`` + ``$KAFKA_SCRAM_USERNAME`` + ``$KAFKA_SCRAM_PASSWORD``.
+* helpers: ``unique_topic``, ``create_topic``, ``produce``, ``consume_all``,
+  ``list_topics``, ``topic_config``; the async ones pass ``**client_kw`` to aiokafka
+  (e.g. ``**kafka_scram.client_kwargs()``).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -55,16 +61,69 @@ def kafka_bootstrap() -> Iterator[str]:
         pytest.fail(f"scripts/kafka-local start timed out after {START_TIMEOUT_S}s", pytrace=False)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
-        pytest.fail(
-            f"could not start Kafka (scripts/kafka-local start, exit {proc.returncode}); "
-            f"set KAFKA_BOOTSTRAP to use an existing broker.\n{proc.stderr.strip()}",
-            pytrace=False,
-        )
+        _start_failed(proc, "start")
     try:
         yield lines[-1].strip()
     finally:
         if not was_running:
             kafka_local("stop", timeout=60)
+
+
+@dataclass(frozen=True)
+class ScramBroker:
+    """A broker whose client listener wants SASL/SCRAM credentials."""
+
+    bootstrap: str
+    username: str
+    password: str
+    mechanism: str = "SCRAM-SHA-256"
+    security_protocol: str = "SASL_PLAINTEXT"
+
+    def client_kwargs(self, password: str | None = None) -> dict[str, str]:
+        """Keyword arguments for aiokafka producers/consumers/admin clients."""
+        return {
+            "security_protocol": self.security_protocol,
+            "sasl_mechanism": self.mechanism,
+            "sasl_plain_username": self.username,
+            "sasl_plain_password": self.password if password is None else password,
+        }
+
+
+def _start_failed(proc: subprocess.CompletedProcess[str], what: str) -> None:
+    pytest.fail(
+        f"could not start Kafka (scripts/kafka-local {what}, exit {proc.returncode}); "
+        f"set KAFKA_BOOTSTRAP to use an existing broker.\n{proc.stderr.strip()}",
+        pytrace=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def kafka_scram() -> Iterator[ScramBroker]:
+    """A SASL_PLAINTEXT + SCRAM-SHA-256 broker (separate from ``kafka_bootstrap``)."""
+    env = os.environ.get("KAFKA_SCRAM_BOOTSTRAP", "").strip()
+    if env:
+        yield ScramBroker(
+            env, os.environ["KAFKA_SCRAM_USERNAME"], os.environ["KAFKA_SCRAM_PASSWORD"],
+            os.environ.get("KAFKA_SCRAM_MECHANISM", "SCRAM-SHA-256"),
+        )
+        return
+    was_running = kafka_local("status", "--scram", timeout=30).returncode == 0
+    try:
+        proc = kafka_local("start", "--scram")
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"scripts/kafka-local start --scram timed out after {START_TIMEOUT_S}s", pytrace=False)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        _start_failed(proc, "start --scram")
+    fields = dict(line.split("=", 1) for line in lines[:-1] if "=" in line)
+    try:
+        yield ScramBroker(
+            lines[-1].strip(), fields["KAFKA_SASL_USERNAME"], fields["KAFKA_SASL_PASSWORD"],
+            fields["KAFKA_SASL_MECHANISM"], fields["KAFKA_SECURITY_PROTOCOL"],
+        )
+    finally:
+        if not was_running:
+            kafka_local("stop", "--scram", timeout=60)
 
 
 def unique_topic(prefix: str = "test") -> str:
@@ -73,10 +132,11 @@ def unique_topic(prefix: str = "test") -> str:
 
 
 async def create_topic(
-    bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None
+    bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None,
+    **client_kw: object,
 ) -> None:
     """Create ``name`` (replication factor 1); an existing topic is fine."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client_kw)
     await admin.start()
     try:
         topic = NewTopic(name, num_partitions=partitions, replication_factor=1,
@@ -92,9 +152,9 @@ async def create_topic(
         await admin.close()
 
 
-async def list_topics(bootstrap: str) -> set[str]:
+async def list_topics(bootstrap: str, **client_kw: object) -> set[str]:
     """Names of the topics on the broker."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client_kw)
     await admin.start()
     try:
         return set(await admin.list_topics())
@@ -102,9 +162,9 @@ async def list_topics(bootstrap: str) -> set[str]:
         await admin.close()
 
 
-async def topic_config(bootstrap: str, topic: str) -> dict[str, str]:
+async def topic_config(bootstrap: str, topic: str, **client_kw: object) -> dict[str, str]:
     """The effective configuration of ``topic`` (name -> value)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client_kw)
     await admin.start()
     try:
         responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
