@@ -1,0 +1,333 @@
+"""Card-hour accounting from recorded history: who held GPUs, who held them idle, what failed.
+
+The unit is the card-hour: a GPU held by at least one process during a
+snapshot's sample interval counts as held for that interval.  When several
+owners share a GPU in one interval the interval is split evenly between them,
+so the card-hours of all rows add up to the fleet's held card-hours.  A held
+GPU whose utilization is below ``idle_util_below`` is idle-allocated (a
+GPU whose utilization is unknown is never called idle).  Everything is in
+event time, so a report over replayed or imported history is the same as one
+over the live spool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from pydantic import Field
+
+from gpuwarden.config import Section
+from gpuwarden.contract import GpuProcess, NodeSnapshot, TaskMetric, TaskMetricKind, Topics, decode
+from gpuwarden.spool import Spool
+
+By = Literal["user", "project", "task-class"]
+UNKNOWN = "(unknown)"
+WEEK_S = 7 * 86400.0
+
+
+class AccountingConfig(Section):
+    """``accounting:`` section: idle threshold, price, and the weekly digest's receiver."""
+
+    idle_util_below: float = Field(default=5.0, ge=0, le=100)
+    price_per_gpu_hour: float | None = Field(default=None, ge=0)
+    currency: str = ""
+    digest_receiver: str | None = None
+    digest_by: By = "user"
+
+
+@dataclass(slots=True)
+class UsageRow:
+    key: str
+    card_hours: float = 0.0
+    idle_card_hours: float = 0.0
+    failed_jobs: int = 0
+    reruns: int = 0
+    cost: float | None = None
+    idle_cost: float | None = None
+
+
+@dataclass(slots=True)
+class Usage:
+    by: str
+    since: float
+    until: float
+    price_per_gpu_hour: float | None
+    idle_util_below: float
+    rows: list[UsageRow] = field(default_factory=list)
+
+    @property
+    def total(self) -> UsageRow:
+        t = UsageRow("total")
+        for r in self.rows:
+            t.card_hours += r.card_hours
+            t.idle_card_hours += r.idle_card_hours
+            t.failed_jobs += r.failed_jobs
+            t.reruns += r.reruns
+        _price(t, self.price_per_gpu_hour)
+        return t
+
+
+def _price(row: UsageRow, price: float | None) -> None:
+    if price is not None:
+        row.cost = row.card_hours * price
+        row.idle_cost = row.idle_card_hours * price
+
+
+def owner(p: GpuProcess, by: str) -> str:
+    if by == "user":
+        return p.user or (f"uid:{p.uid}" if p.uid is not None else UNKNOWN)
+    if by == "project":
+        return p.project or p.pod_namespace or UNKNOWN
+    return p.task or UNKNOWN
+
+
+def _intervals(snaps: list[NodeSnapshot]) -> list[float]:
+    """Each snapshot's sample interval: its own ``interval_s``, else the node's median tick.
+
+    The median, not the gap to the next snapshot, so an agent outage is not
+    billed as hours of holding.
+    """
+    gaps = [b.ts - a.ts for a, b in zip(snaps, snaps[1:]) if b.ts > a.ts]
+    typical = statistics.median(gaps) if gaps else 0.0
+    return [s.interval_s if s.interval_s is not None else typical for s in snaps]
+
+
+@dataclass(slots=True)
+class _Run:
+    """One run of a task (a ``task_id``): when it was first seen and whether it failed."""
+
+    label: str
+    first_ts: float
+    failed_ts: float | None = None
+    owner: str | None = None
+
+
+def compute_usage(records: Iterable[Any], *, by: str = "user", since: float, until: float,
+                  idle_util_below: float = 5.0, price_per_gpu_hour: float | None = None) -> Usage:
+    """Usage rows per owner over ``[since, until)`` from snapshots and task metrics."""
+    per_node: dict[str, list[NodeSnapshot]] = defaultdict(list)
+    metrics: list[TaskMetric] = []
+    for r in records:
+        if not since <= r.ts < until:
+            continue
+        if isinstance(r, NodeSnapshot):
+            per_node[r.node].append(r)
+        elif isinstance(r, TaskMetric):
+            metrics.append(r)
+    rows: dict[str, UsageRow] = {}
+
+    def row(key: str) -> UsageRow:
+        return rows.setdefault(key, UsageRow(key))
+
+    runs: dict[str, _Run] = {}
+    for snaps in per_node.values():
+        snaps.sort(key=lambda s: s.ts)
+        for snap, interval in zip(snaps, _intervals(snaps)):
+            util = {g.index: g.util_gpu for g in snap.gpus}
+            holders: dict[int, set[str]] = defaultdict(set)
+            for p in snap.processes:
+                holders[p.gpu_index].add(owner(p, by))
+                if p.task_id:
+                    run = runs.setdefault(p.task_id, _Run(p.task or UNKNOWN, snap.ts))
+                    run.first_ts = min(run.first_ts, snap.ts)
+                    run.owner = run.owner or owner(p, by)
+            for gpu, keys in holders.items():
+                hours = interval / 3600.0 / len(keys)
+                u = util.get(gpu)
+                for k in keys:
+                    row(k).card_hours += hours
+                    if u is not None and u < idle_util_below:
+                        row(k).idle_card_hours += hours
+    for m in sorted(metrics, key=lambda m: m.ts):
+        run = runs.setdefault(m.task_id, _Run(m.task, m.ts))
+        run.first_ts = min(run.first_ts, m.ts)
+        if run.owner is None:
+            run.owner = m.task if by == "task-class" else (f"uid:{m.uid}" if by == "user" and m.uid is not None else None)
+        failed = m.kind == TaskMetricKind.OOM or (m.kind == TaskMetricKind.EXIT and m.exit_code not in (None, 0))
+        if failed and run.failed_ts is None:
+            run.failed_ts = m.ts
+    for run in runs.values():
+        if run.failed_ts is not None:
+            row(run.owner or UNKNOWN).failed_jobs += 1
+    for rerun in _reruns(runs.values()):
+        row(rerun.owner or UNKNOWN).reruns += 1
+    out = sorted(rows.values(), key=lambda r: (-r.card_hours, r.key))
+    for r in out:
+        _price(r, price_per_gpu_hour)
+    return Usage(by, since, until, price_per_gpu_hour, idle_util_below, out)
+
+
+def _reruns(runs: Iterable[_Run]) -> list[_Run]:
+    """Runs that start after a failed run of the same task label; each failure pairs with one rerun."""
+    out: list[_Run] = []
+    by_label: dict[str, list[_Run]] = defaultdict(list)
+    for r in runs:
+        by_label[r.label].append(r)
+    for group in by_label.values():
+        waiting = 0  # failures not yet followed by a new run
+        events = sorted([(r.first_ts, 1, r) for r in group]
+                        + [(r.failed_ts, 0, r) for r in group if r.failed_ts is not None],
+                        key=lambda e: (e[0], e[1]))
+        for _ts, is_start, r in events:
+            if not is_start:
+                waiting += 1
+            elif waiting:
+                waiting -= 1
+                out.append(r)
+    return out
+
+
+# --------------------------------------------------------------------------- rendering
+
+_COLUMNS = ("card_hours", "idle_card_hours", "idle_share", "failed_jobs", "reruns", "cost", "idle_cost")
+
+
+def _values(r: UsageRow) -> dict[str, Any]:
+    d = asdict(r)
+    d["idle_share"] = r.idle_card_hours / r.card_hours if r.card_hours else 0.0
+    return d
+
+
+def to_json(u: Usage) -> str:
+    return json.dumps({
+        "by": u.by, "since": u.since, "until": u.until, "price_per_gpu_hour": u.price_per_gpu_hour,
+        "idle_util_below": u.idle_util_below,
+        "rows": [_values(r) for r in u.rows], "total": _values(u.total),
+    }, indent=2)
+
+
+def to_csv(u: Usage) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([u.by, *_COLUMNS])
+    for r in [*u.rows, u.total]:
+        v = _values(r)
+        w.writerow([r.key, *("" if v[c] is None else v[c] for c in _COLUMNS)])
+    return buf.getvalue()
+
+
+def _fmt(v: Any, col: str) -> str:
+    if v is None:
+        return "-"
+    if col == "idle_share":
+        return f"{v:.0%}"
+    return f"{v:.2f}" if isinstance(v, float) else str(v)
+
+
+def to_table(u: Usage, currency: str = "", width: int = 110) -> str:
+    """The rich terminal table, rendered to text (also the body of the weekly digest)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    cols = [c for c in _COLUMNS if u.price_per_gpu_hour is not None or "cost" not in c]
+    t = Table(title=f"GPU usage by {u.by}, {_day(u.since)} → {_day(u.until)}")
+    t.add_column(u.by)
+    for c in cols:
+        t.add_column(c.replace("_", " ") + (f" ({currency})" if "cost" in c and currency else ""),
+                     justify="right")
+    for i, r in enumerate([*u.rows, u.total]):
+        v = _values(r)
+        t.add_row(r.key, *(_fmt(v[c], c) for c in cols), end_section=i == len(u.rows) - 1)
+    console = Console(file=io.StringIO(), width=width, color_system=None)
+    console.print(t)
+    return console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def _day(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts))
+
+
+def render(u: Usage, fmt: str, currency: str = "") -> str:
+    return {"json": to_json, "csv": to_csv}.get(fmt, lambda x: to_table(x, currency))(u)
+
+
+# --------------------------------------------------------------------------- sources
+
+
+def spool_records(spool: Spool, since: float, until: float, topic_prefix: str = "") -> Iterable[Any]:
+    """Snapshots and task metrics from the spool; undecodable rows are skipped (and counted by caller)."""
+    t = Topics(topic_prefix)
+    for topic in (t.samples, t.metrics):
+        for row in spool.read(topic=topic, since=since, until=until):
+            try:
+                yield decode(row.value)
+            except ValueError:
+                continue
+
+
+def usage_from_spool(settings: Any, spool: Spool, *, since: float, until: float, by: str,
+                     price: float | None = None) -> Usage:
+    cfg: AccountingConfig = settings.accounting
+    return compute_usage(
+        spool_records(spool, since, until, settings.kafka.topic_prefix), by=by, since=since,
+        until=until, idle_util_below=cfg.idle_util_below,
+        price_per_gpu_hour=price if price is not None else cfg.price_per_gpu_hour,
+    )
+
+
+def cmd_report_usage(args: argparse.Namespace, settings: Any) -> int:
+    """``gpuwarden report usage``: the table, CSV or JSON on stdout."""
+    from streams.replay_sources import ReplayError, parse_time
+
+    now = time.time()
+    try:
+        since = parse_time(args.since, now)
+        until = parse_time(getattr(args, "until", None), now) or now
+    except ReplayError as e:
+        print(f"gpuwarden report usage: {e}", file=sys.stderr)
+        return 2
+    if getattr(args, "idle_util_below", None) is not None:
+        settings.accounting.idle_util_below = args.idle_util_below
+    with Spool(settings.spool.path) as spool:
+        u = usage_from_spool(settings, spool, since=since or 0.0, until=until, by=args.by,
+                             price=args.price_per_gpu_hour)
+    sys.stdout.write(render(u, args.format, settings.accounting.currency))
+    return 0
+
+
+# --------------------------------------------------------------------------- weekly digest
+
+
+def digest_notification(u: Usage, receiver: str, currency: str = "") -> Any:
+    """The usage table as a notification: one info-tier record whose note is the table."""
+    from gpuwarden.contract import AlertState, AlertTransition, Evidence, Tier
+    from notifiers.message import Notification
+
+    total = u.total
+    summary = (f"GPU usage {_day(u.since)} → {_day(u.until)}: {total.card_hours:.1f} card-hours, "
+               f"{total.idle_card_hours:.1f} idle, {total.failed_jobs} failed, {total.reruns} reruns")
+    if total.cost is not None:
+        summary += f", cost {total.cost:.2f}{(' ' + currency) if currency else ''}"
+    table = to_table(u, currency, width=100)
+    record = AlertTransition(
+        fingerprint=f"usage-digest-{int(u.until)}", rule="usage.weekly_digest", tier=Tier.INFO,
+        state=AlertState.FIRING, labels={"report": "usage", "by": u.by}, started_at=u.since,
+        ts=u.until, summary=summary, evidence=Evidence(note="```\n" + table[:3900] + "```"),
+    )
+    return Notification(receiver=receiver, group_key="usage-digest", alerts=[record], reason="new",
+                        at=u.until, id=f"usage-digest-{receiver}-{int(u.until)}")
+
+
+async def post_weekly_digest(settings: Any, spool: Spool, *, now: float, delivery: Any = None) -> bool:
+    """Post last week's usage to ``accounting.digest_receiver``; False when none is configured."""
+    cfg: AccountingConfig = settings.accounting
+    if not cfg.digest_receiver:
+        return False
+    u = usage_from_spool(settings, spool, since=now - WEEK_S, until=now, by=cfg.digest_by)
+    note = digest_notification(u, cfg.digest_receiver, cfg.currency)
+    if delivery is None:
+        from notifiers.delivery import Delivery
+
+        delivery = Delivery(settings.notify.receivers, spool=spool)
+    await delivery.deliver(note)
+    return True

@@ -1,0 +1,208 @@
+"""Where replayed records come from: a JSONL file, the local spool, or Kafka by time range.
+
+Every source yields decoded contract records of the engine's input kinds
+(snapshots, events, task metrics) and reports records it cannot use to an
+``on_reject(where, reason)`` callback instead of stopping, so one bad line
+never hides the rest of an incident.  Order: a file and the spool replay in
+the order they were written (so a replay of a recorded run matches the live
+run exactly); Kafka partitions are merged by event time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from gpuwarden.contract import ContractError, GpuEvent, NodeSnapshot, TaskMetric, Topics, decode
+from gpuwarden.spool import Spool
+from gpuwarden.units import parse_duration
+
+#: The record kinds the engine consumes; everything else in a source is passed over.
+INPUT_KINDS = (NodeSnapshot, GpuEvent, TaskMetric)
+InputRecord = NodeSnapshot | GpuEvent | TaskMetric
+OnReject = Callable[[str, str], None]
+
+_EPOCH = re.compile(r"^\s*\d+(\.\d+)?\s*$")
+_RELATIVE = re.compile(r"^\s*(?P<span>\d+(\.\d+)?\s*(ms|s|m|h|d|w))(\s+ago)?\s*$")
+
+
+class ReplayError(ValueError):
+    """A source that cannot be read at all (missing file, bad time range, unreachable broker)."""
+
+
+def parse_time(text: str | None, now: float) -> float | None:
+    """``--since``/``--until`` → epoch seconds: ISO 8601, epoch seconds, or ``2h``/``7d`` (ago).
+
+    A bare number is epoch seconds; a span needs its unit, so ``90`` is never
+    mistaken for "90 seconds ago". An ISO time without an offset is UTC.
+    """
+    if text is None:
+        return None
+    if _EPOCH.match(text):
+        return float(text)
+    if m := _RELATIVE.match(text):
+        return now - parse_duration(m.group("span").replace(" ", ""))
+    try:
+        dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ReplayError(
+            f"expected a time such as 2026-05-01T12:00:00Z, 1746100800 or 2h (ago), got {text!r}"
+        ) from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()
+
+
+def time_range(since: str | None, until: str | None, now: float) -> tuple[float | None, float | None]:
+    """Both ends parsed; an empty or inverted range is an error rather than an empty replay."""
+    lo, hi = parse_time(since, now), parse_time(until, now)
+    if lo is not None and hi is not None and hi <= lo:
+        raise ReplayError(f"--until ({hi:.0f}) must be after --since ({lo:.0f})")
+    return lo, hi
+
+
+def in_range(ts: float, since: float | None, until: float | None) -> bool:
+    return (since is None or ts >= since) and (until is None or ts < until)
+
+
+def _ignore(where: str, reason: str) -> None:
+    """Default reject sink: the caller did not ask to hear about unusable records."""
+
+
+def _usable(data: bytes | str, where: str, on_reject: OnReject) -> InputRecord | None:
+    try:
+        rec = decode(data)
+    except ContractError as e:
+        on_reject(where, str(e))
+        return None
+    return rec if isinstance(rec, INPUT_KINDS) else None
+
+
+# --------------------------------------------------------------------------- file
+
+
+def read_file(path: str | Path, since: float | None = None, until: float | None = None,
+              on_reject: OnReject = _ignore) -> Iterator[InputRecord]:
+    """Contract records from a JSONL file (``gpuwarden run --record``, ``agent --output``), in file order."""
+    p = Path(path)
+    try:
+        fh = p.open("rb")
+    except OSError as e:
+        raise ReplayError(f"{p}: cannot read ({e.strerror})") from None
+    with fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            rec = _usable(line, f"{p}:{lineno}", on_reject)
+            if rec is not None and in_range(rec.ts, since, until):
+                yield rec
+
+
+# --------------------------------------------------------------------------- spool
+
+
+def input_topics(prefix: str = "") -> list[str]:
+    t = Topics(prefix)
+    return [t.samples, t.events, t.metrics]
+
+
+def spool_path(location: str | Path) -> Path:
+    """``--spool`` takes the spool file or the directory holding ``spool.db``."""
+    p = Path(location)
+    if p.is_dir():
+        p = p / "spool.db"
+    if not p.is_file():
+        raise ReplayError(f"{p}: no spool there")
+    return p
+
+
+def read_spool(spool: Spool, since: float | None = None, until: float | None = None, *,
+               topic_prefix: str = "", on_reject: OnReject = _ignore) -> Iterator[InputRecord]:
+    """The engine's input topics from a spool, in append order (the live run's order)."""
+    topics = set(input_topics(topic_prefix))
+    for row in spool.read(since=since, until=until):
+        if row.topic in topics:
+            rec = _usable(row.value, f"spool {row.topic} #{row.id}", on_reject)
+            if rec is not None:
+                yield rec
+
+
+# --------------------------------------------------------------------------- kafka
+
+
+@dataclass(slots=True)
+class KafkaReadStats:
+    """What a time-range read touched: ``fetched`` < the topics' size shows offsets_for_times worked."""
+
+    partitions: int = 0
+    fetched: int = 0
+    in_range: int = 0
+
+
+async def read_kafka(client_kw: dict[str, Any], topics: Iterable[str], since: float | None,
+                     until: float | None, *, slack_s: float = 300.0, on_reject: OnReject = _ignore,
+                     stats: KafkaReadStats | None = None, timeout_s: float = 60.0) -> list[InputRecord]:
+    """Records with ``since <= ts < until`` from ``topics``, merged in event-time order.
+
+    Each partition starts at ``offsets_for_times(since - slack_s)``: Kafka's
+    record timestamp is when the record was produced, never much before its
+    event time (``slack_s`` covers clock skew), and later for records the agent
+    buffered through an outage, which are therefore still found.  Each partition
+    is read up to its end offset as of the start, so the read is bounded.
+    """
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    stats = stats if stats is not None else KafkaReadStats()
+    consumer = AIOKafkaConsumer(**client_kw, enable_auto_commit=False, group_id=None,
+                                auto_offset_reset="earliest")
+    try:
+        await asyncio.wait_for(consumer.start(), timeout_s)
+    except Exception as e:  # noqa: BLE001 - any failure to connect is one clear message
+        await consumer.stop()
+        raise ReplayError(f"Kafka {client_kw.get('bootstrap_servers')}: cannot connect ({e})") from None
+    out: list[tuple[float, int, int, int, InputRecord]] = []
+    try:
+        available = await consumer.topics()
+        names = list(topics)
+        tps = [TopicPartition(t, p) for t in names if t in available
+               for p in sorted(consumer.partitions_for_topic(t) or ())]
+        if not tps:
+            raise ReplayError(f"none of the topics {', '.join(names)} exist on the cluster")
+        consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)
+        if since is not None:
+            found = await consumer.offsets_for_times({tp: max(0, int((since - slack_s) * 1000)) for tp in tps})
+            starts = {tp: (ends[tp] if hit is None else hit.offset) for tp, hit in found.items()}
+        else:
+            starts = await consumer.beginning_offsets(tps)
+        todo = {tp for tp in tps if starts[tp] < ends[tp]}
+        stats.partitions = len(todo)
+        for tp in tps:
+            consumer.seek(tp, starts[tp]) if tp in todo else consumer.pause(tp)
+        rank = {t: i for i, t in enumerate(names)}
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while todo:
+            if asyncio.get_running_loop().time() > deadline:
+                raise ReplayError(f"Kafka read did not finish in {timeout_s:.0f} s")
+            batch = await consumer.getmany(*todo, timeout_ms=500)
+            for tp, msgs in batch.items():
+                for m in msgs:
+                    if m.offset >= ends[tp]:
+                        break
+                    stats.fetched += 1
+                    rec = _usable(m.value or b"", f"{tp.topic}[{tp.partition}]@{m.offset}", on_reject)
+                    if rec is not None and in_range(rec.ts, since, until):
+                        out.append((rec.ts, rank[tp.topic], tp.partition, m.offset, rec))
+                if await consumer.position(tp) >= ends[tp]:
+                    todo.discard(tp)
+                    consumer.pause(tp)
+    finally:
+        await consumer.stop()
+    out.sort(key=lambda r: r[:4])
+    stats.in_range = len(out)
+    return [r[4] for r in out]

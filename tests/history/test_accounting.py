@@ -1,0 +1,147 @@
+"""Accounting against a scenario computed by hand.
+
+T0 = 1_700_000_000. Two nodes.
+
+n1: interval_s = 600 (10 min = 1/6 h), snapshots at T0 + k*600, k = 0..5 (6 snapshots).
+  GPU0  alice (llm, a1, p1)  util 80 throughout          → 6/6 h = 1.0 h held, 0 idle
+  GPU1  bob (vision, b1, p2) util 2 for k=0..2, 50 after → 1.0 h held, 0.5 h idle
+  GPU2  alice a1 AND bob b1, util 3, only k=0..2         → 0.5 h held, all idle,
+        split between the two owners                    → 0.25 h each (idle too)
+  GPU3  no process (util 0)                              → not held, nothing counted
+  plus one snapshot at T0-600 (before --since)           → excluded
+n2: no interval_s, snapshots at T0, +300, +600, +900, +3600 → gaps 300,300,300,2700,
+  median 300 s, so each snapshot counts 300 s = 1/12 h (the 45-min outage is not billed).
+  GPU0  carol (llm, c1, p1) util None at the first 3 (unknown → never idle), 1 at the last 2
+        → 5/12 h held, 2/12 = 1/6 h idle
+  GPU1  alice (llm, a2, p1) only at T0+3600, util 90      → 1/12 h held
+
+By user:  alice 1.0 + 0.25 + 1/12 = 4/3 h, idle 0.25
+          bob   1.0 + 0.25       = 1.25 h, idle 0.5 + 0.25 = 0.75
+          carol 5/12 h,                   idle 1/6
+          total 3.0 h held, 7/6 h idle; at 2.0 per GPU-hour: 8/3, 2.5, 5/6, total 6.0
+Failures: a1 exits 1 at T0+3000 (alice), b1 OOMs at T0+1500 (bob), c1 exits 0 (not a failure).
+Reruns:   llm: a1 failed at T0+3000, a2 first seen at T0+3600 → 1 rerun (alice).
+          c1 started at T0, before the failure → not a rerun.  vision: nothing restarted.
+By task-class: llm 1.0 + 0.25 + 5/12 + 1/12 = 1.75 h, idle 0.25 + 1/6 = 5/12
+               vision 1.0 + 0.25 = 1.25 h, idle 0.75
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gpuwarden.accounting import compute_usage, digest_notification, to_csv
+from gpuwarden.contract import TaskMetricKind, Topics, encode
+from gpuwarden.spool import Spool
+from tests.history.builders import gpu, metric, proc, snap
+
+T0 = 1_700_000_000.0
+SINCE, UNTIL = T0, T0 + 4000
+
+
+def scenario() -> list:
+    recs = []
+    a1 = lambda g: proc(g, "alice", "llm", "a1", "p1")  # noqa: E731
+    b1 = lambda g: proc(g, "bob", "vision", "b1", "p2")  # noqa: E731
+    recs.append(snap("n1", T0 - 600, 0, [gpu(0, 80)], [a1(0)], interval_s=600))
+    for k in range(6):
+        early = k <= 2
+        gpus = [gpu(0, 80), gpu(1, 2 if early else 50), gpu(2, 3), gpu(3, 0)]
+        procs = [a1(0), b1(1)] + ([a1(2), b1(2)] if early else [])
+        recs.append(snap("n1", T0 + k * 600, k + 1, gpus, procs, interval_s=600))
+    c1 = proc(0, "carol", "llm", "c1", "p1")
+    for i, off in enumerate([0, 300, 600, 900, 3600]):
+        util = None if i < 3 else 1
+        gpus = [gpu(0, util), gpu(1, 90)]
+        procs = [c1] + ([proc(1, "alice", "llm", "a2", "p1")] if off == 3600 else [])
+        recs.append(snap("n2", T0 + off, i, gpus, procs))
+    recs += [
+        metric("n1", T0 + 1500, "vision", "b1", TaskMetricKind.OOM),
+        metric("n1", T0 + 3000, "llm", "a1", TaskMetricKind.EXIT, exit_code=1),
+        metric("n2", T0 + 3500, "llm", "c1", TaskMetricKind.EXIT, exit_code=0),
+    ]
+    return recs
+
+
+def rows(usage) -> dict:
+    return {r.key: r for r in usage.rows}
+
+
+def test_by_user_matches_hand_computation():
+    u = compute_usage(scenario(), by="user", since=SINCE, until=UNTIL, price_per_gpu_hour=2.0)
+    r = rows(u)
+    assert set(r) == {"alice", "bob", "carol"}
+    assert r["alice"].card_hours == pytest.approx(4 / 3)
+    assert r["alice"].idle_card_hours == pytest.approx(0.25)
+    assert r["bob"].card_hours == pytest.approx(1.25)
+    assert r["bob"].idle_card_hours == pytest.approx(0.75)
+    assert r["carol"].card_hours == pytest.approx(5 / 12)
+    assert r["carol"].idle_card_hours == pytest.approx(1 / 6)
+    assert (r["alice"].failed_jobs, r["bob"].failed_jobs, r["carol"].failed_jobs) == (1, 1, 0)
+    assert (r["alice"].reruns, r["bob"].reruns, r["carol"].reruns) == (1, 0, 0)
+    assert r["alice"].cost == pytest.approx(8 / 3)
+    assert r["carol"].idle_cost == pytest.approx(1 / 3)
+    total = u.total
+    assert total.card_hours == pytest.approx(3.0)
+    assert total.idle_card_hours == pytest.approx(7 / 6)
+    assert total.cost == pytest.approx(6.0)
+    assert [x.key for x in u.rows] == ["alice", "bob", "carol"]  # most card-hours first
+
+
+def test_by_task_class_and_project():
+    r = rows(compute_usage(scenario(), by="task-class", since=SINCE, until=UNTIL))
+    assert r["llm"].card_hours == pytest.approx(1.75)
+    assert r["llm"].idle_card_hours == pytest.approx(5 / 12)
+    assert r["vision"].card_hours == pytest.approx(1.25)
+    assert (r["llm"].failed_jobs, r["llm"].reruns, r["vision"].failed_jobs) == (1, 1, 1)
+    assert r["llm"].cost is None  # no price, no cost
+    p = rows(compute_usage(scenario(), by="project", since=SINCE, until=UNTIL))
+    assert p["p1"].card_hours == pytest.approx(1.75) and p["p2"].card_hours == pytest.approx(1.25)
+
+
+def test_idle_threshold_is_configurable():
+    # At 60 %, bob's GPU1 at 50 % counts idle too: bob idle = 0.75 + 0.5 = 1.25 (all of it).
+    r = rows(compute_usage(scenario(), by="user", since=SINCE, until=UNTIL, idle_util_below=60))
+    assert r["bob"].idle_card_hours == pytest.approx(1.25)
+    assert r["alice"].idle_card_hours == pytest.approx(0.25)
+
+
+def test_csv_has_every_row_and_the_total():
+    u = compute_usage(scenario(), by="user", since=SINCE, until=UNTIL, price_per_gpu_hour=2.0)
+    got = list(csv.DictReader(io.StringIO(to_csv(u))))
+    assert [g["user"] for g in got] == ["alice", "bob", "carol", "total"]
+    assert float(got[-1]["cost"]) == pytest.approx(6.0)
+
+
+def test_digest_carries_the_table():
+    u = compute_usage(scenario(), by="user", since=SINCE, until=UNTIL, price_per_gpu_hour=2.0)
+    n = digest_notification(u, "team-chat", "EUR")
+    assert n.receiver == "team-chat" and len(n.alerts) == 1
+    note = n.alerts[0].evidence.note
+    assert "alice" in note and "carol" in note and "6.00" in note
+    assert "3.0 card-hours" in n.alerts[0].summary
+
+
+def test_cli_report_from_the_spool(tmp_path):
+    db = tmp_path / "spool.db"
+    topics = Topics()
+    with Spool(db) as spool:
+        spool.append_many((topics.for_record(r), None, r.ts, encode(r)) for r in scenario())
+    cfg = tmp_path / "gpuwarden.yaml"
+    cfg.write_text(f"spool:\n  path: {db}\naccounting:\n  price_per_gpu_hour: 2.0\n")
+    base = [sys.executable, "-m", "gpuwarden.cli", "report", "--config", str(cfg), "usage",
+            "--since", str(SINCE), "--until", str(UNTIL)]
+    out = subprocess.run([*base, "--format", "json"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["total"]["card_hours"] == pytest.approx(3.0)
+    assert data["total"]["cost"] == pytest.approx(6.0)
+    table = subprocess.run(base, capture_output=True, text=True, timeout=60)
+    assert table.returncode == 0, table.stderr
+    assert "alice" in table.stdout and "1.33" in table.stdout and "6.00" in table.stdout
