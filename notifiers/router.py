@@ -166,7 +166,7 @@ class Router:
 
     def _add(self, route: Route, t: AlertTransition, labels: dict[str, str], now: float) -> None:
         if route.group_by == [GROUP_BY_ALL]:
-            glabels = {k: v for k, v in labels.items() if k not in ("tier", "fingerprint")}
+            glabels = {k: v for k, v in labels.items() if k != "tier"}
         else:
             glabels = {k: labels.get(k, "") for k in route.group_by}
         gl = json.dumps(glabels, sort_keys=True, separators=(",", ":"))

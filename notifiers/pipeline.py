@@ -1,0 +1,98 @@
+"""The notifier as one object: history, routing, delivery and timers behind three calls.
+
+``gpuwarden run`` (in process, event-time clock) and ``gpuwarden notify``
+(Kafka, wall clock) both drive this class, so both send the same messages for
+the same transitions. Delivery is injected or built from ``notify.receivers``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpuwarden.contract import AlertTransition, Topics, encode
+from gpuwarden.spool import Spool
+from notifiers.control import ControlRecord, ControlState, load_spool
+from notifiers.message import Notification
+from notifiers.router import Router
+
+log = logging.getLogger("gpuwarden.notify")
+
+
+class Notifier:
+    """Record, route, deliver; ``tick`` runs the timers (group flushes, repeats, escalation, spool drain)."""
+
+    def __init__(self, settings: Any, *, spool: Spool | None, clock: Callable[[], float] = time.time,
+                 delivery: Any = None, record_history: bool = True) -> None:
+        """``record_history``: append each transition to the spool's ``alerts`` log (standalone);
+        the Kafka worker passes False, the ``alerts`` topic being the history there."""
+        self.config = settings.notify
+        self.spool = spool
+        self.clock = clock
+        self.alerts_topic = Topics(settings.kafka.topic_prefix).alerts
+        self.record_history = record_history and spool is not None
+        self.control = ControlState()
+        self._control_in_spool = spool is not None and self.config.control == "spool"
+        self._maintained_at = float("-inf")
+        self._reload_control()
+        self.router = Router(self.config, self.control)
+        if delivery is None:
+            from notifiers.delivery import Delivery
+
+            delivery = Delivery(self.config.receivers, spool=spool,
+                                language=self.config.language or settings.language, clock=clock)
+        self.delivery = delivery
+        self.sent = 0
+        """Notifications handed to delivery (any outcome)."""
+
+    async def handle(self, transition: AlertTransition) -> None:
+        if self.record_history:
+            assert self.spool is not None
+            self.spool.append(self.alerts_topic, encode(transition), key=transition.fingerprint, ts=transition.ts)
+        await self._deliver(self.router.on_transition(transition, self.clock()))
+
+    async def tick(self, now: float | None = None) -> None:
+        now = self.clock() if now is None else now
+        if now - self._maintained_at >= self.config.tick_interval:
+            self._maintained_at = now
+            self._reload_control()
+            await self.delivery.drain()
+        await self._deliver(self.router.tick(now))
+
+    def apply_control(self, record: ControlRecord) -> None:
+        """A silence, ack or override from the control topic (cluster mode)."""
+        self.control.apply(record)
+
+    def next_deadline(self) -> float | None:
+        return self.router.next_deadline()
+
+    async def aclose(self) -> None:
+        await self.delivery.aclose()
+
+    def _reload_control(self) -> None:
+        """Standalone: the CLI writes silences/acks into the spool from another process; pick them up."""
+        if self._control_in_spool:
+            assert self.spool is not None
+            _, problems = load_spool(self.spool, self.control)
+            for p in problems:
+                log.warning("%s (ignored)", p)
+
+    async def _deliver(self, notes: list[Notification]) -> None:
+        """Each receiver in order; receivers side by side, so a slow chat never holds up the pager."""
+        if not notes:
+            return
+        by_receiver: dict[str, list[Notification]] = {}
+        for n in notes:
+            by_receiver.setdefault(n.receiver, []).append(n)
+        await asyncio.gather(*(self._deliver_in_order(ns) for ns in by_receiver.values()))
+
+    async def _deliver_in_order(self, notes: list[Notification]) -> None:
+        for n in notes:
+            self.sent += 1
+            outcome = await self.delivery.deliver(n)
+            level = logging.INFO if outcome.status == "delivered" else logging.WARNING
+            log.log(level, "%s %s %s → %s (%s)", n.receiver, n.reason,
+                    ",".join(a.fingerprint for a in n.alerts), outcome.status, outcome.detail)

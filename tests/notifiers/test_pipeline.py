@@ -1,0 +1,153 @@
+"""Notifier pipeline with an event-time clock; control state written by the real CLI into the spool."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuwarden.cli import main
+from gpuwarden.config import validate_settings
+from gpuwarden.contract import AlertTransition, Topics, decode
+from gpuwarden.spool import Spool
+from notifiers.message import Notification
+from notifiers.pipeline import Notifier
+from tests.notifiers.test_router import T0, alert, receivers
+
+
+@dataclass
+class Result:
+    status: str
+    detail: str = ""
+
+
+class Recorder:
+    """Stands in for Delivery at the seam: records what the router hands over, in order."""
+
+    def __init__(self, slow: dict[str, float] | None = None) -> None:
+        self.got: list[Notification] = []
+        self.drains = 0
+        self.slow = slow or {}
+        self.closed = False
+
+    async def deliver(self, n: Notification) -> Result:
+        await asyncio.sleep(self.slow.get(n.receiver, 0))
+        self.got.append(n)
+        return Result("delivered")
+
+    async def drain(self) -> int:
+        self.drains += 1
+        return 0
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def settings(tmp_path: Path, **notify: Any) -> Any:
+    data = {"spool": {"path": str(tmp_path / "spool.db")}, "notify": {
+        "receivers": receivers("team-chat", "pager"), "team": "team-chat",
+        "escalation": [{"receivers": ["pager"]}], **notify}}
+    return validate_settings(data)
+
+
+def write_config(tmp_path: Path) -> Path:
+    import yaml
+
+    p = tmp_path / "gpuwarden.yaml"
+    p.write_text(yaml.safe_dump({"spool": {"path": str(tmp_path / "spool.db")}}))
+    return p
+
+
+class EventClock:
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+async def test_history_routing_and_timers_on_event_time(tmp_path: Path) -> None:
+    s = settings(tmp_path)
+    spool = Spool(s.spool.path)
+    clock, rec = EventClock(T0), Recorder()
+    n = Notifier(s, spool=spool, clock=clock, delivery=rec)
+    await n.handle(alert("x", tier="critical"))
+    await n.handle(alert("a"))
+    assert sorted(x.receiver for x in rec.got) == ["pager", "team-chat"]
+    clock.t = T0 + 30
+    await n.tick()
+    assert [(x.receiver, x.alerts[0].fingerprint) for x in rec.got[2:]] == [("team-chat", "a")]
+    history = [decode(r.value, AlertTransition).fingerprint for r in spool.read(Topics().alerts)]
+    assert history == ["x", "a"]
+    await n.tick(T0 + 30.5)
+    assert rec.drains == 1  # the spool is drained at most once per tick_interval (1 s) of the clock
+    await n.tick(T0 + 31)
+    assert rec.drains == 2
+    await n.aclose()
+    assert rec.closed
+    spool.close()
+
+
+async def test_cli_silence_and_ack_reach_a_running_notifier_through_the_spool(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The CLI stamps silences and acks with wall time, so this notifier runs live (wall-clock event time).
+    now = float(int(time.time()))
+    cfg = write_config(tmp_path)
+    s = settings(tmp_path)
+    spool = Spool(s.spool.path)
+    clock, rec = EventClock(now), Recorder()
+    n = Notifier(s, spool=spool, clock=clock, delivery=rec)
+
+    assert await asyncio.to_thread(main, ["silence", "--config", str(cfg), "add", "node=node-07",
+                                          "rule=~mem.*", "--for", "1h", "--by", "ops"]) == 0
+    sid = capsys.readouterr().out.split()[0]
+    assert await asyncio.to_thread(main, ["silence", "--config", str(cfg), "list"]) == 0
+    listed = capsys.readouterr().out
+    assert sid in listed and "node=node-07 rule=~mem.*" in listed and "by ops" in listed
+    await n.tick(now)
+    await n.handle(alert("m", node="node-07", started=now))
+    await n.handle(alert("m2", node="node-08", started=now))
+    clock.t = now + 30
+    await n.tick()
+    assert [x.alerts[0].labels["node"] for x in rec.got] == ["node-08"]
+
+    assert await asyncio.to_thread(main, ["silence", "--config", str(cfg), "expire", sid]) == 0
+    assert await asyncio.to_thread(main, ["silence", "--config", str(cfg), "expire", "nope"]) == 1
+    assert await asyncio.to_thread(main, ["silence", "--config", str(cfg), "list"]) == 0
+    assert sid not in capsys.readouterr().out.split("expired")[-1]
+
+    clock.t = now + 330
+    await n.tick()
+    assert [x.alerts[0].fingerprint for x in rec.got] == ["m2", "m"]
+
+    # ack stops the critical alert's repeat (critical repeat_interval 1h)
+    await n.handle(alert("x", tier="critical", started=now))
+    assert await asyncio.to_thread(main, ["ack", "--config", str(cfg), "x", "--by", "ann"]) == 0
+    before = len(rec.got)
+    clock.t = now + 330 + 3600
+    await n.tick()
+    assert rec.got[before:] == []
+    await n.handle(alert("y", tier="critical", started=now))  # an unacked one does repeat
+    clock.t = now + 330 + 7200
+    await n.tick()
+    assert {(x.reason, x.alerts[0].fingerprint) for x in rec.got[before:]} == {("new", "y"), ("repeat", "y")}
+    await n.aclose()
+    spool.close()
+
+
+async def test_bad_silence_matcher_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = write_config(tmp_path)
+    assert await asyncio.to_thread(main, ["silence", "--config", str(cfg), "add", "node~x"]) == 2
+    assert "expected a matcher" in capsys.readouterr().err
+
+
+async def test_a_slow_receiver_does_not_hold_up_the_pager(tmp_path: Path) -> None:
+    s = settings(tmp_path)
+    rec = Recorder(slow={"team-chat": 0.3})
+    n = Notifier(s, spool=None, clock=EventClock(T0), delivery=rec)
+    await n.handle(alert("x", tier="critical"))
+    assert [x.receiver for x in rec.got] == ["pager", "team-chat"]
