@@ -145,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     ru.add_argument("--by", choices=["user", "project", "task-class"], default="user")
     ru.add_argument("--price-per-gpu-hour", type=float, default=None, metavar="X")
     ru.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    ru.add_argument("--until", metavar="T", help="end of the period (default: now)")
+    ru.add_argument("--idle-util-below", type=float, default=None, metavar="PCT",
+                    help="a held GPU under this utilization is idle (default: accounting.idle_util_below, 5)")
     ru.set_defaults(handler="gpuwarden.accounting:cmd_report_usage")
 
     p = sub.add_parser("export", help="write portable history (compressed JSONL + manifest)")

@@ -97,11 +97,13 @@ class LimitsConfig(Section):
 
 def _sections() -> dict[str, type[BaseModel]]:
     # Imported here so each room can import gpuwarden.config's helpers without a cycle.
+    from gpuwarden.accounting import AccountingConfig
     from notifiers.config import NotifyConfig
     from producers.config import AgentConfig
     from streams.config import EngineConfig
 
-    return {"agent": AgentConfig, "engine": EngineConfig, "notify": NotifyConfig}
+    return {"agent": AgentConfig, "engine": EngineConfig, "notify": NotifyConfig,
+            "accounting": AccountingConfig}
 
 
 def _settings_model() -> type[BaseModel]:
