@@ -89,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("notify", help="notifier worker: route alerts from Kafka to chat and on-call")
     _add_config(p)
+    p.add_argument("--log", type=_positive_int, nargs="?", const=50, default=None, metavar="N",
+                   help="print the last N delivery-log entries (default 50) and exit")
     p.set_defaults(handler="notifiers.worker:cmd_notify")
 
     p = sub.add_parser("replay", help="feed recorded records through the engine (incident retros)")
