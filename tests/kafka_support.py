@@ -69,6 +69,13 @@ def kafka_bootstrap() -> Iterator[str]:
             kafka_local("stop", timeout=60)
 
 
+def kafka_local_address(*flags: str) -> str | None:
+    """Bootstrap address of the broker scripts/kafka-local runs now, or None."""
+    proc = kafka_local("status", *flags, timeout=30)
+    parts = proc.stdout.split()
+    return parts[1] if proc.returncode == 0 and len(parts) > 1 else None
+
+
 @dataclass(frozen=True)
 class ScramBroker:
     """A broker whose client listener wants SASL/SCRAM credentials."""
