@@ -1,6 +1,7 @@
 # gpuwarden: the two commands a new user needs are `make demo` and `make test`.
 # Both create .venv and install the project themselves.
 
+SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -23,7 +24,7 @@ demo: $(STAMP)
 ## The whole suite against a real Kafka broker that this target starts and stops
 ## (set KAFKA_BOOTSTRAP to use an existing broker instead).
 test: $(STAMP)
-	@set -e; started=0; \
+	@set -e -o pipefail; started=0; \
 	if [ -z "$$KAFKA_BOOTSTRAP" ]; then \
 	  if ! $(PYTHON) scripts/kafka-local status >/dev/null 2>&1; then started=1; fi; \
 	  KAFKA_BOOTSTRAP=$$($(PYTHON) scripts/kafka-local start | tail -n 1); \

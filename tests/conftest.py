@@ -1,3 +1,28 @@
 """Shared pytest configuration."""
 
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
 pytest_plugins = ["tests.kafka_support"]
+
+
+@pytest.fixture
+def kafka_report(record_property) -> Callable[[str], None]:
+    """Record a line about real broker traffic; shown in the run's summary ("Kafka traffic")."""
+    return lambda line: record_property("kafka_traffic", line)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    lines = [
+        value
+        for report in terminalreporter.stats.get("passed", [])
+        for key, value in getattr(report, "user_properties", [])
+        if key == "kafka_traffic"
+    ]
+    if lines:
+        terminalreporter.section("Kafka traffic (real broker)")
+        for line in lines:
+            terminalreporter.write_line(line)

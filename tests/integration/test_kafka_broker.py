@@ -32,7 +32,9 @@ from tests.kafka_support import (
 pytestmark = pytest.mark.kafka
 
 
-async def test_idempotent_produce_and_group_consume_in_order(kafka_bootstrap: str) -> None:
+async def test_idempotent_produce_and_group_consume_in_order(
+    kafka_bootstrap: str, kafka_report
+) -> None:
     n = 500
     topic = unique_topic("it-produce")
     group = unique_topic("it-group")
@@ -70,12 +72,12 @@ async def test_idempotent_produce_and_group_consume_in_order(kafka_bootstrap: st
     )
     assert [r.offset for r in resumed] == list(range(n, n + len(more)))
     assert [r.value for r in resumed] == [v for _, v in more]
-    print(f"kafka: produced {n} / consumed {len(got)} via {kafka_bootstrap} "
+    kafka_report(f"kafka: produced {n} / consumed {len(got)} via {kafka_bootstrap} "
           f"(acks=all, idempotent, gzip; group resumed at offset {committed})")
 
 
 async def test_faust_agent_counts_into_table_with_changelog(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str, tmp_path: Path, kafka_report
 ) -> None:
     app_id = unique_topic("it-faust")
     source_name = f"{app_id}-events"
@@ -126,7 +128,7 @@ async def test_faust_agent_counts_into_table_with_changelog(
     log = await consume_all(kafka_bootstrap, changelog, expected=len(keys), timeout=30)
     latest = {json.loads(r.key): json.loads(r.value) for r in log}
     assert latest == dict(expected)
-    print(f"faust: {len(processed)} events -> table {table}, {len(log)} changelog records "
+    kafka_report(f"faust: {len(processed)} events -> table {table}, {len(log)} changelog records "
           f"via {kafka_bootstrap}")
 
 
