@@ -1,0 +1,227 @@
+"""Delivery through real sockets to the fake platforms, on simulated time."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gpuwarden.contract import Tier
+from gpuwarden.spool import Spool
+from notifiers.delivery import Delivery
+from notifiers.receivers import Receiver
+from tests.fakes.alerts import note
+from tests.fakes.clock import SimClock
+from tests.fakes.http import FakeDingTalk, FakeFeishu, FakePagerDuty, FakeSlack, FakeWebhook
+from tests.fakes.smtp import FakeSmtp
+
+FP = re.compile(r"fp\d{5}")
+
+
+@pytest.fixture
+def clock() -> SimClock:
+    return SimClock()
+
+
+@pytest.fixture
+def spool(tmp_path) -> Spool:
+    with Spool(tmp_path / "spool.db") as s:
+        yield s
+
+
+def dingtalk_receiver(monkeypatch, fake: FakeDingTalk, secret: str | None, **extra) -> Receiver:
+    monkeypatch.setenv("DT_URL", f"{fake.base}/robot/send?access_token={fake.token}")
+    cfg: dict = {"url": {"env": "DT_URL"}}
+    if secret:
+        monkeypatch.setenv("DT_SECRET", secret)
+        cfg["secret"] = {"env": "DT_SECRET"}
+    return Receiver(name="dt", dingtalk=cfg, **extra)
+
+
+def feishu_receiver(monkeypatch, fake: FakeFeishu, secret: str | None, **extra) -> Receiver:
+    monkeypatch.setenv("FS_URL", fake.base + fake.hook)
+    cfg: dict = {"url": {"env": "FS_URL"}}
+    if secret:
+        monkeypatch.setenv("FS_SECRET", secret)
+        cfg["secret"] = {"env": "FS_SECRET"}
+    return Receiver(name="fs", feishu=cfg, **extra)
+
+
+def max_in_window(times: list[float], window: float) -> int:
+    return max((sum(1 for u in times if t - window < u <= t) for t in times), default=0)
+
+
+async def test_200_alerts_to_one_dingtalk_robot_stay_within_20_per_minute_and_lose_nothing(monkeypatch, clock, spool):
+    with FakeDingTalk(clock, secret="SECdingtalk-signing-secret") as fake:
+        r = dingtalk_receiver(monkeypatch, fake, "SECdingtalk-signing-secret")
+        d = Delivery([r], spool=spool, clock=clock, sleep=clock.sleep)
+        try:
+            statuses = []
+            for i in range(200):
+                statuses.append((await d.deliver(note("dt", i))).status)
+                await clock.sleep(0.5)  # 200 alerts over 100 simulated seconds
+            await d.wait_idle()
+        finally:
+            await d.aclose()
+    assert statuses.count("delivered") + statuses.count("spooled") == 200 and statuses.count("spooled") > 100
+    rejected = [q for q in fake.requests if q not in fake.accepted]
+    assert rejected == []  # never had to be told "send too fast"
+    assert max_in_window([q.at for q in fake.accepted], 60.0) <= 20
+    seen = [fp for q in fake.accepted for fp in FP.findall(q.json["markdown"]["text"])]
+    assert sorted(set(seen)) == [f"fp{i:05d}" for i in range(200)]
+    assert len(fake.accepted) <= 60  # ~2.5 simulated minutes at 20/min: merged into digests
+    assert d.pending("dt") == 0
+
+
+async def test_slack_429_retry_after_is_honoured(monkeypatch, clock, spool):
+    with FakeSlack(clock) as fake:
+        monkeypatch.setenv("SLACK_URL", fake.base + fake.path)
+        fake.script.append((429, {"Retry-After": "7"}, b"rate_limited"))
+        d = Delivery([Receiver(name="sl", slack={"url": {"env": "SLACK_URL"}})], spool=spool,
+                     clock=clock, sleep=clock.sleep, rng=lambda: 0.0)
+        try:
+            out = await d.deliver(note("sl", 1))
+        finally:
+            await d.aclose()
+    assert out.status == "delivered" and out.attempts == 2
+    first, second = fake.requests
+    assert first.answer[0] == 429 and second.answer[0] == 200
+    assert second.at - first.at >= 7.0
+    assert len(second.json["blocks"]) <= 50 and second.json["text"]
+
+
+async def test_channel_down_five_minutes_spools_then_delivers_exactly_once(monkeypatch, clock, spool):
+    with FakeFeishu(clock, secret="feishu-signing-secret") as fake:
+        fake.down_until = clock() + 300
+        r = feishu_receiver(monkeypatch, fake, "feishu-signing-secret")
+        d = Delivery([r], spool=spool, clock=clock, sleep=clock.sleep)
+        try:
+            first = await d.deliver(note("fs", 1))
+            second = await d.deliver(note("fs", 2))
+            assert (first.status, second.status) == ("spooled", "spooled")
+            assert d.pending("fs") == 2
+            await d.wait_idle()
+            assert await d.drain() == 0  # nothing left, nothing sent twice
+            again = await d.deliver(note("fs", 1))  # the same id again
+        finally:
+            await d.aclose()
+    assert again.detail == "already delivered (same id)"
+    assert clock() >= fake.down_until
+    assert len(fake.accepted) == 1  # both, in one digest, once
+    card = fake.accepted[0].json["card"]["elements"][0]["text"]["content"]
+    assert FP.findall(card) == ["fp00001", "fp00002"]  # in order
+    statuses = [(e["notification_id"], e["status"]) for e in d.log.read(100)]
+    assert ("n1", "spooled") in statuses and statuses.count(("n1", "delivered")) == 1
+
+
+async def test_spooled_notifications_survive_a_restart_and_drain_in_order(monkeypatch, clock, spool):
+    with FakeFeishu(clock) as fake:
+        fake.down_until = clock() + 10_000
+        r = feishu_receiver(monkeypatch, fake, None)
+        d = Delivery([r], spool=spool, clock=clock, sleep=clock.sleep, max_attempts=2)
+        for i in range(3):
+            assert (await d.deliver(note("fs", i))).status == "spooled"
+        await d.aclose()  # "crash": flusher gone, spool keeps the queue
+        fake.down_until = None
+        d2 = Delivery([r], spool=spool, clock=clock, sleep=clock.sleep)
+        try:
+            assert await d2.drain() == 3
+            assert await d2.drain() == 0
+        finally:
+            await d2.aclose()
+    content = fake.accepted[-1].json["card"]["elements"][0]["text"]["content"]
+    assert FP.findall(content) == ["fp00000", "fp00001", "fp00002"]
+    assert len(fake.accepted) == 1
+
+
+async def test_critical_alert_with_primary_down_reaches_the_fallback(monkeypatch, clock, spool):
+    with FakeFeishu(clock) as fs, FakeDingTalk(clock) as dt:
+        fs.down_until = clock() + 3600
+        primary = feishu_receiver(monkeypatch, fs, None, fallback=["dt"])
+        d = Delivery([primary, dingtalk_receiver(monkeypatch, dt, None)], spool=spool,
+                     clock=clock, sleep=clock.sleep)
+        try:
+            out = await d.deliver(note("fs", 7, tier=Tier.CRITICAL))
+            later = await d.deliver(note("fs", 8, tier=Tier.CRITICAL))  # primary known down: straight to fallback
+        finally:
+            await d.aclose()
+    assert (out.status, later.status) == ("fallback", "fallback")
+    assert len(fs.requests) == 4  # max_attempts on the first, none on the second
+    assert [FP.findall(q.json["markdown"]["text"]) for q in dt.accepted] == [["fp00007"], ["fp00008"]]
+    assert d.pending("fs") == 0
+
+
+async def test_permanent_error_is_not_retried_and_logged_with_the_platform_message(monkeypatch, clock, spool, caplog):
+    with FakeFeishu(clock, secret="right-secret") as fake:
+        r = feishu_receiver(monkeypatch, fake, "wrong-secret")
+        d = Delivery([r], spool=spool, clock=clock, sleep=clock.sleep)
+        try:
+            out = await d.deliver(note("fs", 1))
+        finally:
+            await d.aclose()
+    assert out.status == "failed" and out.attempts == 1 and len(fake.requests) == 1
+    assert "19021" in out.detail and "sign match fail" in out.detail
+    assert "sign match fail" in caplog.text
+    assert d.pending("fs") == 0
+
+
+async def test_pagerduty_trigger_then_resolve_share_the_fingerprint(monkeypatch, clock, spool):
+    from gpuwarden.contract import AlertState
+
+    with FakePagerDuty(clock) as fake:
+        monkeypatch.setenv("PD_KEY", "R0UT1NGKEY0123456789abcdefABCDEF")
+        r = Receiver(name="pd", pagerduty={"routing_key": {"env": "PD_KEY"}, "url": fake.base + "/v2/enqueue"})
+        d = Delivery([r], spool=spool, clock=clock, sleep=clock.sleep)
+        try:
+            a = await d.deliver(note("pd", 3, tier=Tier.CRITICAL))
+            b = await d.deliver(note("pd", 3, tier=Tier.CRITICAL, state=AlertState.RESOLVED, at=clock() + 60))
+        finally:
+            await d.aclose()
+    assert a.status == b.status == "delivered"
+    trig, res = (q.json for q in fake.accepted)
+    assert trig["event_action"] == "trigger" and trig["payload"]["severity"] == "critical"
+    assert res["event_action"] == "resolve" and res["dedup_key"] == trig["dedup_key"] == "fp00003" + "a" * 11
+
+
+async def test_webhook_posts_an_alertmanager_v4_payload(monkeypatch, clock, spool):
+    with FakeWebhook(clock, token="hook-bearer-token") as fake:
+        monkeypatch.setenv("WH_URL", fake.base + "/alerts")
+        monkeypatch.setenv("WH_TOKEN", "hook-bearer-token")
+        r = Receiver(name="wh", webhook={"url": {"env": "WH_URL"}, "bearer_token": {"env": "WH_TOKEN"}})
+        d = Delivery([r], spool=spool, clock=clock, sleep=clock.sleep)
+        try:
+            out = await d.deliver(note("wh", 4))
+        finally:
+            await d.aclose()
+    assert out.status == "delivered"
+    body = fake.accepted[0].json
+    assert body["status"] == "firing" and body["alerts"][0]["labels"]["alertname"] == "gpu_mem_leak"
+    assert body["alerts"][0]["endsAt"] == "0001-01-01T00:00:00Z"
+
+
+async def test_email_over_smtp(clock, spool):
+    with FakeSmtp() as smtp:
+        r = Receiver(name="mail", email={"to": ["oncall@example.org"], "from": "gpuwarden@example.org",
+                                         "host": "127.0.0.1", "port": smtp.port})
+        d = Delivery([r], spool=spool, language="zh-CN", clock=clock, sleep=clock.sleep)
+        try:
+            out = await d.deliver(note("mail", 5, tier=Tier.CRITICAL))
+        finally:
+            await d.aclose()
+    assert out.status == "delivered"
+    (msg,) = smtp.messages
+    assert msg["To"] == "oncall@example.org" and "严重" in str(msg["Subject"]) or "=?utf-8?" in msg["Subject"]
+    assert "建议操作" in msg.get_payload(decode=True).decode()
+
+
+async def test_smtp_down_spools(clock, spool):
+    from tests.fakes.smtp import _free_port
+
+    r = Receiver(name="mail", email={"to": ["a@example.org"], "from": "g@example.org", "port": _free_port(),
+                                     "timeout_s": 2})
+    d = Delivery([r], spool=spool, clock=clock, sleep=clock.sleep, max_attempts=2)
+    try:
+        out = await d.deliver(note("mail", 6))
+    finally:
+        await d.aclose()
+    assert out.status == "spooled" and d.pending("mail") == 1
