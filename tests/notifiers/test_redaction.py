@@ -50,7 +50,7 @@ async def test_full_run_leaks_no_secret(monkeypatch, tmp_path, caplog, capsys):
     assert {o.status for o in outcomes} >= {"fallback", "delivered", "spooled"}  # all paths ran
     captured = capsys.readouterr()
     haystack = "\n".join([caplog.text, captured.out, captured.err, repr(outcomes), repr(log_entries)])
-    assert "access_token=***" in caplog.text  # httpx logged the request URLs, masked
+    assert "HTTP Request: POST ***" in caplog.text  # httpx logged the request URLs, masked
     assert "retry" in caplog.text.lower() or "failing" in caplog.text.lower()  # logs did say things
     leaked = [name for name, value in env.items() if value in haystack and name not in ("FS_URL", "SL_URL", "DT_URL")]
     tokens = [t for t in ("feishu-hook-id-secret", "dingtalk-access-token-secret", "XXXXSECRETSLACK",
