@@ -252,6 +252,10 @@ class TaskSummary(_TimedRecord):
     samples: NonNegInt
     gpus: NonNegInt
     stats: dict[Label, float] = Field(default_factory=dict, max_length=64)
+    labels: dict[Label, Label] = Field(
+        default_factory=dict, max_length=32,
+        description="who and where (user, project, driver_version, cuda_version) for stage-2 rules",
+    )
 
 
 # --------------------------------------------------------------------------- alerts

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import Field
+
 from gpuwarden.config import Section
 from gpuwarden.units import Duration
 
@@ -11,4 +13,22 @@ from gpuwarden.units import Duration
 class EngineConfig(Section):
     rules: Path | None = None
     observation_period: Duration = 14 * 86400
+    """A task class raises no deviation alerts (shows "learning") for this long after first seen."""
     allowed_lateness: Duration = 30.0
+    """Records up to this much older than the newest of their node are reordered; older ones dropped."""
+    bucket: Duration = Field(default=15.0, gt=0)
+    """Width of the event-time buckets windows are made of; also the rule evaluation cadence."""
+    summary_interval: Duration = Field(default=60.0, gt=0)
+    """Task summaries (stage 1 → stage 2) per this much event time; a multiple of ``bucket``."""
+    history: Duration = Field(default=2 * 3600.0, gt=0)
+    """Longest rule window; buckets older than this are dropped."""
+    baseline_samples: int = Field(default=4096, ge=16)
+    """Most recent task-summary values kept per class and statistic for the median/MAD."""
+    baseline_min_samples: int = Field(default=30, ge=1)
+    baseline_refresh: Duration = 600.0
+    gpu_expiry: Duration = 6 * 3600.0
+    """A GPU absent this long is forgotten (a lost GPU stays alerted until then)."""
+    task_expiry: Duration = 600.0
+    job_expiry: Duration = 1800.0
+    dedup_window: int = Field(default=4096, ge=16)
+    """Recent record ids remembered per node for duplicate detection."""

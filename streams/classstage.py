@@ -1,0 +1,191 @@
+"""Stage 2, keyed by task class: rolling baselines and the rules that need them.
+
+Each TaskSummary (one task on one node, one summary interval) is judged against
+its class's baseline first and then folded into it, unless that task already
+has a deviation pending or firing (a degraded task must not teach the baseline
+that degraded is normal). A class is "learning" until ``observation_period``
+of event time has passed since its first summary and it has
+``baseline_min_samples`` values: no deviation alerts meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from gpuwarden.contract import AlertTransition, Baseline, TaskSummary
+from streams import statecodec
+from streams.baseline import band, median_mad
+from streams.config import EngineConfig
+from streams.evaluate import Context, evaluate, resolve_all
+from streams.metrics import CLASS_INDEX, CLASS_ROW
+from streams.rules import RulePack
+from streams.statecodec import state
+from streams.windows import BucketWindow
+
+VERSION_HORIZON = 600.0
+
+
+@state
+class JobState:
+    __slots__ = ("task_id", "node", "win", "labels", "last_ts", "alerts")
+
+    def __init__(self, task_id: str, node: str, maxlen: int) -> None:
+        self.task_id, self.node = task_id, node
+        self.win = BucketWindow(maxlen)
+        self.labels: dict = {}
+        self.last_ts = 0.0
+        self.alerts: dict = {}
+
+
+@state
+class ClassState:
+    __slots__ = ("task", "first_ts", "max_ts", "values", "cache", "cache_ts", "jobs", "versions",
+                 "job_alerts")
+
+    def __init__(self, task: str, first_ts: float, keep: int) -> None:
+        self.task = task
+        self.first_ts = first_ts
+        self.max_ts = first_ts
+        self.values: dict = {k: deque(maxlen=keep) for k in CLASS_ROW}
+        self.cache: dict = {}
+        self.cache_ts: float | None = None
+        self.jobs: dict = {}
+        self.versions: dict = {}  # task_id -> {node: [driver, cuda, ts]}
+        self.job_alerts: dict = {}  # task_id -> {fp: AlertSlot}
+
+
+class _ClassCtx(Context):
+    def __init__(self, stage: ClassStage) -> None:
+        super().__init__()
+        self.stage = stage
+        self.cls: ClassState | None = None
+        self.job: JobState | None = None
+        self.task_id = ""
+
+    def series(self, metric: str, since: float, use_max: bool = False) -> tuple[list[float], list[float]]:
+        if self.job is None:
+            return [], []
+        return self.job.win.series(CLASS_INDEX[metric], since, use_max)
+
+    def baseline(self, metric: str) -> tuple[float, float, int] | None:
+        assert self.cls is not None
+        if self.stage.learning(self.cls, self.now):
+            return None
+        b = self.cls.cache.get(metric)
+        return None if b is None else (b[0], b[1], b[2])
+
+    def scalar(self, metric: str) -> float | None:
+        assert self.cls is not None
+        vers = self.cls.versions.get(self.task_id, {})
+        live = {n: v for n, v in vers.items() if self.now - v[2] <= VERSION_HORIZON}
+        if metric == "nodes":
+            return float(len(live))
+        if metric == "version_skew":
+            distinct = sorted({(v[0], v[1]) for v in live.values()})
+            if len(distinct) > 1:
+                self.ev["note"] = "; ".join(
+                    f"{n}: driver {v[0] or '?'} CUDA {v[1] or '?'}" for n, v in sorted(live.items()))
+            return float(len(distinct) - 1) if distinct else None
+        return None
+
+
+class ClassStage:
+    """Stage 2, keyed by task class: rolling baselines (median/MAD) and deviation/composite rules
+    that need them; 'learning' during the observation period."""
+
+    def __init__(self, rules: RulePack, config: EngineConfig) -> None:
+        self.rules = rules
+        self.cfg = config
+        self._classes: dict[str, ClassState] = {}
+        self._ctx = _ClassCtx(self)
+        self._maxlen = int(config.history // config.summary_interval) + 1
+
+    def classes(self) -> list[str]:
+        return sorted(self._classes)
+
+    def dump(self, task_class: str) -> bytes:
+        return statecodec.dumps(self._classes[task_class])
+
+    def load(self, task_class: str, data: bytes) -> None:
+        self._classes[task_class] = statecodec.loads(data)
+
+    def learning(self, cls: ClassState, now: float) -> bool:
+        return now - cls.first_ts < self.cfg.observation_period or \
+            len(cls.values["util_gpu"]) < self.cfg.baseline_min_samples and not cls.cache
+
+    def baseline(self, task_class: str) -> dict[str, Baseline | None]:
+        """Each statistic's band, or None while the class is learning (or has no such values)."""
+        cls = self._classes.get(task_class)
+        out: dict[str, Baseline | None] = {k: None for k in CLASS_ROW}
+        if cls is None or self.learning(cls, cls.max_ts):
+            return out
+        for k, (med, mad, n) in sorted(cls.cache.items()):
+            lo, hi = band(med, mad)
+            out[k] = Baseline(median=med, mad=mad, low=lo, high=hi, samples=n)
+        return out
+
+    def open_slots(self) -> list[tuple[str, Any]]:
+        out = []
+        for c in self.classes():
+            cls = self._classes[c]
+            for alerts in [*(j.alerts for j in cls.jobs.values()), *cls.job_alerts.values()]:
+                out.extend((fp, s) for fp, s in alerts.items() if s.firing_since is not None)
+        return out
+
+    def process(self, summary: TaskSummary) -> list[AlertTransition]:
+        if not isinstance(summary, TaskSummary):
+            return []
+        t = summary.ts
+        cls = self._classes.get(summary.task)
+        if cls is None:
+            cls = self._classes[summary.task] = ClassState(summary.task, t, self.cfg.baseline_samples)
+        if t > cls.max_ts:
+            cls.max_ts = t
+        key = f"{summary.task_id}@{summary.node}"
+        job = cls.jobs.get(key)
+        if job is None:
+            job = cls.jobs[key] = JobState(summary.task_id, summary.node, self._maxlen)
+        job.last_ts = max(job.last_ts, t)
+        job.labels = {"node": summary.node, "task": summary.task_id, "task_class": summary.task,
+                      **{k: v for k, v in summary.labels.items() if k in ("user", "project")}}
+        job.win.rows.append(tuple(summary.stats.get(k) for k in CLASS_ROW))
+        job.win.close(t)
+        cls.versions.setdefault(summary.task_id, {})[summary.node] = [
+            summary.labels.get("driver_version", ""), summary.labels.get("cuda_version", ""), t]
+        self._refresh(cls, t)
+        ctx = self._ctx
+        ctx.cls, ctx.job, ctx.task_id = cls, job, summary.task_id
+        out = evaluate(self.rules.by_scope["class"], ctx, t, {"node": job.node, "task": job.task_id},
+                       job.labels, job.alerts)
+        ctx.job = None
+        job_labels = {k: v for k, v in job.labels.items() if k != "node"}
+        out += evaluate(self.rules.by_scope["job"], ctx, t, {"task": job.task_id}, job_labels,
+                        cls.job_alerts.setdefault(summary.task_id, {}))
+        if not job.alerts:
+            for k, v in summary.stats.items():
+                if k in cls.values:
+                    cls.values[k].append(v)
+        out += self._expire(cls, t)
+        return out
+
+    def _refresh(self, cls: ClassState, t: float) -> None:
+        if cls.cache_ts is not None and t - cls.cache_ts < self.cfg.baseline_refresh:
+            return
+        cls.cache_ts = t
+        cls.cache = {k: list(median_mad(v)) for k, v in cls.values.items()
+                     if len(v) >= self.cfg.baseline_min_samples}
+
+    def _expire(self, cls: ClassState, t: float) -> list[AlertTransition]:
+        out: list[AlertTransition] = []
+        for key in sorted(cls.jobs):
+            job = cls.jobs[key]
+            if t - job.last_ts >= self.cfg.job_expiry:
+                out += resolve_all(job.alerts, t)
+                del cls.jobs[key]
+        live = {j.task_id for j in cls.jobs.values()}
+        for tid in sorted(cls.versions):
+            if tid not in live:
+                out += resolve_all(cls.job_alerts.pop(tid, {}), t)
+                del cls.versions[tid]
+        return out

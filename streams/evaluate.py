@@ -1,0 +1,140 @@
+"""Rule evaluation shared by both stages: the context closures read, and the alert loop.
+
+A stage supplies a :class:`Context` subclass that knows where its series,
+scalars, events and baselines live; :func:`evaluate` runs a scope's rules for
+one entity at one event-time instant and returns the transitions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuwarden.contract import AlertTransition
+from streams.alerts import AlertSlot, fingerprint, step, transition
+from streams.rules import Rule, render
+
+
+class Context:
+    """What a compiled condition may ask; evidence accumulates in ``ev``."""
+
+    last_window = 30.0
+    bucket_s = 15.0
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.ev: dict[str, Any] = {"values": {}}
+        self._window = 0.0
+
+    def reset(self, now: float) -> None:
+        self.now = now
+        self.ev = {"values": {}}
+        self._window = 0.0
+
+    def note_window(self, seconds: float) -> None:
+        if seconds > self._window:
+            self._window = seconds
+
+    def evidence(self) -> dict[str, Any]:
+        ev = dict(self.ev)
+        if self._window:
+            ev["window_s"] = self._window
+        return ev
+
+    # Overridden per stage.
+    def series(self, metric: str, since: float, use_max: bool = False) -> tuple[list[float], list[float]]:
+        return [], []
+
+    def scalar(self, metric: str) -> float | None:
+        return None
+
+    def count_events(self, since: float, pred: Any, per: str) -> int:
+        return 0
+
+    def baseline(self, metric: str) -> tuple[float, float, int] | None:
+        return None
+
+
+_FP_CACHE: dict[tuple[str, tuple], str] = {}
+
+
+def _fp(rule: str, identity: dict[str, str]) -> str:
+    key = (rule, tuple(identity.items()))
+    fp = _FP_CACHE.get(key)
+    if fp is None:
+        if len(_FP_CACHE) > 100_000:
+            _FP_CACHE.clear()
+        fp = _FP_CACHE[key] = fingerprint(rule, identity)
+    return fp
+
+
+def _humanize(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _fire(rule: Rule, slot: AlertSlot, ctx: Context, labels: dict[str, str], now: float) -> None:
+    """Freeze labels, evidence, summary and action at the firing instant."""
+    ev = ctx.evidence()
+    ev["held_for_s"] = round(now - (slot.pending_since or now), 3)
+    spec = rule.spec
+    action, cause_text = spec.action, ""
+    for check, cause in rule.causes:
+        ctx.reset(now)
+        if check(ctx):
+            cause_text, action = cause.summary, cause.action or action
+            ev["values"].update(ctx.ev["values"])
+            break
+    merged = {**labels, **spec.labels}
+    names: dict[str, Any] = {**merged, **ev["values"], "held_for": _humanize(ev["held_for_s"]),
+                             "window": _humanize(ev.get("window_s") or 0)}
+    for k in ("slope", "slope_unit", "count"):
+        if ev.get(k) is not None:
+            names[k] = ev[k]
+    if ev.get("baseline"):
+        names.update({f"baseline_{k}": v for k, v in ev["baseline"].items()})
+    summary = render(spec.summary, names)
+    if cause_text:
+        summary += " Likely cause: " + render(cause_text, names)
+        ev["note"] = render(cause_text, names)
+    slot.labels, slot.evidence, slot.tier = merged, ev, spec.tier.value
+    slot.summary, slot.action = summary, render(action, names)
+
+
+def evaluate(rules: list[Rule], ctx: Context, now: float, identity: dict[str, str],
+             labels: dict[str, str], alerts: dict[str, AlertSlot]) -> list[AlertTransition]:
+    """Run ``rules`` for one entity at ``now``; ``alerts`` holds the open/pending slots by fingerprint."""
+    out: list[AlertTransition] = []
+    for rule in rules:
+        ctx.reset(now)
+        holds = rule.check(ctx)
+        fp = _fp(rule.name, identity)
+        slot = alerts.get(fp)
+        if slot is None:
+            if not holds:
+                continue
+            slot = alerts[fp] = AlertSlot(rule.name)
+        started = slot.firing_since
+        change = step(slot, now, holds, rule.for_s, rule.keep_s)
+        if change == "firing":
+            _fire(rule, slot, ctx, labels, now)
+            out.append(transition(rule.name, fp, slot, "firing", now, now))
+        elif change == "resolved":
+            out.append(transition(rule.name, fp, slot, "resolved", now, started or now))
+        if slot.firing_since is None and slot.pending_since is None:
+            del alerts[fp]
+    return out
+
+
+def resolve_all(alerts: dict[str, AlertSlot], now: float) -> list[AlertTransition]:
+    """Resolve every firing slot of an entity that is gone (task ended, GPU expired)."""
+    out = []
+    for fp in list(alerts):
+        slot = alerts[fp]
+        if slot.firing_since is not None:
+            out.append(transition(slot.rule, fp, slot, "resolved", now, slot.firing_since))
+        del alerts[fp]
+    return out

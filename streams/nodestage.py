@@ -1,0 +1,562 @@
+"""Stage 1, keyed by node: per-GPU and per-task windows, hardware and event rules, task summaries.
+
+Hot path (one NodeSnapshot): duplicate check, reorder buffer, one tuple per GPU
+appended to its open bucket. Everything else (aggregation, derived metrics,
+rules, summaries) runs once per bucket close in event time.
+
+Out-of-order records: a per-node reorder buffer holds records until the node's
+newest timestamp is ``allowed_lateness`` past them, then releases them in
+(ts, arrival) order; a record older than the last released one is dropped and
+counted in ``late``. Duplicates (same boot_id+seq, or the same task metric) are
+dropped and counted in ``duplicates``. ``flush()`` releases the buffer at the
+end of a finite input (replay, ``run --duration``).
+"""
+
+from __future__ import annotations
+
+import heapq
+from operator import attrgetter
+from typing import Any
+
+from gpuwarden.contract import (
+    AlertTransition,
+    GpuEvent,
+    NodeSnapshot,
+    TaskMetric,
+    TaskSummary,
+    decode,
+    encode,
+)
+from streams import statecodec
+from streams import trend as tr
+from streams.config import EngineConfig
+from streams.evaluate import Context, evaluate, resolve_all
+from streams.metrics import GPU_INDEX, GPU_RAW, NODE_INDEX, TASK_INDEX
+from streams.rules import RulePack
+from streams.statecodec import state
+from streams.windows import BucketWindow, EventLog
+
+_GIB = float(1 << 30)
+_G = attrgetter("index", "util_gpu", "mem_used_bytes", "mem_total_bytes", "temp_gpu_c", "power_w",
+                "power_limit_w", "clock_sm_mhz", "clock_sm_max_mhz", "clock_event_reasons",
+                "ecc_volatile_uncorrected", "remap_pending", "remap_failure")
+_MISSING = tuple(0.0 if n == "present" else None for n in GPU_RAW)
+_I = GPU_INDEX
+_MEM, _TOT, _UTIL, _PRES, _IDLE = _I["mem_used_gib"], _I["mem_total_gib"], _I["util_gpu"], _I["present"], \
+    _I["idle_allocated"]
+IDLE_UTIL = 5.0
+CKPT_TOLERANCE = 0.005
+CKPT_HORIZON = 1800.0
+OOM_TREND_S = 900.0
+OOM_MONOTONIC = 0.75
+
+
+def _gpu_derived(m: list) -> list:
+    used, total, power, limit = m[_MEM], m[_TOT], m[_I["power_w"]], m[_I["power_limit_w"]]
+    clk, clk_max, temp = m[_I["clock_sm_mhz"]], m[_I["clock_sm_max_mhz"]], m[_I["temp_gpu_c"]]
+    return [
+        used / total if used is not None and total else None,
+        total - used if used is not None and total is not None else None,
+        power / limit if power is not None and limit else None,
+        clk / clk_max if clk is not None and clk_max else None,
+        temp / power if temp is not None and power else None,
+    ]
+
+
+def _task_derived(m: list) -> list:
+    st, dw, cm = m[0], m[1], m[2]
+    return [dw / st if dw is not None and st else None, cm / st if cm is not None and st else None]
+
+
+@state
+class GpuState:
+    __slots__ = ("index", "uuid", "win", "labels", "owner", "last_seen", "idle_since", "ckpt", "alerts")
+
+    def __init__(self, index: int, maxlen: int) -> None:
+        self.index = index
+        self.uuid = ""
+        self.win = BucketWindow(maxlen)
+        self.labels: dict = {}
+        self.owner = ""  # task_id holding the GPU, "" when free
+        self.last_seen = 0.0
+        self.idle_since: float | None = None
+        self.ckpt: list | None = None  # [begin_ts, mem_at_begin, end_ts|None, released 1/0/None]
+        self.alerts: dict = {}
+
+
+@state
+class TaskState:
+    __slots__ = ("task_id", "labels", "gpus", "win", "last_seen", "ended", "acc", "alerts")
+
+    def __init__(self, task_id: str, labels: dict, maxlen: int) -> None:
+        self.task_id = task_id
+        self.labels = labels
+        self.gpus: list[int] = []
+        self.win = BucketWindow(maxlen)
+        self.last_seen = 0.0
+        self.ended = False
+        self.acc: dict = {}
+        self.alerts: dict = {}
+
+
+@state
+class NodeState:
+    __slots__ = ("node", "buffer", "arrivals", "seen", "released", "max_ts", "bucket", "period",
+                 "gpus", "tasks", "events", "win", "alerts", "versions", "late", "duplicates",
+                 "has_samples")
+
+    def __init__(self, node: str, cfg: EngineConfig) -> None:
+        self.node = node
+        self.buffer: list = []
+        self.arrivals = 0
+        self.seen: dict = {}
+        self.released = float("-inf")
+        self.max_ts = float("-inf")
+        self.bucket: int | None = None
+        self.period: int | None = None
+        self.gpus: dict = {}
+        self.tasks: dict = {}
+        self.events = EventLog(cfg.history)
+        self.win = BucketWindow(int(cfg.history // cfg.bucket) + 1)
+        self.alerts: dict = {}
+        self.versions = ["", ""]
+        self.late = 0
+        self.duplicates = 0
+        self.has_samples = False
+
+
+class _NodeCtx(Context):
+    """Evaluation context over one node's state; ``gpu``/``task`` select the entity."""
+
+    def __init__(self, bucket_s: float) -> None:
+        super().__init__()
+        self.last_window = 2 * bucket_s
+        self.bucket_s = bucket_s
+        self.node: NodeState | None = None
+        self.gpu: GpuState | None = None
+        self.task: TaskState | None = None
+
+    def _win(self, metric: str) -> tuple[BucketWindow, int] | None:
+        if self.gpu is not None:
+            return self.gpu.win, GPU_INDEX[metric]
+        if self.task is not None:
+            return self.task.win, TASK_INDEX[metric]
+        assert self.node is not None
+        return self.node.win, NODE_INDEX[metric]
+
+    def series(self, metric: str, since: float, use_max: bool = False) -> tuple[list[float], list[float]]:
+        w = self._win(metric)
+        return w[0].series(w[1], since, use_max) if w else ([], [])
+
+    def scalar(self, metric: str) -> float | None:
+        g, now = self.gpu, self.now
+        if metric == "time_to_oom_s" and g is not None:
+            ts, ys = g.win.series(_MEM, now - OOM_TREND_S)
+            total = g.win.latest(_TOT)
+            if len(ts) < 4 or total is None:
+                return None
+            s = tr.slope(ts, ys)
+            mono = tr.monotonicity(ys)
+            if mono is None or mono < OOM_MONOTONIC or ts[0] - ts[-1] + OOM_TREND_S > 0.25 * OOM_TREND_S + self.bucket_s:
+                return None  # a job's start-up ramp is not a trend toward OOM
+            ttf = tr.time_to_full(ys[-1], total, s)
+            if ttf is not None:
+                self.ev["values"]["headroom_gib"] = round(total - ys[-1], 3)
+                self.ev["slope"], self.ev["slope_unit"] = round((s or 0) * 3600, 4), "GiB/h"
+            return ttf
+        if metric == "ckpt_released" and g is not None:
+            c = g.ckpt
+            if c is None or c[2] is None or c[3] is None or now - c[2] > CKPT_HORIZON:
+                return None
+            return float(c[3])
+        if metric == "idle_hours" and g is not None:
+            return _idle_h(g, now)
+        if metric in ("idle_card_hours", "gpus") and self.task is not None and self.node is not None:
+            gpus = [self.node.gpus[i] for i in self.task.gpus if i in self.node.gpus]
+            if metric == "gpus":
+                return float(len(gpus))
+            return sum(_idle_h(x, now) for x in gpus)
+        return None
+
+    def count_events(self, since: float, pred: Any, per: str) -> int:
+        assert self.node is not None
+        if per == "gpu":
+            if self.gpu is None:
+                return 0
+            idx = self.gpu.index
+            return len(self.node.events.matching(since, self.now, lambda e: e["gpu"] == idx and pred(e)))
+        return len(self.node.events.matching(since, self.now, pred))
+
+
+def _idle_h(g: GpuState, now: float) -> float:
+    return (now - g.idle_since) / 3600.0 if g.idle_since is not None else 0.0
+
+
+class NodeStage:
+    """Stage 1, keyed by node: per-GPU/per-task windows, hardware/event rules, count-within,
+    trends, durations, 1-minute task summaries."""
+
+    def __init__(self, rules: RulePack, config: EngineConfig) -> None:
+        self.rules = rules
+        self.cfg = config
+        self.bucket_s = float(config.bucket)
+        self.period_s = float(config.summary_interval)
+        self.maxlen = int(config.history // config.bucket) + 1
+        self.lateness = float(config.allowed_lateness)
+        self._nodes: dict[str, NodeState] = {}
+        self._ctx = _NodeCtx(self.bucket_s)
+        gpu_rules = rules.by_scope["gpu"]
+        self._event_rules_gpu = [r for r in gpu_rules if _counts_events(r)]
+        self._event_rules_node = [r for r in rules.by_scope["node"] if _counts_events(r)]
+
+    # ------------------------------------------------------------------ state
+
+    def nodes(self) -> list[str]:
+        return sorted(self._nodes)
+
+    def dump(self, node: str) -> bytes:
+        st = self._nodes[node]
+        buf = st.buffer
+        st.buffer = [[ts, n, encode(r).decode()] for ts, n, r in buf]
+        try:
+            return statecodec.dumps(st)
+        finally:
+            st.buffer = buf
+
+    def load(self, node: str, data: bytes) -> None:
+        st: NodeState = statecodec.loads(data)
+        st.buffer = [(ts, n, decode(r)) for ts, n, r in st.buffer]
+        heapq.heapify(st.buffer)
+        self._nodes[node] = st
+
+    def counters(self) -> dict[str, int]:
+        return {"late": sum(s.late for s in self._nodes.values()),
+                "duplicates": sum(s.duplicates for s in self._nodes.values())}
+
+    def open_slots(self) -> list[tuple[str, Any]]:
+        out = []
+        for n in self.nodes():
+            st = self._nodes[n]
+            for ent in (st, *st.gpus.values(), *st.tasks.values()):
+                out.extend((fp, s) for fp, s in ent.alerts.items() if s.firing_since is not None)
+        return out
+
+    # ------------------------------------------------------------------ input
+
+    def process(self, record: NodeSnapshot | GpuEvent | TaskMetric) -> Any:
+        from streams.engine import StageOutput
+
+        out = StageOutput([], [])
+        if isinstance(record, NodeSnapshot):
+            key = f"s{record.boot_id}:{record.seq}"
+        elif isinstance(record, GpuEvent):
+            key = f"e{record.boot_id}:{record.seq}"
+        elif isinstance(record, TaskMetric):
+            key = f"m{record.task_id}:{record.kind}:{record.ts}:{record.step}"
+        else:
+            return out  # a record this stage cannot use
+        st = self._nodes.get(record.node)
+        if st is None:
+            st = self._nodes[record.node] = NodeState(record.node, self.cfg)
+        seen = st.seen
+        if key in seen:
+            st.duplicates += 1
+            return out
+        ts = record.ts
+        if ts < st.released:
+            st.late += 1
+            return out
+        seen[key] = 1
+        if len(seen) > self.cfg.dedup_window:
+            del seen[next(iter(seen))]
+        if ts > st.max_ts:
+            st.max_ts = ts
+        if self.lateness <= 0 and not st.buffer:
+            st.released = ts
+            self._handle(st, record, out)
+            return out
+        st.arrivals += 1
+        heapq.heappush(st.buffer, (ts, st.arrivals, record))
+        water = st.max_ts - self.lateness
+        buf = st.buffer
+        while buf and buf[0][0] <= water:
+            item = heapq.heappop(buf)
+            st.released = item[0]
+            self._handle(st, item[2], out)
+        return out
+
+    def flush(self) -> Any:
+        """Release every buffered record (end of a finite input) and close the open buckets."""
+        from streams.engine import StageOutput
+
+        out = StageOutput([], [])
+        for n in self.nodes():
+            st = self._nodes[n]
+            while st.buffer:
+                item = heapq.heappop(st.buffer)
+                st.released = item[0]
+                self._handle(st, item[2], out)
+        return out
+
+    # ------------------------------------------------------------------ per record
+
+    def _handle(self, st: NodeState, rec: Any, out: Any) -> None:
+        ts = rec.ts
+        b = int(ts // self.bucket_s)
+        if st.bucket is None:
+            st.bucket, st.period = b, int(ts // self.period_s)
+        elif b > st.bucket:
+            self._close(st, (st.bucket + 1) * self.bucket_s, out)
+            st.bucket = b
+            p = int(ts // self.period_s)
+            if p > st.period:
+                out.summaries.extend(self._summaries(st, (st.period + 1) * self.period_s))
+                st.period = p
+        if isinstance(rec, NodeSnapshot):
+            self._snapshot(st, rec)
+        elif isinstance(rec, GpuEvent):
+            self._event(st, rec, out)
+        else:
+            self._metric(st, rec)
+
+    def _snapshot(self, st: NodeState, snap: NodeSnapshot) -> None:
+        ts = snap.ts
+        st.has_samples = True
+        st.versions = [snap.driver_version or "", snap.cuda_version or ""]
+        owners: dict[int, Any] = {}
+        for p in snap.processes:
+            if p.gpu_index not in owners or (p.task_id and not owners[p.gpu_index].task_id):
+                owners[p.gpu_index] = p
+        gpus = st.gpus
+        for g in snap.gpus:
+            (idx, util, mu, mt, temp, pw, pl, clk, clkmax, reasons, ecc, rpend, rfail) = _G(g)
+            gs = gpus.get(idx)
+            if gs is None:
+                gs = gpus[idx] = GpuState(idx, self.maxlen)
+                gs.uuid = g.uuid
+            gs.last_seen = ts
+            p = owners.get(idx)
+            alloc = 1.0 if p is not None else 0.0
+            if p is not None and (p.task_id or "") != gs.owner:
+                self._assign(st, gs, p, ts)
+            elif p is None and gs.owner:
+                gs.owner, gs.labels = "", {}
+            if reasons is None:
+                hs = ht = pb = swt = None
+            else:
+                hs = 1.0 if reasons & 0x8 else 0.0
+                ht = 1.0 if reasons & 0x40 else 0.0
+                pb = 1.0 if reasons & 0x80 else 0.0
+                swt = 1.0 if reasons & 0x20 else 0.0
+            present = 0.0 if util is None and mu is None and temp is None else 1.0
+            gs.win.rows.append((
+                util, None if mu is None else mu / _GIB, None if mt is None else mt / _GIB, temp, pw, pl,
+                clk, clkmax, hs, ht, pb, swt, ecc,
+                None if rpend is None else float(rpend), None if rfail is None else float(rfail),
+                alloc, (1.0 if util < IDLE_UTIL else 0.0) if alloc and util is not None else 0.0, present,
+            ))
+        if owners:
+            for gs in gpus.values():
+                if gs.owner and gs.last_seen == ts and gs.owner in st.tasks:
+                    st.tasks[gs.owner].last_seen = ts
+
+    def _assign(self, st: NodeState, gs: GpuState, p: Any, ts: float) -> None:
+        """A (new) task holds this GPU: refresh labels and the task's GPU list."""
+        gs.owner = p.task_id or ""
+        labels = {"node": st.node, "gpu": str(gs.index)}
+        for k, v in (("user", p.user), ("task", p.task_id), ("task_class", p.task), ("project", p.project)):
+            if v:
+                labels[k] = v
+        gs.labels = labels
+        if gs.owner:
+            t = st.tasks.get(gs.owner)
+            if t is None:
+                t = st.tasks[gs.owner] = TaskState(gs.owner, {}, self.maxlen)
+            t.labels = {k: v for k, v in labels.items() if k != "gpu"}
+            if gs.index not in t.gpus:
+                t.gpus = sorted([*t.gpus, gs.index])
+            t.last_seen = ts
+        for other in st.tasks.values():
+            if other.task_id != gs.owner and gs.index in other.gpus:
+                other.gpus = [i for i in other.gpus if i != gs.index]
+
+    def _event(self, st: NodeState, ev: GpuEvent, out: Any) -> None:
+        cat = ev.catalogue
+        fields = {"kind": ev.kind.value, "code": ev.code, "gpu": ev.gpu_index,
+                  "action": cat.action if cat else None, "severity": cat.severity.value if cat else None}
+        for _ in range(max(1, min(ev.count, 100))):
+            st.events.add(ev.ts, fields)
+        ctx = self._ctx
+        ctx.node, ctx.task = st, None
+        if ev.gpu_index is not None and self._event_rules_gpu:
+            gs = st.gpus.get(ev.gpu_index)
+            if gs is None:
+                gs = st.gpus[ev.gpu_index] = GpuState(ev.gpu_index, self.maxlen)
+                gs.uuid, gs.last_seen = ev.gpu_uuid or "", ev.ts
+            ctx.gpu = gs
+            out.transitions.extend(evaluate(self._event_rules_gpu, ctx, ev.ts, _gpu_id(st, gs),
+                                            _gpu_labels(st, gs), gs.alerts))
+        ctx.gpu = None
+        if self._event_rules_node:
+            out.transitions.extend(evaluate(self._event_rules_node, ctx, ev.ts, {"node": st.node},
+                                            {"node": st.node}, st.alerts))
+
+    def _metric(self, st: NodeState, m: TaskMetric) -> None:
+        t = st.tasks.get(m.task_id)
+        if t is None:
+            t = st.tasks[m.task_id] = TaskState(
+                m.task_id, {"node": st.node, "task": m.task_id, "task_class": m.task}, self.maxlen)
+        t.last_seen = m.ts
+        kind = m.kind.value
+        if kind == "step":
+            t.win.rows.append((m.step_time_s, m.data_wait_s, m.comm_s, None))
+        elif kind in ("checkpoint_begin", "checkpoint_end"):
+            for i in t.gpus:
+                gs = st.gpus.get(i)
+                if gs is None:
+                    continue
+                if kind == "checkpoint_begin":
+                    gs.ckpt = [m.ts, gs.win.latest(_MEM), None, None]
+                elif gs.ckpt is not None:
+                    gs.ckpt[2], gs.ckpt[3] = m.ts, None
+        elif kind == "exit":
+            t.ended = True
+
+    # ------------------------------------------------------------------ bucket close
+
+    def _close(self, st: NodeState, t: float, out: Any) -> None:
+        ctx, rules = self._ctx, self.rules.by_scope
+        ctx.node = st
+        present = missing = 0
+        if st.has_samples:
+            for gs in st.gpus.values():
+                if not gs.win.rows and t - gs.last_seen < self.cfg.gpu_expiry and gs.last_seen:
+                    gs.win.rows.append(_MISSING)
+                b = gs.win.close(t, _gpu_derived)
+                if b is None:
+                    continue
+                m = b[1]
+                if m[_PRES]:
+                    present += 1
+                else:
+                    missing += 1
+                if m[_IDLE] is not None and m[_IDLE] >= 0.5:
+                    if gs.idle_since is None:
+                        gs.idle_since = t - self.bucket_s
+                else:
+                    gs.idle_since = None
+                c = gs.ckpt
+                if c is not None and c[2] is not None and c[3] != 1 and m[_MEM] is not None and c[1] is not None:
+                    c[3] = 1 if m[_MEM] <= c[1] * (1 + CKPT_TOLERANCE) else 0
+            st.win.rows.append((float(present), float(missing)))
+            st.win.close(t)
+        st.has_samples = False
+        for task in st.tasks.values():
+            utils = [st.gpus[i].win.latest(_UTIL) for i in task.gpus if i in st.gpus]
+            utils = [u for u in utils if u is not None]
+            if utils:
+                task.win.rows.append((None, None, None, sum(utils) / len(utils)))
+            b = task.win.close(t, _task_derived)
+            if b is not None:
+                self._accumulate(st, task, b)
+        # Rules, in a fixed order: GPUs by index, tasks by id, then the node.
+        for idx in sorted(st.gpus):
+            gs = st.gpus[idx]
+            ctx.gpu, ctx.task = gs, None
+            out.transitions.extend(evaluate(rules["gpu"], ctx, t, _gpu_id(st, gs), _gpu_labels(st, gs),
+                                            gs.alerts))
+        ctx.gpu = None
+        for tid in sorted(st.tasks):
+            task = st.tasks[tid]
+            ctx.task = task
+            out.transitions.extend(evaluate(rules["task"], ctx, t, {"node": st.node, "task": tid},
+                                            task.labels, task.alerts))
+        ctx.task = None
+        out.transitions.extend(evaluate(rules["node"], ctx, t, {"node": st.node}, {"node": st.node},
+                                        st.alerts))
+        self._expire(st, t, out)
+
+    def _expire(self, st: NodeState, t: float, out: Any) -> None:
+        st.events.expire(t)
+        for idx in sorted(st.gpus):
+            gs = st.gpus[idx]
+            if t - gs.last_seen >= self.cfg.gpu_expiry:
+                out.transitions.extend(resolve_all(gs.alerts, t))
+                del st.gpus[idx]
+        for tid in sorted(st.tasks):
+            task = st.tasks[tid]
+            if task.ended or t - task.last_seen >= self.cfg.task_expiry:
+                out.transitions.extend(resolve_all(task.alerts, t))
+                del st.tasks[tid]
+
+    # ------------------------------------------------------------------ summaries
+
+    def _accumulate(self, st: NodeState, task: TaskState, bucket: list) -> None:
+        """Fold one closed task bucket (and its GPUs' buckets) into the summary accumulators."""
+        acc = task.acc
+        m = bucket[1]
+        util = m[TASK_INDEX["util_gpu"]]
+        if util is None and m[0] is None:
+            return
+        acc["n"] = acc.get("n", 0) + 1
+        for name, v in (("util_gpu", util), ("step_time_s", m[0]), ("data_wait_share", m[4]),
+                        ("comm_share", m[5])):
+            if v is not None:
+                acc[name] = acc.get(name, 0.0) + v
+                acc[name + "#"] = acc.get(name + "#", 0) + 1
+        for i in task.gpus:
+            gs = st.gpus.get(i)
+            if gs is None or not gs.win.hist or gs.win.hist[-1][0] != bucket[0]:
+                continue
+            gm, gx = gs.win.hist[-1][1], gs.win.hist[-1][2]
+            if gx[_MEM] is not None and gm[_TOT]:
+                acc["mem_peak_frac"] = max(acc.get("mem_peak_frac", 0.0), gx[_MEM] / gm[_TOT])
+            for name in ("power_w", "temp_per_w"):
+                v = gm[GPU_INDEX[name]]
+                if v is not None:
+                    acc[name] = acc.get(name, 0.0) + v
+                    acc[name + "#"] = acc.get(name + "#", 0) + 1
+
+    def _summaries(self, st: NodeState, t: float) -> list[TaskSummary]:
+        out = []
+        for tid in sorted(st.tasks):
+            task = st.tasks[tid]
+            acc, task.acc = task.acc, {}
+            if not acc.get("n"):
+                continue
+            stats = {k: round(acc[k] / acc[k + "#"], 6) for k in
+                     ("util_gpu", "step_time_s", "data_wait_share", "comm_share", "power_w", "temp_per_w")
+                     if acc.get(k + "#")}
+            if "mem_peak_frac" in acc:
+                stats["mem_peak_frac"] = round(acc["mem_peak_frac"], 6)
+            labels = {k: v for k, v in task.labels.items() if k in ("user", "project")}
+            if st.versions[0]:
+                labels["driver_version"] = st.versions[0]
+            if st.versions[1]:
+                labels["cuda_version"] = st.versions[1]
+            out.append(TaskSummary(ts=t, task=task.labels.get("task_class", "unknown"), task_id=tid,
+                                   node=st.node, window_s=self.period_s, samples=acc["n"],
+                                   gpus=len(task.gpus), stats=stats, labels=labels))
+        return out
+
+
+def _gpu_id(st: NodeState, gs: GpuState) -> dict[str, str]:
+    return {"node": st.node, "gpu": str(gs.index)}
+
+
+def _gpu_labels(st: NodeState, gs: GpuState) -> dict[str, str]:
+    return gs.labels or {"node": st.node, "gpu": str(gs.index)}
+
+
+def _counts_events(rule: Any) -> bool:
+    from streams.rules import AllOf, AnyOf, CountC, NotOf
+
+    def walk(c: Any) -> bool:
+        if isinstance(c, CountC):
+            return True
+        if isinstance(c, (AllOf, AnyOf)):
+            return any(walk(x) for x in (c.all if isinstance(c, AllOf) else c.any))
+        if isinstance(c, NotOf):
+            return walk(c.not_)
+        return False
+    return walk(rule.spec.when)

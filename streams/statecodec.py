@@ -1,0 +1,69 @@
+"""Deterministic JSON for engine state (``dump``/``load``), without pickle.
+
+State objects are small ``__slots__`` classes registered here; the codec walks
+them, deques, tuples and dicts with non-string keys and writes sorted, compact
+JSON (dicts as ordered pairs), so the same state always gives the same bytes (changelog-friendly).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from typing import Any
+
+_TYPES: dict[str, type] = {}
+
+
+def state(cls: type) -> type:
+    """Class decorator: make a ``__slots__`` class serialisable by this codec."""
+    _TYPES[cls.__name__] = cls
+    return cls
+
+
+def _enc(v: Any) -> Any:
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        if v != v or v in (float("inf"), float("-inf")):
+            return {"__f": repr(v)}
+        return v
+    if isinstance(v, (list, tuple)):
+        return [_enc(x) for x in v]
+    if isinstance(v, deque):
+        return {"__dq": v.maxlen, "v": [_enc(x) for x in v]}
+    if isinstance(v, dict):  # pairs keep insertion order, which iteration relies on
+        return {"__kd": [[_enc(k), _enc(x)] for k, x in v.items()]}
+    name = type(v).__name__
+    if name in _TYPES:
+        return {"__t": name, **{s: _enc(getattr(v, s)) for s in type(v).__slots__}}
+    raise TypeError(f"engine state cannot hold {name}")
+
+
+def _dec(v: Any) -> Any:
+    if isinstance(v, list):
+        return [_dec(x) for x in v]
+    if not isinstance(v, dict):
+        return v
+    if "__f" in v:
+        return float(v["__f"])
+    if "__dq" in v:
+        return deque((_dec(x) for x in v["v"]), maxlen=v["__dq"])
+    if "__kd" in v:
+        return {_key(_dec(k)): _dec(x) for k, x in v["__kd"]}
+    cls = _TYPES[v["__t"]]
+    obj = cls.__new__(cls)
+    for s in cls.__slots__:
+        setattr(obj, s, _dec(v[s]))
+    return obj
+
+
+def _key(k: Any) -> Any:
+    return tuple(k) if isinstance(k, list) else k
+
+
+def dumps(obj: Any) -> bytes:
+    return json.dumps(_enc(obj), sort_keys=True, separators=(",", ":")).encode()
+
+
+def loads(data: bytes) -> Any:
+    return _dec(json.loads(data))
