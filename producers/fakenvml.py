@@ -1,0 +1,212 @@
+"""A stand-in for the ``pynvml`` module: same function names, errors and constants.
+
+Used by the unit tests (NotSupported, GPU lost, MIG on) and by the overhead
+benchmark, which gives each call the latency measured on a real H200
+(``LATENCY_US_H200``): calls under 1 ms spin (NVML's cost is CPU in the
+ioctl path), longer ones sleep (PCIe throughput waits a 20 ms window).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+NVML_SUCCESS = 0
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_UNKNOWN = 999
+NVML_TEMPERATURE_GPU = 0
+NVML_CLOCK_SM, NVML_CLOCK_MEM = 1, 2
+NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 0, 1
+NVML_VOLATILE_ECC, NVML_AGGREGATE_ECC = 0, 1
+NVML_FI_DEV_MEMORY_TEMP = 82
+NVML_GPM_METRIC_SM_UTIL, NVML_GPM_METRIC_SM_OCCUPANCY = 2, 3
+NVML_GPM_METRIC_ANY_TENSOR_UTIL, NVML_GPM_METRIC_DRAM_BW_UTIL = 5, 10
+NVML_GPM_METRICS_GET_VERSION = 1
+NVML_NVLINK_MAX_LINKS = 18
+nvmlMemory_v2 = 0x02000028
+
+#: Median µs per call on an H200 (shared reference nvml-costs-h200.md).
+LATENCY_US_H200 = {
+    "nvmlDeviceGetUtilizationRates": 1.63, "nvmlDeviceGetMemoryInfo": 8.1,
+    "nvmlDeviceGetTemperature": 1.88, "nvmlDeviceGetPowerUsage": 1.7,
+    "nvmlDeviceGetEnforcedPowerLimit": 1.72, "nvmlDeviceGetTotalEnergyConsumption": 3145.82,
+    "nvmlDeviceGetClockInfo": 2.3, "nvmlDeviceGetMaxClockInfo": 1453.2,
+    "nvmlDeviceGetCurrentClocksEventReasons": 1.89, "nvmlDeviceGetPerformanceState": 1.59,
+    "nvmlDeviceGetTotalEccErrors": 2.85, "nvmlDeviceGetRemappedRows": 2.69,
+    "nvmlDeviceGetCurrPcieLinkGeneration": 1.48, "nvmlDeviceGetCurrPcieLinkWidth": 30.94,
+    "nvmlDeviceGetPcieReplayCounter": 146.72, "nvmlDeviceGetPcieThroughput": 20955.99,
+    "nvmlDeviceGetFanSpeed": 2.0, "nvmlDeviceGetNvLinkState": 2.0,
+    "nvmlDeviceGetComputeRunningProcesses": 9.65, "nvmlDeviceGetGraphicsRunningProcesses": 9.65,
+    "nvmlDeviceGetMigMode": 161.85, "nvmlDeviceGetPersistenceMode": 5.74,
+    "nvmlDeviceGetFieldValues": 40.0, "nvmlGpmSampleGet": 335.58, "nvmlGpmMetricsGet": 20.0,
+}
+
+
+class NVMLError(Exception):
+    def __init__(self, value: int) -> None:
+        super().__init__(f"NVML error {value}")
+        self.value = value
+
+
+class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's names
+    def __init__(self) -> None:
+        super().__init__(NVML_ERROR_NOT_SUPPORTED)
+
+
+class NVMLError_GpuIsLost(NVMLError):  # noqa: N801
+    def __init__(self) -> None:
+        super().__init__(NVML_ERROR_GPU_IS_LOST)
+
+
+class NVMLError_Timeout(NVMLError):  # noqa: N801
+    def __init__(self) -> None:
+        super().__init__(NVML_ERROR_TIMEOUT)
+
+
+@dataclass
+class FakeGpu:
+    """One fake device; ``unsupported`` names calls that raise NotSupported."""
+
+    index: int
+    name: str = "NVIDIA H200"
+    uuid: str = ""
+    bus_id: str = ""
+    mem_total: int = 143771 << 20
+    mem_used: int = 615 << 20
+    util: int = 37
+    temp: int = 41
+    power_mw: int = 120910
+    limit_mw: int = 700000
+    energy_mj: int = 2414713
+    sm_mhz: int = 1980
+    mem_mhz: int = 3201
+    sm_max: int = 1980
+    reasons: int = 0x4
+    ecc: dict = field(default_factory=lambda: {(0, 0): 0, (1, 0): 0, (0, 1): 2, (1, 1): 0})
+    remap: tuple = (0, 0, 0, 0)
+    replay: int = 0
+    mig: tuple = (0, 0)
+    processes: list = field(default_factory=list)
+    unsupported: set = field(default_factory=lambda: {"nvmlDeviceGetFanSpeed", "nvmlDeviceGetNvLinkState"})
+    lost: bool = False
+    gpm: bool = True
+
+    def __post_init__(self) -> None:
+        self.uuid = self.uuid or f"GPU-{self.index:08x}-0000-0000-0000-000000000000"
+        self.bus_id = self.bus_id or f"00000000:{0x18 + 0x10 * self.index:02X}:00.0"
+
+
+class FakeNvml:
+    """Module-like object: ``collector(nvml=FakeNvml([...]))``."""
+
+    NVMLError = NVMLError
+    NVMLError_NotSupported = NVMLError_NotSupported
+    NVMLError_Timeout = NVMLError_Timeout
+
+    def __init__(self, gpus: list[FakeGpu], *, latency_us: dict[str, float] | None = None,
+                 driver: str = "580.159.04", cuda: int = 13000) -> None:
+        self.gpus, self.latency_us = gpus, latency_us or {}
+        self.driver, self.cuda = driver, cuda
+        self.calls: dict[str, int] = {}
+        for k, v in globals().items():
+            if k.startswith("NVML_") or k == "nvmlMemory_v2":
+                setattr(self, k, v)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("nvmlDevice") or name.startswith("nvmlGpm"):
+            impl = getattr(type(self), "_" + name)
+            return lambda *a, **kw: self._call(name, impl, *a, **kw)
+        raise AttributeError(name)
+
+    def _call(self, name: str, impl, *args, **kw):
+        self.calls[name] = self.calls.get(name, 0) + 1
+        us = self.latency_us.get(name, 0.0)
+        if us >= 1000:
+            time.sleep(us / 1e6)
+        elif us > 0:
+            end = time.perf_counter() + us / 1e6
+            while time.perf_counter() < end:
+                pass
+        gpu = args[0] if args and isinstance(args[0], FakeGpu) else None
+        if gpu is not None:
+            if gpu.lost:
+                raise NVMLError_GpuIsLost()
+            if name in gpu.unsupported:
+                raise NVMLError_NotSupported()
+        return impl(self, *args, **kw)
+
+    # ----------------------------------------------------------------- system
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return self.driver
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return self.cuda
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def _nvmlDeviceGetHandleByIndex(self, i: int) -> FakeGpu:
+        return self.gpus[i]
+
+    # ----------------------------------------------------------------- device
+    def _nvmlDeviceGetName(self, g): return g.name
+    def _nvmlDeviceGetUUID(self, g): return g.uuid
+    def _nvmlDeviceGetSerial(self, g): return f"16525230{g.index:05d}"
+    def _nvmlDeviceGetVbiosVersion(self, g): return "96.00.A5.00.1A"
+    def _nvmlDeviceGetPciInfo(self, g): return SimpleNamespace(busId=g.bus_id)
+    def _nvmlDeviceGetUtilizationRates(self, g): return SimpleNamespace(gpu=g.util, memory=g.util // 4)
+    def _nvmlDeviceGetMemoryInfo(self, g, version=None):
+        return SimpleNamespace(total=g.mem_total, used=g.mem_used, free=g.mem_total - g.mem_used,
+                               reserved=g.mem_total // 240)
+    def _nvmlDeviceGetTemperature(self, g, sensor): return g.temp
+    def _nvmlDeviceGetPowerUsage(self, g): return g.power_mw
+    def _nvmlDeviceGetEnforcedPowerLimit(self, g): return g.limit_mw
+    def _nvmlDeviceGetTotalEnergyConsumption(self, g): return g.energy_mj
+    def _nvmlDeviceGetClockInfo(self, g, kind): return g.sm_mhz if kind == NVML_CLOCK_SM else g.mem_mhz
+    def _nvmlDeviceGetMaxClockInfo(self, g, kind): return g.sm_max
+    def _nvmlDeviceGetCurrentClocksEventReasons(self, g): return g.reasons
+    def _nvmlDeviceGetPerformanceState(self, g): return 0
+    def _nvmlDeviceGetTotalEccErrors(self, g, etype, counter): return g.ecc[(etype, counter)]
+    def _nvmlDeviceGetRemappedRows(self, g): return g.remap
+    def _nvmlDeviceGetCurrPcieLinkGeneration(self, g): return 5
+    def _nvmlDeviceGetCurrPcieLinkWidth(self, g): return 16
+    def _nvmlDeviceGetPcieReplayCounter(self, g): return g.replay
+    def _nvmlDeviceGetFanSpeed(self, g): return 30
+    def _nvmlDeviceGetNvLinkState(self, g, link): return 1
+    def _nvmlDeviceGetMigMode(self, g): return list(g.mig)
+    def _nvmlDeviceGetPersistenceMode(self, g): return 1
+    def _nvmlDeviceGetComputeRunningProcesses(self, g):
+        return [SimpleNamespace(pid=p, usedGpuMemory=m) for p, m in g.processes]
+    def _nvmlDeviceGetGraphicsRunningProcesses(self, g): return []
+    def _nvmlDeviceGetFieldValues(self, g, ids):
+        return [SimpleNamespace(fieldId=i, nvmlReturn=0, valueType=1,
+                                value=SimpleNamespace(uiVal=g.temp + 6, ullVal=g.temp + 6)) for i in ids]
+
+    # ----------------------------------------------------------------- GPM
+    def _nvmlGpmQueryDeviceSupport(self, g):
+        return SimpleNamespace(isSupportedDevice=int(g.gpm))
+    def _nvmlGpmSampleAlloc(self): return SimpleNamespace()
+    def _nvmlGpmSampleFree(self, s): return None
+    def _nvmlGpmSampleGet(self, g, s): return s
+    def _nvmlGpmMetricsGet(self, mg):
+        values = {NVML_GPM_METRIC_SM_UTIL: 81.5, NVML_GPM_METRIC_SM_OCCUPANCY: 40.25,
+                  NVML_GPM_METRIC_ANY_TENSOR_UTIL: 55.0, NVML_GPM_METRIC_DRAM_BW_UTIL: 33.0}
+        for m in mg.metrics[:mg.numMetrics]:
+            m.value, m.nvmlReturn = values[m.metricId], 0
+        return mg
+
+    @staticmethod
+    def c_nvmlGpmMetricsGet_t():  # noqa: N802 - pynvml's name
+        return SimpleNamespace(version=0, numMetrics=0, sample1=None, sample2=None,
+                               metrics=[SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(8)])

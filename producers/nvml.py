@@ -1,0 +1,297 @@
+"""NVML collector: NodeSnapshot records from the real GPUs, on two cadences.
+
+Fast set (every tick, ~50 µs per GPU on an H200): utilization, memory,
+temperature, power, clocks and reasons, pstate, ECC totals, remapped rows, PCIe
+generation, processes. Slow set (``slow_s``, in its own thread so it never
+delays a tick): energy (~3 ms), PCIe width and replays, HBM temperature (field
+values), NVLink, fan, power limit, MIG mode and GPM (two samples ≥100 ms
+apart). Static facts are read once. ``NotSupported`` (or any per-call error)
+gives ``None``; ``GPU_IS_LOST`` — or every fast call failing — marks the GPU
+lost, emits a ``gpu_lost`` event and sampling continues for the other GPUs.
+MIG: the mode is reported; per-instance metrics are not collected yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Callable
+from typing import Any
+
+from gpuwarden.contract import EventKind, GpuProcess, GpuSample, NodeSnapshot
+from producers import clocks
+from producers.attrib import Attributor
+from producers.events import EventLog, HwEvent, counter_events, normalize_bus_id
+
+log = logging.getLogger(__name__)
+AGENT_VERSION = "gpuwarden-agent/0.1"
+_GPM_METRICS = ("NVML_GPM_METRIC_SM_UTIL", "NVML_GPM_METRIC_SM_OCCUPANCY",
+                "NVML_GPM_METRIC_ANY_TENSOR_UTIL", "NVML_GPM_METRIC_DRAM_BW_UTIL")
+_GPM_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "dram_active")
+
+
+class GpuLost(Exception):
+    """NVML said GPU_IS_LOST for this device."""
+
+
+def load_nvml() -> Any:
+    """The pynvml module, initialised; raises ImportError or pynvml.NVMLError with the reason."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    return pynvml
+
+
+class _Gpu:
+    def __init__(self, index: int, handle: Any) -> None:
+        self.index, self.handle = index, handle
+        self.uuid, self.name, self.bus_id = f"unknown-{index}", None, None
+        self.static: dict[str, Any] = {}
+        self.slow: dict[str, Any] = {}
+        self.prev: GpuSample | None = None
+        self.lost = False
+        self.gpm_supported = False
+
+
+class NvmlCollector:
+    """A :class:`producers.source.Source` over the local GPUs."""
+
+    def __init__(self, nvml: Any, *, node: str | None = None, tick_s: float = 1.0, slow_s: float = 15.0,
+                 attributor: Callable[[int], Any] | None = None, events: EventLog | None = None,
+                 clock: Callable[[], float] = time.time, gpm_interval_s: float = 0.1,
+                 slow_in_thread: bool = True) -> None:
+        self.nv, self.tick_s, self.slow_s, self.clock = nvml, tick_s, slow_s, clock
+        self.node = node or socket.gethostname()
+        self.boot_id = str(uuidlib.uuid4())
+        self.attribute = attributor or Attributor()
+        self.gpm_interval_s = gpm_interval_s
+        self.seq = 0
+        nv = nvml
+        self.driver = self._safe(nv.nvmlSystemGetDriverVersion)
+        cuda = self._safe(nv.nvmlSystemGetCudaDriverVersion)
+        self.cuda = f"{cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else None
+        self.gpus = [_Gpu(i, nv.nvmlDeviceGetHandleByIndex(i)) for i in range(nv.nvmlDeviceGetCount())]
+        for g in self.gpus:
+            self._read_static(g)
+        self.events = events or EventLog(self.node, self.boot_id,
+                                         {g.bus_id: g.index for g in self.gpus if g.bus_id})
+        self._slow_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._slow_thread: threading.Thread | None = None
+        self._slow_due = 0.0
+        self._slow_in_thread = slow_in_thread
+        if slow_in_thread:
+            self._slow_thread = threading.Thread(target=self._slow_loop, name="nvml-slow", daemon=True)
+            self._slow_thread.start()
+
+    # ------------------------------------------------------------------ calls
+
+    def _safe(self, fn: Callable, *args: Any, **kw: Any) -> Any:
+        """The call's value, or None when unsupported or failing; GpuLost when the GPU is gone."""
+        try:
+            return fn(*args, **kw)
+        except self.nv.NVMLError as e:
+            if getattr(e, "value", None) == self.nv.NVML_ERROR_GPU_IS_LOST:
+                raise GpuLost() from None
+            return None
+
+    def _read_static(self, g: _Gpu) -> None:
+        nv, h = self.nv, g.handle
+        try:
+            g.uuid = _text(self._safe(nv.nvmlDeviceGetUUID, h)) or g.uuid
+            g.name = _text(self._safe(nv.nvmlDeviceGetName, h))
+            pci = self._safe(nv.nvmlDeviceGetPciInfo, h)
+            g.bus_id = normalize_bus_id(_text(pci.busId)[-12:]) if pci is not None else None
+            g.static = {
+                "clock_sm_max_mhz": self._safe(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM),
+                "serial": _text(self._safe(nv.nvmlDeviceGetSerial, h)),
+                "vbios": _text(self._safe(nv.nvmlDeviceGetVbiosVersion, h)),
+            }
+            support = self._safe(nv.nvmlGpmQueryDeviceSupport, h)
+            g.gpm_supported = bool(getattr(support, "isSupportedDevice", 0))
+        except GpuLost:
+            self._mark_lost(g, self.clock())
+
+    # ------------------------------------------------------------------ slow set
+
+    def _slow_loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.collect_slow()
+            self._stop.wait(max(0.0, self.slow_s - (time.monotonic() - started)))
+
+    def collect_slow(self) -> None:
+        """Read the expensive fields of every GPU (run off the tick path)."""
+        for g in self.gpus:
+            if g.lost:
+                continue
+            try:
+                values = self._slow_values(g)
+            except GpuLost:
+                self._mark_lost(g, self.clock())
+                continue
+            with self._slow_lock:
+                g.slow = values
+
+    def _slow_values(self, g: _Gpu) -> dict[str, Any]:
+        nv, h, s = self.nv, g.handle, self._safe
+        out: dict[str, Any] = {}
+        out["energy_mj"] = s(nv.nvmlDeviceGetTotalEnergyConsumption, h)
+        out["pcie_width"] = s(nv.nvmlDeviceGetCurrPcieLinkWidth, h)
+        out["pcie_replay_counter"] = s(nv.nvmlDeviceGetPcieReplayCounter, h)
+        limit = s(nv.nvmlDeviceGetEnforcedPowerLimit, h)
+        out["power_limit_w"] = limit / 1000 if limit is not None else None
+        fan = s(nv.nvmlDeviceGetFanSpeed, h)
+        out["fan_pct"] = min(100, fan) if fan is not None else None
+        mig = s(nv.nvmlDeviceGetMigMode, h)
+        out["mig_mode"] = bool(mig[0]) if mig else None
+        fields = s(nv.nvmlDeviceGetFieldValues, h, [nv.NVML_FI_DEV_MEMORY_TEMP])
+        if fields and getattr(fields[0], "nvmlReturn", 1) == 0:
+            out["temp_memory_c"] = _field_value(fields[0]) or None
+        up = down = 0
+        for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)):
+            state = s(nv.nvmlDeviceGetNvLinkState, h, link)
+            if state is None:
+                break
+            up, down = up + (state == 1), down + (state != 1)
+        out["nvlink_up"], out["nvlink_down"] = (up, down) if up or down else (None, None)
+        if g.gpm_supported and not out["mig_mode"]:
+            out.update(self._gpm(g))
+        return out
+
+    def _gpm(self, g: _Gpu) -> dict[str, float]:
+        nv = self.nv
+        try:
+            s1, s2 = nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()
+            try:
+                nv.nvmlGpmSampleGet(g.handle, s1)
+                time.sleep(self.gpm_interval_s)
+                nv.nvmlGpmSampleGet(g.handle, s2)
+                mg = nv.c_nvmlGpmMetricsGet_t()
+                mg.version, mg.numMetrics, mg.sample1, mg.sample2 = nv.NVML_GPM_METRICS_GET_VERSION, 4, s1, s2
+                for i, name in enumerate(_GPM_METRICS):
+                    mg.metrics[i].metricId = getattr(nv, name)
+                nv.nvmlGpmMetricsGet(mg)
+                return {f: round(min(100.0, max(0.0, float(mg.metrics[i].value))), 2)
+                        for i, f in enumerate(_GPM_FIELDS) if mg.metrics[i].nvmlReturn == 0}
+            finally:
+                nv.nvmlGpmSampleFree(s1)
+                nv.nvmlGpmSampleFree(s2)
+        except nv.NVMLError as e:
+            if getattr(e, "value", None) == nv.NVML_ERROR_GPU_IS_LOST:
+                raise GpuLost() from None
+            return {}
+
+    # ------------------------------------------------------------------ fast set
+
+    def _mark_lost(self, g: _Gpu, ts: float) -> None:
+        if not g.lost:
+            g.lost = True
+            log.error("GPU %d (%s) is lost; sampling the other GPUs", g.index, g.uuid)
+            self.events.add(HwEvent(EventKind.GPU_LOST, "nvml", ts, gpu_index=g.index, gpu_uuid=g.uuid,
+                                    pci_bus_id=g.bus_id, message="GPU is lost (NVML)"))
+
+    def _fast(self, g: _Gpu) -> tuple[GpuSample, list[tuple[int, int | None]]]:
+        nv, h, s = self.nv, g.handle, self._safe
+        util = s(nv.nvmlDeviceGetUtilizationRates, h)
+        mem = s(nv.nvmlDeviceGetMemoryInfo, h, version=nv.nvmlMemory_v2) or s(nv.nvmlDeviceGetMemoryInfo, h)
+        power = s(nv.nvmlDeviceGetPowerUsage, h)
+        reasons = s(nv.nvmlDeviceGetCurrentClocksEventReasons, h)
+        remap = s(nv.nvmlDeviceGetRemappedRows, h)
+        fast = {
+            "util_gpu": getattr(util, "gpu", None), "util_memory": getattr(util, "memory", None),
+            "mem_used_bytes": getattr(mem, "used", None), "mem_total_bytes": getattr(mem, "total", None),
+            "mem_reserved_bytes": getattr(mem, "reserved", None),
+            "temp_gpu_c": s(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU),
+            "power_w": power / 1000 if power is not None else None,
+            "clock_sm_mhz": s(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM),
+            "clock_mem_mhz": s(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM),
+            "clock_event_reasons": reasons,
+            "clock_event_names": clocks.reason_names(reasons) if reasons is not None else [],
+            "pstate": s(nv.nvmlDeviceGetPerformanceState, h),
+            "pcie_gen": s(nv.nvmlDeviceGetCurrPcieLinkGeneration, h),
+        }
+        for field, etype, counter in (
+            ("ecc_volatile_corrected", nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC),
+            ("ecc_volatile_uncorrected", nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC),
+            ("ecc_aggregate_corrected", nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_AGGREGATE_ECC),
+            ("ecc_aggregate_uncorrected", nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_AGGREGATE_ECC),
+        ):
+            fast[field] = s(nv.nvmlDeviceGetTotalEccErrors, h, etype, counter)
+        if remap is not None:
+            fast.update(remapped_rows_corrected=remap[0], remapped_rows_uncorrected=remap[1],
+                        remap_pending=bool(remap[2]), remap_failure=bool(remap[3]))
+        if all(v is None for k, v in fast.items() if k != "clock_event_names"):
+            raise GpuLost()  # every call failing: treat as lost, as NVML would after a reset
+        procs: list[tuple[int, int | None]] = []
+        for fn in (nv.nvmlDeviceGetComputeRunningProcesses, nv.nvmlDeviceGetGraphicsRunningProcesses):
+            for p in s(fn, h) or []:
+                used = getattr(p, "usedGpuMemory", None)
+                procs.append((int(p.pid), used if isinstance(used, int) and used < 1 << 60 else None))
+        with self._slow_lock:
+            slow = dict(g.slow)
+        sample = GpuSample(index=g.index, uuid=g.uuid, name=g.name,
+                           clock_sm_max_mhz=g.static.get("clock_sm_max_mhz"), **slow, **fast)
+        return sample, procs
+
+    def step(self) -> list:
+        """One tick: the node's snapshot, then any events (sorted by ts)."""
+        ts = self.clock()
+        if not self._slow_in_thread and ts >= self._slow_due:
+            self._slow_due = ts + self.slow_s
+            self.collect_slow()
+        samples: list[GpuSample] = []
+        processes: list[GpuProcess] = []
+        for g in self.gpus:
+            if g.lost:
+                samples.append(GpuSample(index=g.index, uuid=g.uuid, name=g.name))
+                continue
+            try:
+                sample, procs = self._fast(g)
+            except GpuLost:
+                self._mark_lost(g, ts)
+                samples.append(GpuSample(index=g.index, uuid=g.uuid, name=g.name))
+                continue
+            if g.prev is not None:
+                for ev in counter_events(g.prev, sample, ts):
+                    self.events.add(ev)
+            g.prev = sample
+            samples.append(sample)
+            for pid, used in procs:
+                a = self.attribute(pid)
+                processes.append(GpuProcess(
+                    pid=pid, gpu_index=g.index, gpu_uuid=g.uuid, used_memory_bytes=used,
+                    uid=a.uid, user=a.user, container_id=a.container_id, pod_uid=a.pod_uid,
+                    pod_name=a.pod_name, pod_namespace=a.pod_namespace, slurm_job_id=a.slurm_job_id,
+                    task=a.task, task_id=a.task_id, project=a.project, command=a.command))
+        forget = getattr(self.attribute, "forget_except", None)
+        if forget is not None:
+            forget({p.pid for p in processes})
+        snap = NodeSnapshot(ts=ts, node=self.node, seq=self.seq, boot_id=self.boot_id,
+                            agent_version=AGENT_VERSION, driver_version=self.driver,
+                            cuda_version=self.cuda, interval_s=self.tick_s, gpus=samples,
+                            processes=processes)
+        self.seq += 1
+        return sorted([snap, *self.events.drain()], key=lambda r: r.ts)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._slow_thread is not None:
+            self._slow_thread.join(timeout=5)
+
+
+def _text(v: Any) -> str | None:
+    if v is None:
+        return None
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _field_value(fv: Any) -> float | None:
+    val = getattr(fv, "value", None)
+    for attr in ("uiVal", "ullVal", "dVal", "siVal", "sllVal"):
+        if hasattr(val, attr):
+            return float(getattr(val, attr))
+    return None

@@ -1,0 +1,108 @@
+"""NVML-to-contract mapping with a fake NVML module: values, NotSupported, GPU lost, MIG, GPM."""
+
+from __future__ import annotations
+
+from gpuwarden.contract import EventKind, GpuEvent, NodeSnapshot, decode, encode
+from producers.attrib import Attribution
+from producers.fakenvml import FakeGpu, FakeNvml
+from producers.nvml import NvmlCollector
+
+
+def collector(gpus, **kw):
+    nv = FakeNvml(gpus)
+    clock = iter(range(1_700_000_000, 1_800_000_000)).__next__
+    c = NvmlCollector(nv, node="n1", slow_in_thread=False, gpm_interval_s=0, clock=lambda: float(clock()),
+                      attributor=lambda pid: Attribution(uid=1001, user="alice", task="llama", task_id="slurm-1"),
+                      **kw)
+    return nv, c
+
+
+def split(records):
+    snaps = [r for r in records if isinstance(r, NodeSnapshot)]
+    return snaps[0], [r for r in records if isinstance(r, GpuEvent)]
+
+
+def test_every_field_mapped_with_units():
+    nv, c = collector([FakeGpu(0, processes=[(4242, 30 << 30)])])
+    snap, events = split(c.step())
+    g = snap.gpus[0]
+    assert (g.util_gpu, g.util_memory, g.temp_gpu_c, g.temp_memory_c) == (37, 9, 41, 47)
+    assert g.power_w == 120.91 and g.power_limit_w == 700 and g.energy_mj == 2414713
+    assert (g.clock_sm_mhz, g.clock_mem_mhz, g.clock_sm_max_mhz) == (1980, 3201, 1980)
+    assert g.clock_event_reasons == 4 and g.clock_event_names == ["sw_power_cap"]
+    assert g.mem_total_bytes == 143771 << 20 and g.mem_reserved_bytes is not None
+    assert (g.ecc_aggregate_corrected, g.ecc_volatile_uncorrected) == (2, 0)
+    assert (g.remap_pending, g.remap_failure, g.remapped_rows_corrected) == (False, False, 0)
+    assert (g.pcie_gen, g.pcie_width, g.pcie_replay_counter, g.pstate) == (5, 16, 0, 0)
+    assert (g.sm_active, g.sm_occupancy, g.tensor_active, g.dram_active) == (81.5, 40.25, 55.0, 33.0)
+    assert g.mig_mode is False and g.name == "NVIDIA H200"
+    assert snap.driver_version == "580.159.04" and snap.cuda_version == "13.0"
+    p = snap.processes[0]
+    assert (p.pid, p.gpu_index, p.used_memory_bytes, p.user, p.task) == (4242, 0, 30 << 30, "alice", "llama")
+    assert events == []
+    assert decode(encode(snap)) == snap
+    assert nv.calls["nvmlDeviceGetMaxClockInfo"] == 1  # static: read once
+    c.step()
+    assert nv.calls["nvmlDeviceGetMaxClockInfo"] == 1
+
+
+def test_not_supported_gives_null_never_zero_or_error():
+    gpu = FakeGpu(0, unsupported={"nvmlDeviceGetFanSpeed", "nvmlDeviceGetNvLinkState",
+                                  "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetRemappedRows",
+                                  "nvmlDeviceGetPcieReplayCounter", "nvmlDeviceGetTotalEccErrors"}, gpm=False)
+    _, c = collector([gpu])
+    g = split(c.step())[0].gpus[0]
+    assert g.fan_pct is None and g.nvlink_up is None and g.nvlink_down is None
+    assert g.energy_mj is None and g.remap_pending is None and g.pcie_replay_counter is None
+    assert g.ecc_volatile_corrected is None and g.sm_active is None
+    assert g.util_gpu == 37  # the rest still sampled
+
+
+def test_slow_set_only_on_its_cadence():
+    nv, c = collector([FakeGpu(0)], slow_s=15)
+    for _ in range(10):  # fake clock advances 1 s per step
+        c.step()
+    assert nv.calls["nvmlDeviceGetUtilizationRates"] == 10
+    assert nv.calls["nvmlDeviceGetTotalEnergyConsumption"] == 1
+    assert nv.calls["nvmlGpmSampleGet"] == 2
+
+
+def test_lost_gpu_becomes_event_and_others_keep_sampling():
+    gpus = [FakeGpu(0), FakeGpu(1)]
+    _, c = collector(gpus)
+    c.step()
+    gpus[1].lost = True
+    snap, events = split(c.step())
+    assert [e.kind for e in events] == [EventKind.GPU_LOST] and events[0].gpu_index == 1
+    assert snap.gpus[1].util_gpu is None and snap.gpus[1].uuid == gpus[1].uuid
+    assert snap.gpus[0].util_gpu == 37
+    snap2, events2 = split(c.step())
+    assert events2 == [] and snap2.gpus[0].util_gpu == 37  # reported once, sampling goes on
+
+
+def test_gpu_whose_calls_all_start_failing_counts_as_lost():
+    gpu = FakeGpu(0)
+    _, c = collector([gpu, FakeGpu(1)])
+    c.step()
+    gpu.unsupported = {n for n in dir(FakeNvml) if n.startswith("_nvmlDevice")} | {
+        n[1:] for n in dir(FakeNvml) if n.startswith("_nvmlDevice")}
+    snap, events = split(c.step())
+    assert [e.kind for e in events] == [EventKind.GPU_LOST]
+
+
+def test_mig_on_is_reported_and_gpm_skipped():
+    nv, c = collector([FakeGpu(0, mig=(1, 1))])
+    g = split(c.step())[0].gpus[0]
+    assert g.mig_mode is True and g.sm_active is None
+    assert "nvmlGpmSampleGet" not in nv.calls
+
+
+def test_counter_rises_become_events():
+    gpu = FakeGpu(0)
+    _, c = collector([gpu])
+    c.step()
+    gpu.ecc[(1, 0)] = 1
+    gpu.remap = (0, 1, 1, 0)
+    _, events = split(c.step())
+    assert {e.kind for e in events} == {EventKind.ECC_DBE, EventKind.ROW_REMAP}
+    assert all(e.source == "counter" and e.node == "n1" for e in events)
