@@ -72,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print every alert transition as a JSON line")
     p.add_argument("--rules", metavar="FILE", help="rules file (default: the config's, else the default pack)")
     p.add_argument("--list-scenarios", action="store_true", help="list simulator scenarios and exit")
+    p.add_argument("--record", metavar="FILE.jsonl",
+                   help="also write every input record to FILE (replay it with 'gpuwarden replay --from-file')")
+    p.add_argument("--onset", type=_duration, metavar="SPAN", default=None,
+                   help="simulated faults start SPAN after the start (default 3m)")
     p.set_defaults(handler="streams.standalone:cmd_run")
 
     p = sub.add_parser("agent", help="node agent: sample GPUs and events, publish to Kafka or a file")
