@@ -16,8 +16,7 @@ from gpuwarden.contract import Tier
 from notifiers.message import Notification
 from notifiers.receivers import DingTalkConfig
 from notifiers.render import is_resolved, render_text, top_tier, truncate_utf8
-from notifiers.verdict import (HttpRequest, Ok, Permanent, Retry, Verdict, http_status_verdict, json_body,
-                               json_request, reveal)
+from notifiers.verdict import HttpRequest, Verdict, body_code_verdict, json_request, reveal
 
 RATE_LIMITS = [(20, 60.0)]  # 20 messages per minute per robot
 TEXT_LIMIT = 18_000  # markdown size limit is not documented officially; stay well under 20 KB
@@ -55,15 +54,6 @@ def build_request(cfg: DingTalkConfig, n: Notification, language: str, now: floa
 
 
 def classify(status: int, headers: object, body: bytes) -> Verdict:
-    if (v := http_status_verdict(status, headers, body)) is not None:
-        return v
-    data = json_body(body)
-    if data is None:
-        return Retry(None, f"HTTP {status}: not a DingTalk JSON answer")
-    code = data.get("errcode")
-    msg = f"DingTalk errcode {code}: {data.get('errmsg', '')}"
-    if code == 0:
-        return Ok()
-    if code == RATE_LIMITED:
-        return Retry(RATE_LIMIT_WAIT_S, msg)
-    return Permanent(msg)  # 310000 security check failed (keyword, sign, IP), 300001 bad token…
+    """errcode 0 ok; 130101 rate limit (retry); 310000 security check failed: permanent."""
+    return body_code_verdict(status, headers, body, platform="DingTalk", code_keys=("errcode",),
+                             msg_keys=("errmsg",), retry={RATE_LIMITED: RATE_LIMIT_WAIT_S})

@@ -15,8 +15,7 @@ from gpuwarden.contract import Tier
 from notifiers.message import Notification
 from notifiers.receivers import FeishuConfig
 from notifiers.render import is_resolved, render_text, top_tier, truncate_utf8
-from notifiers.verdict import (HttpRequest, Ok, Permanent, Retry, Verdict, http_status_verdict, json_body,
-                               json_request, reveal)
+from notifiers.verdict import HttpRequest, Verdict, body_code_verdict, json_request, reveal
 
 RATE_LIMITS = [(5, 1.0), (100, 60.0)]  # per bot: 5/s and 100/min
 TEXT_LIMIT = 18_000  # the body must stay under 20 KB
@@ -54,15 +53,6 @@ def build_request(cfg: FeishuConfig, n: Notification, language: str, now: float)
 
 
 def classify(status: int, headers: object, body: bytes) -> Verdict:
-    if (v := http_status_verdict(status, headers, body)) is not None:
-        return v
-    data = json_body(body)
-    if data is None:
-        return Retry(None, f"HTTP {status}: not a Feishu JSON answer")
-    code = data.get("code", data.get("StatusCode"))
-    msg = f"Feishu code {code}: {data.get('msg', data.get('StatusMessage', ''))}"
-    if code == 0:
-        return Ok()
-    if code == RATE_LIMITED:
-        return Retry(None, msg)
-    return Permanent(msg)  # 19021 bad signature, 9499 bad request, 19024 keyword, 19022 IP…
+    """code 0 ok; 11232 rate limit (retry); 19021 bad signature, 9499 bad request: permanent."""
+    return body_code_verdict(status, headers, body, platform="Feishu", code_keys=("code", "StatusCode"),
+                             msg_keys=("msg", "StatusMessage"), retry={RATE_LIMITED: None})

@@ -82,3 +82,25 @@ def json_body(body: bytes) -> dict | None:
     except ValueError:
         return None
     return data if isinstance(data, dict) else None
+
+
+def body_code_verdict(status: int, headers: object, body: bytes, *, platform: str, code_keys: tuple[str, ...],
+                      msg_keys: tuple[str, ...], retry: dict[int, float | None]) -> Verdict:
+    """For platforms that answer HTTP 200 and say in a body code whether it worked (0 = ok).
+
+    ``retry`` maps the codes that mean "try again" (rate limits) to a wait hint;
+    every other non-zero code is permanent and reported with the platform's text.
+    """
+    if (v := http_status_verdict(status, headers, body)) is not None:
+        return v
+    data = json_body(body)
+    if data is None:
+        return Retry(None, f"HTTP {status}: not a {platform} JSON answer")
+    code = next((data[k] for k in code_keys if k in data), None)
+    text = next((data[k] for k in msg_keys if k in data), "")
+    msg = f"{platform} {code_keys[0]} {code}: {text}"
+    if code == 0:
+        return Ok()
+    if code in retry:
+        return Retry(retry[code], msg)
+    return Permanent(msg)

@@ -5,8 +5,7 @@ from __future__ import annotations
 from notifiers.message import Notification
 from notifiers.receivers import WeComConfig
 from notifiers.render import render_text, truncate_utf8
-from notifiers.verdict import (HttpRequest, Ok, Permanent, Retry, Verdict, http_status_verdict, json_body,
-                               json_request, reveal)
+from notifiers.verdict import HttpRequest, Verdict, body_code_verdict, json_request, reveal
 
 RATE_LIMITS = [(20, 60.0)]  # 20 messages per minute per robot
 MARKDOWN_BYTES = 4096
@@ -29,15 +28,6 @@ def build_request(cfg: WeComConfig, n: Notification, language: str, now: float) 
 
 
 def classify(status: int, headers: object, body: bytes) -> Verdict:
-    if (v := http_status_verdict(status, headers, body)) is not None:
-        return v
-    data = json_body(body)
-    if data is None:
-        return Retry(None, f"HTTP {status}: not a WeCom JSON answer")
-    code = data.get("errcode")
-    msg = f"WeCom errcode {code}: {data.get('errmsg', '')}"
-    if code == 0:
-        return Ok()
-    if code == RATE_LIMITED:
-        return Retry(RATE_LIMIT_WAIT_S, msg)
-    return Permanent(msg)  # 93000 invalid webhook URL, 40008 bad message type…
+    """errcode 0 ok; 45009 rate limit (retry); 93000 invalid webhook URL: permanent."""
+    return body_code_verdict(status, headers, body, platform="WeCom", code_keys=("errcode",),
+                             msg_keys=("errmsg",), retry={RATE_LIMITED: RATE_LIMIT_WAIT_S})
