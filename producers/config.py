@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -15,3 +16,12 @@ class AgentConfig(Section):
     source: Literal["auto", "nvml", "simulate"] = "auto"
     fast_interval: Duration = 1.0
     slow_interval: Duration = 15.0
+    socket_path: Path = Field(default=Path("/run/gpuwarden/agent.sock"),
+                              description="task SDK socket (Unix datagram)")
+    kmsg_path: Path = Path("/dev/kmsg")
+    proc_root: Path = Path("/proc")
+    nvml_events: bool = True
+    event_dedup_window: Duration = 10.0
+    metrics_port: int | None = Field(default=None, ge=1, le=65535, description="Prometheus /metrics; off when unset")
+    metrics_bind: str = "127.0.0.1"
+    publish_timeout: Duration = 10.0

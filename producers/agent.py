@@ -1,0 +1,244 @@
+"""``gpuwarden agent``: sample GPUs (NVML or simulated), watch events, publish.
+
+Two ways to run: live (one tick per ``agent.fast_interval`` of wall time,
+optionally for ``--duration``), or a simulated span (``--simulate … --duration
+SPAN``), where the simulated clock runs as fast as possible from ``--start``
+(default: SPAN before now). Records go to a JSONL file (``--output``, one
+contract record per line) or, spool first, to Kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import sys
+import time
+from datetime import datetime
+from typing import Any
+
+from gpuwarden.contract import EventKind, GpuEvent, Topics, encode
+from gpuwarden.spool import Spool
+from producers.source import Source
+
+log = logging.getLogger(__name__)
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+def parse_start(text: str | None, duration: float | None, now: float) -> float:
+    """``--start``: epoch seconds or ISO 8601; default ``now - duration`` (or now)."""
+    if text is None:
+        return now - (duration or 0.0)
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"--start: expected ISO 8601 or epoch seconds, got {text!r}") from None
+    return dt.timestamp()
+
+
+class Sink:
+    """Where records go: a JSONL file, or the spool-first Kafka publisher."""
+
+    def __init__(self, output: str | None, settings: Any) -> None:
+        self.file = open(output, "w") if output else None  # noqa: SIM115 - closed in close()
+        self.publisher = None
+        self.spool = None
+        if self.file is None:
+            from producers.publisher import Publisher
+
+            sp, kafka = settings.spool, settings.kafka
+            self.spool = Spool(sp.path, max_bytes=sp.max_bytes, max_age_s=sp.max_age)
+            self.publisher = Publisher(self.spool, kafka.bootstrap, Topics(kafka.topic_prefix),
+                                       send_timeout_s=settings.agent.publish_timeout,
+                                       client_id=kafka.client_id)
+
+    def put(self, records: list[Any]) -> None:
+        if self.file is not None:
+            self.file.writelines(encode(r).decode() + "\n" for r in records)
+        else:
+            self.publisher.submit(records)
+
+    async def flush(self) -> int:
+        return await self.publisher.pump() if self.publisher is not None else 0
+
+    async def close(self, drain_s: float = 0.0) -> None:
+        if self.file is not None:
+            self.file.close()
+        if self.publisher is not None:
+            end = time.monotonic() + drain_s
+            while self.spool.pending_count() and time.monotonic() < end:
+                if not await self.publisher.pump():
+                    await asyncio.sleep(1.0)
+            await self.publisher.close()
+            self.spool.close()
+
+
+def _node_name(settings: Any) -> str:
+    return settings.agent.node or socket.gethostname()
+
+
+def build_source(args: Any, settings: Any, start_ts: float) -> tuple[Source, list[Any]]:
+    """The simulator or the NVML collector (with its event watchers and the SDK socket)."""
+    cfg = settings.agent
+    if args.simulate or cfg.source == "simulate":
+        from producers.simulator import Simulator
+
+        scenarios = args.simulate or ["mixed"]
+        return Simulator(scenarios, nodes=args.nodes or 1, gpus=args.gpus or 8, seed=args.seed,
+                         start_ts=start_ts, tick_s=cfg.fast_interval), []
+    from producers.attrib import Attributor
+    from producers.events import EventLog, KmsgWatcher, NvmlEventWatcher
+    from producers.nvml import NvmlCollector, load_nvml
+    from producers.taskrecv import TaskReceiver
+
+    nv = load_nvml()
+    attributor = Attributor(cfg.proc_root)
+    collector = NvmlCollector(nv, node=_node_name(settings), tick_s=cfg.fast_interval,
+                              slow_s=cfg.slow_interval, attributor=attributor)
+    collector.events.window_s = cfg.event_dedup_window
+    extras: list[Any] = [collector]
+    kmsg = KmsgWatcher(collector.events.add, str(cfg.kmsg_path))
+    if kmsg.start():
+        extras.append(kmsg)
+    if cfg.nvml_events:
+        ev = NvmlEventWatcher(nv, [g.handle for g in collector.gpus], [g.uuid for g in collector.gpus],
+                              collector.events.add)
+        if ev.start():
+            extras.append(ev)
+    try:
+        extras.append(TaskReceiver(str(cfg.socket_path), collector.node, attributor))
+    except OSError as e:
+        log.warning("task SDK socket %s unavailable (%s); task metrics off", cfg.socket_path, e.strerror)
+    return collector, extras
+
+
+def _step(source: Source, extras: list[Any]) -> list[Any]:
+    records = source.step()
+    for x in extras:
+        drain = getattr(x, "drain", None)
+        if drain is not None and hasattr(x, "sock"):
+            records.extend(drain())
+    return records
+
+
+async def _agent(args: Any, settings: Any) -> int:
+    now = time.time()
+    live = args.duration is None or not (args.simulate or settings.agent.source == "simulate")
+    try:
+        start = parse_start(args.start, None if live else args.duration, now)
+    except ValueError as e:
+        print(f"gpuwarden agent: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        source, extras = build_source(args, settings, now if live else start)
+    except ValueError as e:
+        print(f"gpuwarden agent: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as e:  # noqa: BLE001 - NVML missing or failing: say so, suggest a fix
+        print(f"gpuwarden agent: cannot open NVML ({type(e).__name__}: {e}); run 'gpuwarden doctor', "
+              "or use --simulate SCENARIO", file=sys.stderr)
+        return EXIT_FAIL
+    sink = Sink(args.output, settings)
+    metrics = None
+    port = args.metrics_port or settings.agent.metrics_port
+    if port:
+        from producers.metrics import AgentMetrics
+
+        metrics = AgentMetrics()
+        metrics.serve(port, settings.agent.metrics_bind)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    spool_events = _SpoolDrops(sink, getattr(source, "node", None) or _node_name(settings))
+    try:
+        if not live:
+            for rec in _run_span(source, args.duration):
+                sink.put(rec)
+                if metrics:
+                    metrics.observe(rec)
+            await sink.close(drain_s=settings.agent.publish_timeout * 3)
+            return EXIT_OK
+        end = None if args.duration is None else time.monotonic() + args.duration
+        due = time.monotonic()
+        pump = asyncio.create_task(_pump_forever(sink, stop))
+        while not stop.is_set() and (end is None or time.monotonic() < end):
+            records = _step(source, extras)
+            records.extend(spool_events.check())
+            sink.put(records)
+            if metrics:
+                metrics.observe(records)
+            due += source.tick_s
+            delay = max(0.0, due - time.monotonic())
+            if delay == 0.0:
+                due = time.monotonic()
+            try:
+                await asyncio.wait_for(stop.wait(), delay)
+            except asyncio.TimeoutError:
+                pass
+        stop.set()
+        await pump
+        await sink.close(drain_s=settings.agent.publish_timeout)
+        return EXIT_OK
+    finally:
+        for x in extras:
+            for name in ("stop", "close"):
+                fn = getattr(x, name, None)
+                if fn is not None:
+                    fn()
+                    break
+
+
+def _run_span(source: Source, duration: float):
+    """Tick batches covering ``duration`` seconds of event time."""
+    ticks = max(1, round(duration / source.tick_s))
+    for _ in range(ticks):
+        yield source.step()
+
+
+async def _pump_forever(sink: Sink, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        try:
+            sent = await sink.flush()
+        except Exception as e:  # noqa: BLE001 - publishing must never stop sampling
+            log.warning("publish failed: %s", e)
+            sent = 0
+        if not sent:
+            try:
+                await asyncio.wait_for(stop.wait(), 1.0)
+            except asyncio.TimeoutError:
+                pass
+
+
+class _SpoolDrops:
+    """Evicts the spool over its limits and turns drops into an ``agent`` event."""
+
+    def __init__(self, sink: Sink, node: str) -> None:
+        self.sink, self.node, self.seq = sink, node, 0
+        self.boot_id = f"agent-{int(time.time())}"
+        self._last = 0.0
+
+    def check(self) -> list[GpuEvent]:
+        spool = self.sink.spool
+        now = time.time()
+        if spool is None or now - self._last < 10.0 and not spool.over_limit():
+            return []
+        self._last = now
+        dropped = spool.evict(now)
+        if not dropped:
+            return []
+        ev = GpuEvent(ts=now, node=self.node, seq=self.seq, boot_id=self.boot_id, kind=EventKind.AGENT,
+                      source="agent", count=dropped,
+                      message=f"spool over its limits: dropped the {dropped} oldest records "
+                              f"({spool.counter('dropped')} in total)")
+        self.seq += 1
+        return [ev]
+
+
+def cmd_agent(args: Any, settings: Any) -> int:
+    return asyncio.run(_agent(args, settings))

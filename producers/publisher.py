@@ -1,0 +1,93 @@
+"""Spool-first Kafka publishing: append locally, send in order, mark published on ack.
+
+Every record goes to the SQLite spool (``gpuwarden.spool.Spool``: WAL mode,
+ordered by rowid, one file) before Kafka sees it, so a broker outage only
+grows the spool; when Kafka answers again :meth:`Publisher.pump` backfills
+oldest first. The aiokafka producer is idempotent with ``acks=all`` and
+compression; a record whose ack was lost may be sent twice, which consumers
+drop by ``(boot_id, seq)``. Over the size/age limits the spool drops the
+oldest records and the agent reports the drop as an ``agent`` event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from gpuwarden.contract import Topics, encode, record_key
+from gpuwarden.spool import Spool
+
+log = logging.getLogger(__name__)
+
+
+class Publisher:
+    def __init__(self, spool: Spool, bootstrap: str, topics: Topics | None = None, *,
+                 batch: int = 500, send_timeout_s: float = 10.0, **kafka: Any) -> None:
+        self.spool, self.bootstrap = spool, bootstrap
+        self.topics = topics or Topics()
+        self.batch, self.send_timeout_s = batch, send_timeout_s
+        self.kafka = kafka
+        self._producer: Any = None
+        self.published = 0
+        self.failures = 0
+
+    def submit(self, records: Iterable[Any]) -> None:
+        """Append records to the spool (the only durable step on the tick path)."""
+        rows = [(self.topics.for_record(r), record_key(r), r.ts, encode(r)) for r in records]
+        if rows:
+            self.spool.append_many(rows)
+
+    async def _ensure(self) -> Any:
+        if self._producer is None:
+            from aiokafka import AIOKafkaProducer
+
+            p = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True,
+                                 compression_type="gzip", linger_ms=5,
+                                 request_timeout_ms=int(self.send_timeout_s * 1000), **self.kafka)
+            try:
+                await asyncio.wait_for(p.start(), self.send_timeout_s)
+            except BaseException:
+                await _quiet_stop(p)
+                raise
+            self._producer = p
+        return self._producer
+
+    async def pump(self) -> int:
+        """Send pending records oldest first until none are left or Kafka fails; returns how many."""
+        sent = 0
+        while True:
+            pending = self.spool.pending(limit=self.batch)
+            if not pending:
+                return sent
+            try:
+                producer = await self._ensure()
+                futures = [await producer.send(r.topic, r.value, key=r.key.encode() if r.key else None)
+                           for r in pending]
+                await asyncio.wait_for(asyncio.gather(*futures), self.send_timeout_s)
+            except (asyncio.TimeoutError, OSError, Exception) as e:  # noqa: BLE001 - any Kafka failure
+                self.failures += 1
+                log.warning("Kafka unavailable (%s: %s); %d records wait in the spool",
+                            type(e).__name__, e, self.spool.pending_count())
+                await self._reset()
+                return sent
+            self.spool.mark_published(r.id for r in pending)
+            sent += len(pending)
+            self.published += len(pending)
+
+    async def _reset(self) -> None:
+        """Drop the producer after a failure: a fresh one gets a new producer id on reconnect."""
+        p, self._producer = self._producer, None
+        if p is not None:
+            await _quiet_stop(p)
+
+    async def close(self) -> None:
+        await self._reset()
+
+
+async def _quiet_stop(p: Any) -> None:
+    try:
+        await asyncio.wait_for(p.stop(), 5)
+    except Exception:  # noqa: BLE001 - closing a producer to a dead broker
+        pass

@@ -1,0 +1,46 @@
+"""``gpuwarden agent`` end to end: simulated span to a JSONL file; clear failure without NVML."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from gpuwarden.contract import decode
+from tests.producers.test_simulator import T0, check_mixed
+
+
+def run_agent(*argv: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpuwarden.cli", "agent", *argv],
+                          capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+def test_simulated_mixed_to_jsonl_covers_every_scenario(tmp_path):
+    out = tmp_path / "f.jsonl"
+    proc = run_agent("--simulate", "mixed", "--nodes", "2", "--gpus", "8", "--duration", "10m",
+                     "--start", str(T0), "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    records = [decode(line) for line in out.read_text().splitlines()]
+    assert min(r.ts for r in records) == T0 and max(r.ts for r in records) < T0 + 600
+    check_mixed(records)
+
+
+def test_default_start_is_duration_before_now(tmp_path):
+    import time
+    out = tmp_path / "f.jsonl"
+    before = time.time()
+    assert run_agent("--simulate", "healthy", "--gpus", "2", "--duration", "1m", "--output", str(out)).returncode == 0
+    first = decode(out.read_text().splitlines()[0])
+    assert before - 61 <= first.ts <= time.time() - 59
+
+
+def test_unknown_scenario_and_bad_start_are_usage_errors(tmp_path):
+    p = run_agent("--simulate", "nope", "--duration", "1m", "--output", str(tmp_path / "x"))
+    assert p.returncode == 2 and "unknown scenario 'nope'" in p.stderr
+    p = run_agent("--simulate", "healthy", "--duration", "1m", "--start", "yesterday-ish",
+                  "--output", str(tmp_path / "x"))
+    assert p.returncode == 2 and "--start" in p.stderr
+
+
+def test_without_nvml_the_agent_says_what_to_do(tmp_path):
+    p = run_agent("--duration", "1s", "--output", str(tmp_path / "x.jsonl"))
+    assert p.returncode == 1 and "gpuwarden doctor" in p.stderr and "Traceback" not in p.stderr
