@@ -71,8 +71,8 @@ def decode_inbound(
     under (by default the design's ``record_key``): a record on the wrong key
     lands on the wrong partition, and its state would be split between workers.
     """
-    if not msg.value:
-        raise ContractError("record: empty value (null or zero bytes)", ["record"])
+    if msg.value is None:
+        raise ContractError("record: null value (tombstone)", ["record"])
     record = decode(
         msg.value, model,
         now=time.time() if now is None else now,

@@ -91,7 +91,7 @@ def test_bad_records_become_dead_letters_and_the_batch_goes_on() -> None:
     dead = [decode(o.value) for o in res.out if o.topic == TOPIC + ".dlq"]
     assert [(d.offset, d.topic, d.partition) for d in dead] == [(0, TOPIC, 0), (1, TOPIC, 0), (2, TOPIC, 0), (3, TOPIC, 0)]
     assert "Invalid JSON" in dead[0].error and base64.b64decode(dead[0].value_b64) == b"\xff\xfe"
-    assert "empty value" in dead[1].error
+    assert dead[1].error == "record: null value (tombstone)"
     assert dead[2].error == "engine: ZeroDivisionError: boom"
     assert dead[3].error.startswith("ts: ") and "in the future" in dead[3].error
     assert base64.b64decode(dead[0].key_b64) == b"a"

@@ -1,0 +1,125 @@
+"""Bad input on real Kafka: 1,000 fuzzed records into gpu.samples, two `gpuwarden streams` workers.
+
+Each bad record must land in ``gpu.samples.dlq`` with its original bytes, its
+offset and the validation error; the workers must keep running and still
+process a valid record sent afterwards.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+
+from gpuwarden.contract import ContractError, NodeSnapshot, Topics, decode, encode
+from streams.topology import app_id
+from tests.kafka_support import consume_all, create_topic, produce
+from tests.streams_kafka.records import settings_for, snapshot
+from tests.streams_kafka.workers import read_to_end, wait_for, workers, write_config
+
+pytestmark = pytest.mark.kafka
+
+N_BAD = 1000
+MAX_BYTES = 16 * 1024
+NODE = "fuzz-node"
+
+
+def _valid() -> dict[str, Any]:
+    return json.loads(encode(snapshot(NODE, 1, time.time() - 60, gpus=2)))
+
+
+_NOT_SCALAR = st.one_of(st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=2))
+
+
+@st.composite
+def bad_snapshot(draw: Any) -> bytes:
+    """Bytes that break the contract in one of the ways a broken agent (or attacker) would."""
+    kind = draw(st.sampled_from(["garbage", "wrong_type", "nan", "negative", "future", "oversized"]))
+    doc = _valid()
+    if kind == "garbage":
+        return draw(st.binary(max_size=300).filter(lambda b: not b.lstrip().startswith(b"{")))
+    if kind == "wrong_type":
+        doc[draw(st.sampled_from(["seq", "ts", "node", "boot_id", "agent_version"]))] = draw(_NOT_SCALAR)
+        if draw(st.booleans()):
+            doc["gpus"] = draw(st.one_of(st.text(max_size=10), st.integers()))
+    elif kind == "nan":
+        field = draw(st.sampled_from(["util_gpu", "power_w", "temp_gpu_c"]))
+        doc["gpus"][0][field] = draw(st.sampled_from([math.nan, math.inf, -math.inf]))
+    elif kind == "negative":
+        field = draw(st.sampled_from(["mem_used_bytes", "mem_total_bytes", "energy_mj"]))
+        doc["gpus"][draw(st.integers(0, 1))][field] = draw(st.integers(max_value=-1))
+    elif kind == "future":
+        doc["ts"] = time.time() + draw(st.floats(min_value=3600, max_value=1e9))
+    else:
+        doc["processes"] = [{"pid": i, "gpu_index": 0, "command": "x" * 4000}
+                            for i in range(draw(st.integers(5, 12)))]
+    return json.dumps(doc).encode()
+
+
+def fuzzed(n: int) -> list[bytes]:
+    out: list[bytes] = []
+
+    @hsettings(max_examples=n, database=None, derandomize=True, deadline=None,
+               suppress_health_check=list(HealthCheck))
+    @given(bad_snapshot())
+    def collect(raw: bytes) -> None:
+        out.append(raw)
+
+    collect()
+    assert len(out) >= n, f"hypothesis gave only {len(out)} examples"
+    return out[:n]
+
+
+def expected_error(raw: bytes) -> ContractError:
+    try:
+        decode(raw, NodeSnapshot, now=time.time(), max_bytes=MAX_BYTES)
+    except ContractError as e:
+        return e
+    raise AssertionError(f"generator made a valid record: {raw[:200]!r}")
+
+
+async def test_fuzzed_samples_land_in_dlq_and_workers_keep_going(kafka_bootstrap: str, tmp_path: Path) -> None:
+    bad = fuzzed(N_BAD)
+    want = [expected_error(raw) for raw in bad]
+    settings = settings_for(kafka_bootstrap, partitions=2)
+    settings.limits.max_record_bytes = MAX_BYTES
+    topics = Topics(settings.kafka.topic_prefix)
+    for t in (topics.samples, topics.events, topics.metrics):
+        await create_topic(kafka_bootstrap, t, partitions=2)
+    config = write_config(tmp_path / "gpuwarden.yaml", settings)
+    changelog = f"{app_id(settings)}-node-state-changelog"
+    after = snapshot("after-fuzz", 1, time.time() - 30)
+
+    with workers(config, tmp_path, "w1", "w2") as (w1, w2):
+        await produce(kafka_bootstrap, topics.samples, [(NODE.encode(), raw) for raw in bad])
+        dlq = await consume_all(kafka_bootstrap, Topics.dlq(topics.samples), expected=N_BAD, timeout=90)
+        await produce(kafka_bootstrap, topics.samples, [(b"after-fuzz", encode(after))])
+
+        async def processed() -> bool:
+            return any(r.key == b"after-fuzz" for r in await read_to_end(kafka_bootstrap, changelog, 2))
+
+        await wait_for(processed, 60, "the valid record after the fuzzed ones")
+        assert w1.alive() and w2.alive(), w1.tail() + "\n----\n" + w2.tail()
+
+    letters = {(r.partition, json.loads(r.value)["offset"]): json.loads(r.value) for r in dlq}
+    assert len(letters) == N_BAD == len(dlq)  # each bad record exactly once
+    sent = sorted(((base64.b64decode(d["value_b64"]), d["error"]) for d in letters.values()),
+                  key=lambda x: x[0])
+    by_value: dict[bytes, list[ContractError]] = {}
+    for raw, err in zip(bad, want):
+        by_value.setdefault(raw, []).append(err)
+    for raw, error in sent:
+        assert raw in by_value, f"DLQ holds bytes that were never sent: {raw[:80]!r}"
+        err = by_value[raw][0]
+        for field in err.fields:
+            assert field in error, (field, error)
+        assert error.split(" is ")[0] == str(err).split(" is ")[0]  # same message, up to the clock
+    assert all(d["topic"] == topics.samples and d["key_b64"] == base64.b64encode(NODE.encode()).decode()
+               for d in letters.values())
+    assert sorted(raw for raw, _ in sent) == sorted(bad)

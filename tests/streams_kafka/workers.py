@@ -1,0 +1,114 @@
+"""Stream workers as real subprocesses (``gpuwarden streams``), cleaned up whatever happens."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from tests.kafka_support import REPO_ROOT
+
+
+def write_config(path: Path, settings: Any) -> Path:
+    """The settings as a YAML config file a worker subprocess loads."""
+    data = settings.model_dump(mode="json", include={"kafka", "limits", "engine"})
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+class Worker:
+    def __init__(self, config: Path, worker_id: str, tmp: Path) -> None:
+        self.worker_id = worker_id
+        self.log = tmp / f"{worker_id}.log"
+        self._out = self.log.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gpuwarden.cli", "-v", "streams", "--config", str(config),
+             "--worker-id", worker_id, "--data-dir", str(tmp / worker_id)],
+            stdout=self._out, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no final commit, no changelog flush."""
+        if self.alive():
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.alive():
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._out.close()
+
+    def tail(self, n: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+
+
+@contextmanager
+def workers(config: Path, tmp: Path, *ids: str) -> Iterator[list[Worker]]:
+    started = [Worker(config, i, tmp) for i in ids]
+    try:
+        yield started
+    finally:
+        for w in started:
+            w.stop()
+
+
+async def group_members(bootstrap: str, group: str) -> int:
+    """How many consumers are in ``group`` right now."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        (desc,) = await admin.describe_consumer_groups([group])
+    finally:
+        await admin.close()
+    return len(desc.groups[0][5]) if hasattr(desc, "groups") else len(desc[0][5])
+
+
+async def wait_for(predicate: Any, timeout: float, what: str, poll: float = 0.5) -> None:
+    """Poll an async ``predicate()`` until true; TimeoutError naming ``what`` otherwise."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await predicate():
+        if loop.time() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout:.0f} s")
+        await asyncio.sleep(poll)
+
+
+async def read_to_end(bootstrap: str, topic: str, partitions: int,
+                      timeout: float = 20.0) -> list[ConsumerRecord]:
+    """Every record in ``topic`` now (from the beginning up to the current end offsets)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        end = await consumer.end_offsets(tps)
+        out: list[ConsumerRecord] = []
+        left = {tp for tp in tps if end[tp] > 0}
+        async with asyncio.timeout(timeout):
+            while left:
+                for tp, batch in (await consumer.getmany(*left, timeout_ms=500)).items():
+                    out.extend(batch)
+                    if batch[-1].offset + 1 >= end[tp]:
+                        left.discard(tp)
+        return out
+    finally:
+        await consumer.stop()
