@@ -111,7 +111,9 @@ def build_source(args: Any, settings: Any, start_ts: float) -> tuple[Source, lis
         if ev.start():
             extras.append(ev)
     try:
-        extras.append(TaskReceiver(str(cfg.socket_path), collector.node, attributor))
+        receiver = TaskReceiver(str(cfg.socket_path), collector.node, attributor)
+        receiver.start()
+        extras.append(receiver)
     except OSError as e:
         log.warning("task SDK socket %s unavailable (%s); task metrics off", cfg.socket_path, e.strerror)
     return collector, extras

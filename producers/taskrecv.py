@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import socket
+import threading
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +31,7 @@ class TaskReceiver:
     def __init__(self, path: str, node: str, attributor: Callable[[int], Any] | None = None) -> None:
         self.path, self.node, self.attribute = path, node, attributor
         self.rejected = 0
+        self._thread: threading.Thread | None = None
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         if os.path.exists(path):
             os.unlink(path)
@@ -38,8 +41,31 @@ class TaskReceiver:
         os.chmod(path, 0o666)  # any local user may report; the kernel says who they are
         self.sock.setblocking(False)
 
-    def drain(self, limit: int = 10_000) -> list[TaskMetric]:
-        """Every datagram waiting now, as TaskMetrics (bad ones counted and dropped)."""
+    def start(self) -> None:
+        """Receive in a thread: the kernel queues only ~10 datagrams (net.unix.max_dgram_qlen)."""
+        self._stop = threading.Event()
+        self._buffer: list[TaskMetric] = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, name="task-sdk", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            ready, _, _ = select.select([self.sock], [], [], 0.2)
+            if ready:
+                got = self._receive()
+                with self._lock:
+                    self._buffer.extend(got)
+
+    def drain(self) -> list[TaskMetric]:
+        """Metrics received since the last call (bad datagrams counted and dropped)."""
+        if self._thread is None:
+            return self._receive()
+        with self._lock:
+            out, self._buffer = self._buffer, []
+        return out
+
+    def _receive(self, limit: int = 10_000) -> list[TaskMetric]:
         out: list[TaskMetric] = []
         for _ in range(limit):
             try:
@@ -75,6 +101,9 @@ class TaskReceiver:
             raise ContractError(*describe(e)) from None
 
     def close(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=2)
         self.sock.close()
         try:
             os.unlink(self.path)

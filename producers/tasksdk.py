@@ -64,6 +64,7 @@ class Task:
         self._sock: socket.socket | None = None
         self._quiet_until = 0.0
         self._step = 0
+        self.dropped = 0
 
     # ------------------------------------------------------------------ plain calls
 
@@ -128,5 +129,8 @@ class Task:
                 self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
                 self._sock.setblocking(False)
             self._sock.sendto(json.dumps(msg, separators=(",", ":")).encode(), self.path)
+        except BlockingIOError:
+            self.dropped += 1  # agent busy (buffer full): drop this one, never block
         except (OSError, TypeError, ValueError):
-            self._quiet_until = now + RETRY_S  # no agent, or it is busy: drop, never block
+            self.dropped += 1
+            self._quiet_until = now + RETRY_S  # no agent: stay quiet for a while

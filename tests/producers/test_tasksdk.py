@@ -78,3 +78,17 @@ def test_no_agent_never_raises_or_blocks(tmp_path):
         t.report_step(0.1)
         with t.step():
             pass
+
+
+def test_receiver_thread_collects_between_drains(tmp_path):
+    r = TaskReceiver(str(tmp_path / "a.sock"), "n")
+    r.start()
+    try:
+        t = Task("a", "b", socket_path=r.path)
+        for i in range(30):  # more than the kernel's default queue of 10 datagrams
+            t.report_step(0.1)
+            time.sleep(0.002)
+        got = drain(r, 30)
+    finally:
+        r.close()
+    assert [m.step for m in got] == list(range(1, 31))
