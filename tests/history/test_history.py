@@ -1,0 +1,156 @@
+"""Portable history: export → import keeps every record and the engine state, verified by checksum."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import hashlib
+import io
+import json
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from gpuwarden.contract import (
+    AlertState, AlertTransition, EventKind, GpuEvent, Silence, Matcher, Tier, Topics, decode, encode,
+    dead_letter,
+)
+from gpuwarden.history import HistoryError, HistoryFile, export_history, import_to_kafka
+from gpuwarden.spool import Spool
+from tests.history.test_accounting import T0, scenario
+from tests.kafka_support import consume_all, unique_topic
+
+ENGINE_STATE = {"class:llm": b'{"util_gpu":{"median":71.5}}', "node:n1": b"\x00\x01binary"}
+
+
+def contract_records() -> list:
+    return [
+        *scenario(),
+        GpuEvent(node="n1", ts=T0 + 100, seq=1, boot_id="b", kind=EventKind.XID, source="kmsg",
+                 gpu_index=1, code=79, message="GPU has fallen off the bus"),
+        AlertTransition(fingerprint="fp1", rule="xid.fatal", tier=Tier.CRITICAL, state=AlertState.FIRING,
+                        labels={"node": "n1", "gpu": "1"}, started_at=T0 + 100, ts=T0 + 100,
+                        summary="XID 79"),
+        Silence(id="s1", matchers=[Matcher(label="node", value="n2")], starts_at=T0, ends_at=T0 + 60,
+                created_by="ops"),
+    ]
+
+
+def fill(spool: Spool, prefix: str = "") -> None:
+    topics = Topics(prefix)
+    recs = contract_records()
+    spool.append_many((topics.for_record(r), None, getattr(r, "ts", T0), encode(r)) for r in recs)
+    # Not history: a dead letter and a notifier outbox row stay behind.
+    dl = dead_letter(topics.samples, b"{not json", "bad", received_at=T0)
+    spool.append(Topics.dlq(topics.samples), encode(dl), ts=T0)
+    spool.append("notify.outbox", b"opaque", ts=T0)
+    spool.kv_put_many("engine", ENGINE_STATE.items())
+    spool.kv_put("control", "silence:s1", encode(recs[-1]))
+
+
+def rows(spool: Spool) -> list[tuple]:
+    return sorted((r.topic, r.ts, r.value) for r in spool.read() if not r.topic.endswith(".dlq")
+                  and r.topic != "notify.outbox")
+
+
+def sha(values) -> str:
+    h = hashlib.sha256()
+    for v in values:
+        h.update(v + b"\n")
+    return h.hexdigest()
+
+
+def run_cli(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpuwarden.cli", *argv], capture_output=True,
+                          text=True, timeout=60)
+
+
+def write_config(path, db, prefix: str = "") -> str:
+    path.write_text(f"site: lab-a\nspool:\n  path: {db}\nkafka:\n  topic_prefix: '{prefix}'\n")
+    return str(path)
+
+
+def test_round_trip_through_the_cli(tmp_path):
+    src_db, dst_db = tmp_path / "a.db", tmp_path / "b.db"
+    with Spool(src_db) as s:
+        fill(s, "siteA.")
+        before = rows(s)
+    out = tmp_path / "hist.tar"
+    r = run_cli("export", "--config", write_config(tmp_path / "a.yaml", src_db, "siteA."),
+                "--since", str(T0 - 3600), "--until", str(T0 + 86400), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    with HistoryFile(out) as hf:
+        m = hf.manifest
+        assert m["records"] == len(contract_records())
+        assert m["counts"] == {"alerts": 1, "control": 1, "gpu.events": 1, "gpu.samples": 12,
+                               "task.metrics": 3}
+        assert m["nodes"] == ["n1", "n2"] and m["site"] == "lab-a"
+        assert m["first_ts"] == T0 - 600 and m["last_ts"] == T0 + 3600
+        assert m["schemas"]["node_snapshot/1"] == 12
+        assert m["records_sha256"] == sha(encode(x) for x in contract_records())
+    # Another site with another prefix: records land on its topics, unchanged.
+    r = run_cli("import", "--config", write_config(tmp_path / "b.yaml", dst_db, "siteB."), str(out))
+    assert r.returncode == 0, r.stderr
+    with Spool(dst_db) as d:
+        after = rows(d)
+        assert [(t.replace("siteA.", "siteB."), ts, v) for t, ts, v in before] == after
+        assert sha(v for _, _, v in after) == sha(v for _, _, v in before)
+        assert dict(d.kv_items("engine")) == ENGINE_STATE
+        assert decode(d.kv_get("control", "silence:s1")).id == "s1"
+
+
+def test_time_range_limits_the_export(tmp_path):
+    with Spool(tmp_path / "a.db") as s:
+        fill(s)
+        export_history(s, tmp_path / "h.tar", since=T0, until=T0 + 1000)
+    with HistoryFile(tmp_path / "h.tar") as hf:
+        hf.verify()
+        ts = [r.ts for r in hf.records() if hasattr(r, "ts")]
+        assert ts and all(T0 <= t < T0 + 1000 for t in ts)
+        assert hf.manifest["records"] == len(list(hf.records()))
+
+
+def tamper(src, dst) -> None:
+    """Rewrite one record (bob → mallory) but keep the manifest: the checksum must catch it."""
+    with tarfile.open(src) as tin, tarfile.open(dst, "w") as tout:
+        for m in tin.getmembers():
+            data = tin.extractfile(m).read()
+            if m.name == "records.jsonl.gz":
+                data = gzip.compress(gzip.decompress(data).replace(b'"bob"', b'"mallory"', 1))
+                m.size = len(data)
+            tout.addfile(m, io.BytesIO(data))
+
+
+def test_damaged_file_is_refused_and_nothing_is_written(tmp_path):
+    with Spool(tmp_path / "a.db") as s:
+        fill(s)
+        export_history(s, tmp_path / "h.tar")
+    tamper(tmp_path / "h.tar", tmp_path / "bad.tar")
+    dst = tmp_path / "b.db"
+    r = run_cli("import", "--config", write_config(tmp_path / "b.yaml", dst), str(tmp_path / "bad.tar"))
+    assert r.returncode == 1
+    assert "checksum mismatch" in r.stderr
+    with Spool(dst) as d:
+        assert list(d.read()) == [] and d.kv_items("engine") == []
+    with pytest.raises(HistoryError, match="not a gpuwarden history file"):
+        HistoryFile(tmp_path / "b.yaml")
+
+
+@pytest.mark.kafka
+def test_import_into_kafka(tmp_path, kafka_bootstrap):
+    prefix = unique_topic("hist") + "."
+    with Spool(tmp_path / "a.db") as s:
+        fill(s)
+        export_history(s, tmp_path / "h.tar")
+    with HistoryFile(tmp_path / "h.tar") as hf:
+        hf.verify()
+        n = asyncio.run(import_to_kafka(hf, {"bootstrap_servers": kafka_bootstrap}, prefix))
+    assert n == len(contract_records())
+    topics = Topics(prefix)
+    got = asyncio.run(consume_all(kafka_bootstrap, topics.samples, expected=12))
+    assert sorted(m.value for m in got) == sorted(encode(r) for r in scenario() if r.schema_ == "node_snapshot/1")
+    assert {m.key for m in got} == {b"n1", b"n2"}
+    alerts = asyncio.run(consume_all(kafka_bootstrap, topics.alerts, expected=1))
+    assert json.loads(alerts[0].value)["fingerprint"] == "fp1" and alerts[0].key == b"fp1"
