@@ -44,3 +44,41 @@ def test_unknown_scenario_and_bad_start_are_usage_errors(tmp_path):
 def test_without_nvml_the_agent_says_what_to_do(tmp_path):
     p = run_agent("--duration", "1s", "--output", str(tmp_path / "x.jsonl"))
     assert p.returncode == 1 and "gpuwarden doctor" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_live_simulation_ticks_on_wall_clock_until_sigterm(tmp_path):
+    import signal
+    import time
+    out = tmp_path / "live.jsonl"
+    p = subprocess.Popen([sys.executable, "-m", "gpuwarden.cli", "agent", "--simulate", "healthy",
+                          "--gpus", "1", "--output", str(out)], stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3.5)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(timeout=30)
+    assert rc == 0, p.stderr.read()
+    snaps = [decode(line) for line in out.read_text().splitlines() if '"node_snapshot/1"' in line]
+    assert len(snaps) >= 2 and [s.seq for s in snaps] == list(range(len(snaps)))
+    assert abs(snaps[0].ts - time.time()) < 30  # live: event time is now
+
+
+def test_spool_over_limit_drops_oldest_and_reports_an_agent_event(tmp_path):
+    from types import SimpleNamespace
+
+    from gpuwarden.spool import Spool
+    from producers.agent import _SpoolDrops
+
+    spool = Spool(tmp_path / "s.db", max_bytes=1000, max_age_s=3600)
+    for i in range(30):
+        spool.append("gpu.samples", b"x" * 100, key="n", ts=time_now() - 10 + i * 0.1)
+    drops = _SpoolDrops(SimpleNamespace(spool=spool), "node-00")
+    (ev,) = drops.check()
+    assert ev.kind == "agent" and ev.count >= 20 and "dropped" in ev.message
+    assert spool.counter("dropped") == ev.count
+    spool.close()
+
+
+def time_now() -> float:
+    import time
+    return time.time()
