@@ -12,7 +12,10 @@ export PYTHONPATH=.
 PY=${PYTHON:-python3}
 SUMMARY="$OUT/h200-summary.txt"
 if [ -n "${WHEELS:-}" ]; then
-  $PY -m pip install --no-index --find-links "$WHEELS" --quiet pydantic PyYAML nvidia-ml-py >"$OUT/pip.log" 2>&1 || echo "pip from $WHEELS failed (see pip.log)" >>"$SUMMARY"
+  DEPS=${TMPDIR:-/tmp}/gpuwarden-pydeps
+  $PY -m pip install --no-index --find-links "$WHEELS" --target "$DEPS" --quiet pydantic PyYAML nvidia-ml-py \
+    >"$OUT/pip.log" 2>&1 || echo "pip from $WHEELS failed (see pip.log)" >>"$SUMMARY"
+  export PYTHONPATH=.:$DEPS
 fi
 CFG="$OUT/agent.yaml"
 cat >"$CFG" <<YAML
