@@ -180,6 +180,8 @@ class NotifyConfig(Section):
     schedules: dict[str, ScheduleConfig] = Field(default_factory=dict)
     escalation: list[EscalationLevel] = Field(default_factory=list)
     consumer_group: str = "gpuwarden-notify"
+    max_backlog: Duration = 3600.0
+    """``gpuwarden notify`` skips alert records older than this (a fresh group reads history first)."""
     tick_interval: Duration = 1.0
     """How often the worker runs timers (group flushes, repeats, escalation, spool drain)."""
 

@@ -67,21 +67,43 @@ async def read_control(settings: Any) -> Any:
     consumer = AIOKafkaConsumer(**client_kwargs(settings), enable_auto_commit=False)
     await consumer.start()
     try:
-        parts = [TopicPartition(topic, p) for p in (consumer.partitions_for_topic(topic) or {0})]
-        consumer.assign(parts)
-        await consumer.seek_to_beginning(*parts)
-        ends = await consumer.end_offsets(parts)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + READ_TIMEOUT_S
-        while any(await consumer.position(p) < ends[p] for p in parts):
-            if loop.time() > deadline:
-                raise TimeoutError(f"reading {topic} took over {READ_TIMEOUT_S:.0f} s")
-            for records in (await consumer.getmany(timeout_ms=500)).values():
-                for r in records:
-                    apply_record(state, r.key, r.value)
+        await catch_up(consumer, await assign_from_beginning(consumer, topic), state)
     finally:
         await consumer.stop()
     return state
+
+
+async def catch_up(consumer: AIOKafkaConsumer, parts: list[TopicPartition], state: Any) -> list[str]:
+    """Apply records until the end offsets seen now; returns a line per bad record."""
+    ends = await consumer.end_offsets(parts)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + READ_TIMEOUT_S
+    problems: list[str] = []
+    while [p for p in parts if await consumer.position(p) < ends[p]]:
+        if loop.time() > deadline:
+            raise TimeoutError(f"reading {parts[0].topic} took over {READ_TIMEOUT_S:.0f} s")
+        problems += poll(await consumer.getmany(timeout_ms=200), state)
+    return problems
+
+
+def poll(batch: dict[TopicPartition, list[Any]], state: Any) -> list[str]:
+    """Apply a fetched batch of control records; returns a line per bad record."""
+    return [p for records in batch.values() for r in records
+            if (p := apply_record(state, r.key, r.value)) is not None]
+
+
+async def assign_from_beginning(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
+    """Assign every partition of ``topic`` (no consumer group) and rewind to the start."""
+    for _ in range(50):
+        found = consumer.partitions_for_topic(topic)
+        if found:
+            parts = [TopicPartition(topic, p) for p in sorted(found)]
+            consumer.assign(parts)
+            await consumer.seek_to_beginning(*parts)
+            return parts
+        await consumer._client.force_metadata_update()  # noqa: SLF001 (no public metadata refresh)
+        await asyncio.sleep(0.1)
+    raise TimeoutError(f"no metadata for topic {topic}")
 
 
 def apply_record(state: Any, key: bytes | None, value: bytes | None) -> str | None:

@@ -99,6 +99,8 @@ class Page:
     alert: AlertTransition
     paged_at: float
     level: int = 0
+    held: bool = False
+    """Due but silenced or inhibited: rechecked on every tick, no deadline of its own."""
 
 
 class Router:
@@ -150,7 +152,7 @@ class Router:
         times = [g.next_flush for g in self.groups.values()]
         levels = self.config.escalation
         times += [p.paged_at + levels[p.level + 1].after for p in self.pages.values()
-                  if p.level + 1 < len(levels)]
+                  if p.level + 1 < len(levels) and not p.held]
         return min(times, default=None)
 
     # ------------------------------------------------------------------ policy pieces
@@ -261,8 +263,13 @@ class Router:
         out: list[Notification] = []
         for fp in sorted(self.pages):
             p = self.pages[fp]
+            if self.control.ack(p.alert) is not None:
+                del self.pages[fp]  # acknowledged: this episode never escalates again
+                continue
+            p.held = False
             while p.level + 1 < len(levels) and now >= p.paged_at + levels[p.level + 1].after:
-                if self.control.ack(p.alert) is not None or self._muted(p.alert, now):
+                if self._muted(p.alert, now):
+                    p.held = True
                     break
                 p.level += 1
                 mentions = self._oncall_now(p.level, now)

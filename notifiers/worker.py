@@ -1,0 +1,174 @@
+"""``gpuwarden notify``: alerts from Kafka through the Notifier; ``gpuwarden test-notify``.
+
+Offsets of ``alerts`` are committed after the transitions are handled
+(at-least-once); the router drops repeats by fingerprint + state + started_at,
+so a redelivery after a rebalance does not notify twice. The ``control`` topic
+is read from its beginning by every worker (no consumer group): it is small and
+compacted, and each worker needs all of it. A record that breaks the contract
+goes to ``alerts.dlq`` with the reason and the worker carries on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+import time
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from gpuwarden.contract import (AlertState, AlertTransition, ContractError, Tier, Topics, dead_letter,
+                                decode, encode)
+from gpuwarden.spool import Spool
+from notifiers.kafka import assign_from_beginning, catch_up, client_kwargs, ensure_control_topic, poll
+from notifiers.message import Notification
+from notifiers.pipeline import Notifier
+
+log = logging.getLogger("gpuwarden.notify")
+MIN_WAIT_MS = 5  # a poll never spins: even a past-due timer waits this long for records
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.consumed = self.dead_letters = self.stale = 0
+
+
+async def run_notify(settings: Any, *, stop: asyncio.Event, delivery: Any = None,
+                     stats: Stats | None = None) -> Stats:
+    """Consume until ``stop`` is set; ``delivery`` may be injected (tests, benchmarks)."""
+    cfg, topics = settings.notify, Topics(settings.kafka.topic_prefix)
+    stats = stats or Stats()
+    spool = Spool(settings.spool.path, settings.spool.max_bytes, settings.spool.max_age)
+    notifier = Notifier(settings, spool=spool, delivery=delivery, record_history=False)
+    kw = client_kwargs(settings)
+    alerts = AIOKafkaConsumer(topics.alerts, **kw, group_id=cfg.consumer_group + settings.kafka.topic_prefix,
+                              enable_auto_commit=False, auto_offset_reset="earliest")
+    producer = AIOKafkaProducer(**kw)
+    control = AIOKafkaConsumer(**kw, enable_auto_commit=False) if cfg.control == "kafka" else None
+    await producer.start()
+    await alerts.start()
+    try:
+        if control is not None:
+            await control.start()
+            parts = await assign_from_beginning(control, await ensure_control_topic(settings))
+            _warn(await catch_up(control, parts, notifier.control))  # silences apply from the first alert
+        while not stop.is_set():
+            if control is not None:
+                _warn(poll(await control.getmany(timeout_ms=0), notifier.control))
+            deadline = notifier.next_deadline()
+            wait = cfg.tick_interval if deadline is None else min(cfg.tick_interval, deadline - time.time())
+            batch = await alerts.getmany(timeout_ms=max(MIN_WAIT_MS, int(wait * 1000)), max_records=500)
+            for records in batch.values():
+                for r in records:
+                    stats.consumed += 1
+                    await _one(r, notifier, producer, topics, settings, stats)
+            await notifier.tick()
+            if batch:
+                await alerts.commit()
+    finally:
+        await alerts.stop()
+        if control is not None:
+            await control.stop()
+        await producer.stop()
+        await notifier.aclose()
+        spool.close()
+    return stats
+
+
+def _warn(problems: list[str]) -> None:
+    for p in problems:
+        log.warning("%s (ignored)", p)
+
+
+async def _one(r: Any, notifier: Notifier, producer: AIOKafkaProducer, topics: Topics, settings: Any,
+               stats: Stats) -> None:
+    lim = settings.limits
+    try:
+        t = decode(r.value or b"", AlertTransition, now=time.time(), max_bytes=lim.max_record_bytes,
+                   max_future_skew_s=lim.max_future_skew)
+    except ContractError as e:
+        stats.dead_letters += 1
+        log.warning("%s[%d]@%d: %s → %s", r.topic, r.partition, r.offset, e, topics.dlq(r.topic))
+        dl = dead_letter(r.topic, r.value or b"", str(e), key=r.key, partition=r.partition, offset=r.offset)
+        await producer.send_and_wait(topics.dlq(r.topic), encode(dl), key=r.key)
+        return
+    if t.ts < time.time() - settings.notify.max_backlog:
+        stats.stale += 1  # e.g. a new consumer group starting at the topic's beginning: history, not news
+        return
+    await notifier.handle(t)
+
+
+def cmd_notify(args: argparse.Namespace, settings: Any) -> int:
+    """Run the notifier worker until SIGINT/SIGTERM; ``--log N`` prints the delivery log instead."""
+    if getattr(args, "log", None) is not None:
+        return _print_log(settings, args.log)
+    return asyncio.run(_main(settings))
+
+
+async def _main(settings: Any) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    stats = await run_notify(settings, stop=stop)
+    print(f"consumed {stats.consumed} alert records, {stats.dead_letters} to the dead-letter topic, "
+          f"{stats.stale} older than notify.max_backlog skipped",
+          file=sys.stderr)
+    return 0
+
+
+def _print_log(settings: Any, limit: int) -> int:
+    from notifiers.outbox import DeliveryLog
+
+    with Spool(settings.spool.path) as spool:
+        for e in DeliveryLog(spool).read(limit):
+            when = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(e["at"]))
+            print(f"{when}  {e['receiver']:<16} {e['status']:<9} attempts={e['attempts']}  "
+                  f"{','.join(e['fingerprints'])}  {e['detail']}")
+    return 0
+
+
+def sample_notification(receiver: str, now: float) -> Notification:
+    """A harmless message that exercises formatting, signing and the receiver's URL."""
+    t = AlertTransition(fingerprint="gpuwarden-test", rule="test_notify", tier=Tier.ATTENTION,
+                        state=AlertState.FIRING, labels={"node": "test"}, started_at=now, ts=now,
+                        summary="gpuwarden test message: this receiver is configured correctly",
+                        action="No action needed.")
+    return Notification(receiver=receiver, group_key="test", alerts=[t], reason="test", at=now,
+                        id=f"test:{receiver}:{now!r}")
+
+
+def cmd_test_notify(args: argparse.Namespace, settings: Any) -> int:
+    """Send a test message to every configured receiver (or ``--receiver``); exit 1 if any fails."""
+    return asyncio.run(_test_notify(settings, args.receiver))
+
+
+async def _test_notify(settings: Any, only: list[str] | None) -> int:
+    from notifiers.delivery import Delivery
+
+    receivers = settings.notify.receivers
+    unknown = sorted(set(only or []) - {r.name for r in receivers})
+    if unknown:
+        print(f"gpuwarden test-notify: no receiver named {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    if not receivers:
+        print("gpuwarden test-notify: no receivers configured (notify.receivers)", file=sys.stderr)
+        return 2
+    # No spool and no fallback: a test reports each receiver's own answer.
+    delivery = Delivery([r.model_copy(update={"fallback": []}) for r in receivers], spool=None,
+                        language=settings.notify.language or settings.language, max_attempts=1)
+    failed = 0
+    try:
+        now = time.time()
+        for r in receivers:
+            if only and r.name not in only:
+                continue
+            out = await delivery.deliver(sample_notification(r.name, now))
+            failed += out.status != "delivered"
+            print(f"{r.name:<20} {r.kind:<10} {out.status:<9} {out.detail}")
+    finally:
+        await delivery.aclose()
+    return 1 if failed else 0
