@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
+import logging
 import os
 import sys
 import time
@@ -37,6 +38,13 @@ from notifiers.oncall import Cover
 
 ControlRecord = Silence | Ack | OnCallOverride
 KV_NS = "control"
+log = logging.getLogger("gpuwarden.notify")
+
+
+def warn_each(problems: list[str]) -> None:
+    """Bad control records are reported and skipped: one typo must not stop the notifier."""
+    for p in problems:
+        log.warning("%s (ignored)", p)
 
 
 class ControlState:
@@ -111,8 +119,7 @@ async def _read(settings: Any) -> ControlState:
         return await read_control(settings)
     with _open_spool(settings) as spool:
         state, problems = load_spool(spool)
-    for p in problems:
-        print(f"warning: {p}", file=sys.stderr)
+    warn_each(problems)
     return state
 
 

@@ -60,14 +60,14 @@ async def write_control(settings: Any, record: Any) -> None:
 
 async def read_control(settings: Any) -> Any:
     """The control state as of now: the topic read from the beginning to its end offsets."""
-    from notifiers.control import ControlState
+    from notifiers.control import ControlState, warn_each
 
     topic = await ensure_control_topic(settings)
     state = ControlState()
     consumer = AIOKafkaConsumer(**client_kwargs(settings), enable_auto_commit=False)
     await consumer.start()
     try:
-        await catch_up(consumer, await assign_from_beginning(consumer, topic), state)
+        warn_each(await catch_up(consumer, await assign_from_beginning(consumer, topic), state))
     finally:
         await consumer.stop()
     return state

@@ -15,7 +15,7 @@ from typing import Any
 
 from gpuwarden.contract import AlertTransition, Topics, encode
 from gpuwarden.spool import Spool
-from notifiers.control import ControlRecord, ControlState, load_spool
+from notifiers.control import ControlRecord, ControlState, load_spool, warn_each
 from notifiers.message import Notification
 from notifiers.router import Router
 
@@ -76,9 +76,7 @@ class Notifier:
         """Standalone: the CLI writes silences/acks into the spool from another process; pick them up."""
         if self._control_in_spool:
             assert self.spool is not None
-            _, problems = load_spool(self.spool, self.control)
-            for p in problems:
-                log.warning("%s (ignored)", p)
+            warn_each(load_spool(self.spool, self.control)[1])
 
     async def _deliver(self, notes: list[Notification]) -> None:
         """Each receiver in order; receivers side by side, so a slow chat never holds up the pager."""

@@ -24,6 +24,7 @@ from gpuwarden.contract import (AlertState, AlertTransition, ContractError, Tier
                                 decode, encode)
 from gpuwarden.spool import Spool
 from notifiers.kafka import assign_from_beginning, catch_up, client_kwargs, ensure_control_topic, poll
+from notifiers.control import warn_each
 from notifiers.message import Notification
 from notifiers.pipeline import Notifier
 
@@ -54,10 +55,10 @@ async def run_notify(settings: Any, *, stop: asyncio.Event, delivery: Any = None
         if control is not None:
             await control.start()
             parts = await assign_from_beginning(control, await ensure_control_topic(settings))
-            _warn(await catch_up(control, parts, notifier.control))  # silences apply from the first alert
+            warn_each(await catch_up(control, parts, notifier.control))  # silences apply from the first alert
         while not stop.is_set():
             if control is not None:
-                _warn(poll(await control.getmany(timeout_ms=0), notifier.control))
+                warn_each(poll(await control.getmany(timeout_ms=0), notifier.control))
             deadline = notifier.next_deadline()
             wait = cfg.tick_interval if deadline is None else min(cfg.tick_interval, deadline - time.time())
             batch = await alerts.getmany(timeout_ms=max(MIN_WAIT_MS, int(wait * 1000)), max_records=500)
@@ -76,11 +77,6 @@ async def run_notify(settings: Any, *, stop: asyncio.Event, delivery: Any = None
         await notifier.aclose()
         spool.close()
     return stats
-
-
-def _warn(problems: list[str]) -> None:
-    for p in problems:
-        log.warning("%s (ignored)", p)
 
 
 async def _one(r: Any, notifier: Notifier, producer: AIOKafkaProducer, topics: Topics, settings: Any,

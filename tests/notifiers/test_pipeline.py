@@ -151,3 +151,28 @@ async def test_a_slow_receiver_does_not_hold_up_the_pager(tmp_path: Path) -> Non
     n = Notifier(s, spool=None, clock=EventClock(T0), delivery=rec)
     await n.handle(alert("x", tier="critical"))
     assert [x.receiver for x in rec.got] == ["pager", "team-chat"]
+
+
+async def test_test_notify_prints_each_receivers_outcome(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    from tests.fakes.http import FakeFeishu
+
+    with FakeFeishu(secret="right") as good, FakeFeishu(secret="right") as bad:
+        monkeypatch.setenv("GW_T_GOOD", good.base + good.hook)
+        monkeypatch.setenv("GW_T_BAD", bad.base + bad.hook)
+        monkeypatch.setenv("GW_T_SECRET", "right")
+        monkeypatch.setenv("GW_T_WRONG", "wrong")
+        cfg = tmp_path / "gpuwarden.yaml"
+        cfg.write_text(yaml.safe_dump({"spool": {"path": str(tmp_path / "spool.db")}, "notify": {"receivers": [
+            {"name": "ok-bot", "feishu": {"url": {"env": "GW_T_GOOD"}, "secret": {"env": "GW_T_SECRET"}}},
+            {"name": "bad-sign", "feishu": {"url": {"env": "GW_T_BAD"}, "secret": {"env": "GW_T_WRONG"}}},
+        ]}}))
+        assert await asyncio.to_thread(main, ["test-notify", "--config", str(cfg)]) == 1
+        out = capsys.readouterr().out.splitlines()
+        assert await asyncio.to_thread(main, ["test-notify", "--config", str(cfg), "--receiver", "ok-bot"]) == 0
+        assert await asyncio.to_thread(main, ["test-notify", "--config", str(cfg), "--receiver", "nope"]) == 2
+    assert out[0].split()[:3] == ["ok-bot", "feishu", "delivered"]
+    assert out[1].split()[:3] == ["bad-sign", "feishu", "failed"] and "19021" in out[1]
+    assert len(good.accepted) == 2 and bad.accepted == []
