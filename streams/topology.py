@@ -44,6 +44,13 @@ SESSION_TIMEOUT_S = 10.0
 HEARTBEAT_INTERVAL_S = 2.0
 COMMIT_INTERVAL_S = 1.0
 BY_NODE_SUFFIX = ".by-node"
+#: Producer and changelog-topic record size limit: a busy node's state envelope
+#: is ~200 kB compressed, above a few hundred kB faust's 1 MB default gets close.
+MAX_RECORD_BYTES = 16 << 20
+#: Per-partition fetch size. faust merges its source topics in fetch order, not
+#: event time; small fetches bound how far one topic runs ahead of another
+#: while catching up on a backlog (see docs/streams-faust.md).
+FETCH_BYTES = 256 << 10
 
 
 def app_id(settings: Any) -> str:
@@ -110,6 +117,8 @@ def build_app(
         stream_wait_empty=False,
         table_standby_replicas=0,
         producer_acks=-1,
+        producer_max_request_size=MAX_RECORD_BYTES,
+        consumer_max_fetch_size=FETCH_BYTES,
         web_enabled=False,
         autodiscover=False,
     )
@@ -119,11 +128,12 @@ def build_app(
                          partitions=k.partitions, internal=True)
 
     def state_table(name: str) -> faust.Table:
-        # Keys are bytes (the raw key serializer would turn str keys into bytes on
-        # recovery); the changelog partition comes from the same murmur2
-        # partitioner as the source records' keys, so it matches their partition.
+        # bytes key and value types make faust use the raw codec both ways (a
+        # ``schema`` alone leaves recovery decoding JSON). The changelog partition
+        # comes from the same murmur2 partitioner as the source records' keys.
         return app.Table(name, default=None, partitions=k.partitions, use_partitioner=True,
-                         schema=faust.Schema(key_serializer="raw", value_serializer="raw"))
+                         key_type=bytes, value_type=bytes,
+                         extra_topic_configs={"max.message.bytes": str(MAX_RECORD_BYTES)})
 
     outputs = {
         name: raw_topic(name)

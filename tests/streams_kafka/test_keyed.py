@@ -49,6 +49,7 @@ def test_batch_writes_one_envelope_per_key_with_last_offsets() -> None:
     assert res.applied == 5 and res.dead == 0 and res.skipped == 0
     assert set(res.state) == {"a", "b"}
     assert unpack(res.state["a"]) == ({f"{TOPIC}:0": 13}, json.dumps({"snapshots": 4, "seen": []}).encode())
+    assert res.state["a"].startswith(b"GWS2")
     assert [o.topic for o in res.out] == ["summaries", "summaries"]
 
 
