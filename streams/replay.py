@@ -7,27 +7,32 @@ byte-identical transitions, since the engine uses event time only.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from gpuwarden.contract import encode
 from streams.engine import Engine
-from streams.replay_sources import ReplayError, read_file, read_spool, spool_path, time_range
+from streams.replay_sources import (
+    ReplayError,
+    input_topics,
+    read_file,
+    read_kafka,
+    read_spool,
+    spool_path,
+    time_range,
+)
 from streams.rules import RulesError, load_rules
 
 
 def cmd_replay(args: Any, settings: Any) -> int:
-    """Exit 0 after the replay; 1 for what this build cannot do yet; 2 for bad input."""
-    if args.kafka:
-        print("gpuwarden replay --kafka: not yet available (use --from-file or --spool)", file=sys.stderr)
-        return 1
-    if args.report:
-        print("gpuwarden replay --report: not yet available", file=sys.stderr)
-        return 1
-    if args.rules and len(args.rules) > 1:
-        print("gpuwarden replay: comparing two rule sets is not yet available", file=sys.stderr)
-        return 1
+    """Exit 0 after the replay; 2 for bad input (rules, time range, unreadable source)."""
+    paths = args.rules or [settings.engine.rules]
+    if len(paths) > 2:
+        print("gpuwarden replay: --rules at most twice (two rule sets to compare)", file=sys.stderr)
+        return 2
     try:
-        rules = load_rules(args.rules[0] if args.rules else settings.engine.rules)
+        packs = [load_rules(p) for p in paths]
     except RulesError as e:
         print(e, file=sys.stderr)
         return 2
@@ -39,39 +44,73 @@ def cmd_replay(args: Any, settings: Any) -> int:
         rejected.append(where)
         print(f"{where}: skipped ({reason})", file=sys.stderr)
 
-    engine = Engine(rules, settings.engine)
-    count = 0
+    engine = Engine(packs[-1], settings.engine)
     try:
         since, until = time_range(args.since, args.until, time.time())
-        if args.from_file:
-            records = read_file(args.from_file, since, until, on_reject=reject)
-            count = _feed(engine, records, args.json)
-        else:
-            from gpuwarden.spool import Spool
-
-            with Spool(spool_path(args.spool)) as spool:
-                records = read_spool(spool, since, until, topic_prefix=settings.kafka.topic_prefix,
-                                     on_reject=reject)
-                count = _feed(engine, records, args.json)
+        with _source(args, settings, since, until, reject) as records:
+            if args.report or len(packs) == 2:
+                records = list(records)
+            if len(packs) == 2:
+                transitions = _compare(args, settings, records, paths, engine)
+            else:
+                transitions = _feed(engine, records, args.json)
     except ReplayError as e:
         print(f"gpuwarden replay: {e}", file=sys.stderr)
         return 2
-    print(f"gpuwarden replay: {count} alert transitions; {len(rejected)} records skipped",
+    if args.report:
+        from gpuwarden.retro import write_report
+
+        baselines = {c: engine.classes.baseline(c) for c in engine.classes.classes()}
+        write_report(args.report, records, transitions, baselines=baselines,
+                     source=args.from_file or args.spool or f"Kafka {args.kafka}")
+        print(f"gpuwarden replay: report written to {args.report}", file=sys.stderr)
+    print(f"gpuwarden replay: {len(transitions)} alert transitions; {len(rejected)} records skipped",
           file=sys.stderr)
     return 0
 
 
-def _feed(engine: Engine, records: Any, as_json: bool) -> int:
-    count = 0
-    out = sys.stdout
+@contextmanager
+def _source(args: Any, settings: Any, since: float | None, until: float | None,
+            reject: Any) -> Iterator[Iterable[Any]]:
+    """The records of ``--from-file``, ``--spool`` or ``--kafka`` in ``[since, until)``."""
+    if args.from_file:
+        yield read_file(args.from_file, since, until, on_reject=reject)
+    elif args.spool:
+        from gpuwarden.spool import Spool
+
+        with Spool(spool_path(args.spool)) as spool:
+            yield read_spool(spool, since, until, topic_prefix=settings.kafka.topic_prefix,
+                             on_reject=reject)
+    else:
+        import asyncio
+
+        from notifiers.kafka import client_kwargs
+
+        kw = {**client_kwargs(settings), "bootstrap_servers": args.kafka}
+        yield asyncio.run(read_kafka(kw, input_topics(settings.kafka.topic_prefix), since, until,
+                                     slack_s=settings.limits.max_future_skew, on_reject=reject))
+
+
+def _compare(args: Any, settings: Any, records: list[Any], paths: list[Any], engine: Engine) -> list[Any]:
+    """Both rule sets over the same records; prints the comparison, returns B's transitions."""
+    from streams.compare import replay_both
+
+    first = Engine(load_rules(paths[0]), settings.engine)
+    comparison, _, b = replay_both(records, first, engine, str(paths[0]), str(paths[1]))
+    sys.stdout.write(comparison.to_json() + "\n" if args.json else comparison.to_text())
+    return b
+
+
+def _feed(engine: Engine, records: Any, as_json: bool) -> list[Any]:
+    out: list[Any] = []
     for rec in records:
         for t in engine.process(rec):
-            count += 1
-            _show(out, t, as_json)
+            out.append(t)
+            _show(sys.stdout, t, as_json)
     for t in engine.flush():
-        count += 1
-        _show(out, t, as_json)
-    return count
+        out.append(t)
+        _show(sys.stdout, t, as_json)
+    return out
 
 
 def _show(out: Any, t: Any, as_json: bool) -> None:

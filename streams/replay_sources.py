@@ -155,7 +155,7 @@ async def read_kafka(client_kw: dict[str, Any], topics: Iterable[str], since: fl
     buffered through an outage, which are therefore still found.  Each partition
     is read up to its end offset as of the start, so the read is bounded.
     """
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import AIOKafkaConsumer
 
     stats = stats if stats is not None else KafkaReadStats()
     consumer = AIOKafkaConsumer(**client_kw, enable_auto_commit=False, group_id=None,
@@ -167,12 +167,11 @@ async def read_kafka(client_kw: dict[str, Any], topics: Iterable[str], since: fl
         raise ReplayError(f"Kafka {client_kw.get('bootstrap_servers')}: cannot connect ({e})") from None
     out: list[tuple[float, int, int, int, InputRecord]] = []
     try:
-        available = await consumer.topics()
         names = list(topics)
-        tps = [TopicPartition(t, p) for t in names if t in available
-               for p in sorted(consumer.partitions_for_topic(t) or ())]
-        if not tps:
+        present = [t for t in names if t in await consumer.topics()]
+        if not present:
             raise ReplayError(f"none of the topics {', '.join(names)} exist on the cluster")
+        tps = await _partitions(consumer, present, timeout_s)
         consumer.assign(tps)
         ends = await consumer.end_offsets(tps)
         if since is not None:
@@ -206,3 +205,17 @@ async def read_kafka(client_kw: dict[str, Any], topics: Iterable[str], since: fl
     out.sort(key=lambda r: r[:4])
     stats.in_range = len(out)
     return [r[4] for r in out]
+
+
+async def _partitions(consumer: Any, topics: list[str], timeout_s: float) -> list[Any]:
+    """Every partition of ``topics``: assigning one partition each makes the client track them."""
+    from aiokafka import TopicPartition
+
+    consumer.assign([TopicPartition(t, 0) for t in topics])
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while any(consumer.partitions_for_topic(t) is None for t in topics):
+        if loop.time() > deadline:
+            raise ReplayError(f"no partition metadata for {', '.join(topics)} in {timeout_s:.0f} s")
+        await asyncio.sleep(0.05)
+    return [TopicPartition(t, p) for t in topics for p in sorted(consumer.partitions_for_topic(t))]

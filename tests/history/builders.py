@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 from gpuwarden.contract import GpuProcess, GpuSample, NodeSnapshot, TaskMetric, TaskMetricKind
 
 GIB = 1 << 30
+REPO = Path(__file__).resolve().parents[2]
 
 
 def gpu(index: int, util: float | None, mem_gib: float = 0.0, **kw: object) -> GpuSample:
@@ -27,3 +32,18 @@ def snap(node: str, ts: float, seq: int, gpus: list[GpuSample], processes: list[
 def metric(node: str, ts: float, task: str, task_id: str, kind: TaskMetricKind,
            **kw: object) -> TaskMetric:
     return TaskMetric(node=node, ts=ts, task=task, task_id=task_id, kind=kind, **kw)
+
+
+def gw(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """The real ``gpuwarden`` command line in a subprocess."""
+    return subprocess.run([sys.executable, "-m", "gpuwarden.cli", *argv], capture_output=True,
+                          text=True, timeout=timeout, cwd=REPO)
+
+
+def config(tmp: Path, prefix: str = "", extra: str = "", spool: Path | None = None) -> str:
+    """A config file in ``tmp`` with its own spool (never the repo's ./var) and topic prefix."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    cfg = tmp / "gpuwarden.yaml"
+    cfg.write_text(f"site: lab-a\nspool:\n  path: {spool or tmp / 'spool' / 'spool.db'}\n"
+                   f"kafka:\n  topic_prefix: '{prefix}'\n{extra}")
+    return str(cfg)

@@ -31,15 +31,13 @@ from __future__ import annotations
 import csv
 import io
 import json
-import subprocess
-import sys
 
 import pytest
 
 from gpuwarden.accounting import compute_usage, digest_notification, to_csv
 from gpuwarden.contract import TaskMetricKind, Topics, encode
 from gpuwarden.spool import Spool
-from tests.history.builders import gpu, metric, proc, snap
+from tests.history.builders import config, gpu, gw, metric, proc, snap
 
 T0 = 1_700_000_000.0
 SINCE, UNTIL = T0, T0 + 4000
@@ -133,15 +131,13 @@ def test_cli_report_from_the_spool(tmp_path):
     topics = Topics()
     with Spool(db) as spool:
         spool.append_many((topics.for_record(r), None, r.ts, encode(r)) for r in scenario())
-    cfg = tmp_path / "gpuwarden.yaml"
-    cfg.write_text(f"spool:\n  path: {db}\naccounting:\n  price_per_gpu_hour: 2.0\n")
-    base = [sys.executable, "-m", "gpuwarden.cli", "report", "--config", str(cfg), "usage",
-            "--since", str(SINCE), "--until", str(UNTIL)]
-    out = subprocess.run([*base, "--format", "json"], capture_output=True, text=True, timeout=60)
+    cfg = config(tmp_path, spool=db, extra="accounting:\n  price_per_gpu_hour: 2.0\n")
+    base = ["report", "--config", cfg, "usage", "--since", str(SINCE), "--until", str(UNTIL)]
+    out = gw(*base, "--format", "json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["total"]["card_hours"] == pytest.approx(3.0)
     assert data["total"]["cost"] == pytest.approx(6.0)
-    table = subprocess.run(base, capture_output=True, text=True, timeout=60)
+    table = gw(*base)
     assert table.returncode == 0, table.stderr
     assert "alice" in table.stdout and "1.33" in table.stdout and "6.00" in table.stdout

@@ -7,8 +7,6 @@ import gzip
 import hashlib
 import io
 import json
-import subprocess
-import sys
 import tarfile
 
 import pytest
@@ -19,6 +17,7 @@ from gpuwarden.contract import (
 )
 from gpuwarden.history import HistoryError, HistoryFile, export_history, import_to_kafka
 from gpuwarden.spool import Spool
+from tests.history.builders import config, gw
 from tests.history.test_accounting import T0, scenario
 from tests.kafka_support import consume_all, unique_topic
 
@@ -62,23 +61,13 @@ def sha(values) -> str:
     return h.hexdigest()
 
 
-def run_cli(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpuwarden.cli", *argv], capture_output=True,
-                          text=True, timeout=60)
-
-
-def write_config(path, db, prefix: str = "") -> str:
-    path.write_text(f"site: lab-a\nspool:\n  path: {db}\nkafka:\n  topic_prefix: '{prefix}'\n")
-    return str(path)
-
-
 def test_round_trip_through_the_cli(tmp_path):
     src_db, dst_db = tmp_path / "a.db", tmp_path / "b.db"
     with Spool(src_db) as s:
         fill(s, "siteA.")
         before = rows(s)
     out = tmp_path / "hist.tar"
-    r = run_cli("export", "--config", write_config(tmp_path / "a.yaml", src_db, "siteA."),
+    r = gw("export", "--config", config(tmp_path / "a", "siteA.", spool=src_db),
                 "--since", str(T0 - 3600), "--until", str(T0 + 86400), "--out", str(out))
     assert r.returncode == 0, r.stderr
     with HistoryFile(out) as hf:
@@ -91,7 +80,7 @@ def test_round_trip_through_the_cli(tmp_path):
         assert m["schemas"]["node_snapshot/1"] == 12
         assert m["records_sha256"] == sha(encode(x) for x in contract_records())
     # Another site with another prefix: records land on its topics, unchanged.
-    r = run_cli("import", "--config", write_config(tmp_path / "b.yaml", dst_db, "siteB."), str(out))
+    r = gw("import", "--config", config(tmp_path / "b", "siteB.", spool=dst_db), str(out))
     assert r.returncode == 0, r.stderr
     with Spool(dst_db) as d:
         after = rows(d)
@@ -129,13 +118,13 @@ def test_damaged_file_is_refused_and_nothing_is_written(tmp_path):
         export_history(s, tmp_path / "h.tar")
     tamper(tmp_path / "h.tar", tmp_path / "bad.tar")
     dst = tmp_path / "b.db"
-    r = run_cli("import", "--config", write_config(tmp_path / "b.yaml", dst), str(tmp_path / "bad.tar"))
+    r = gw("import", "--config", config(tmp_path / "b", spool=dst), str(tmp_path / "bad.tar"))
     assert r.returncode == 1
     assert "checksum mismatch" in r.stderr
     with Spool(dst) as d:
         assert list(d.read()) == [] and d.kv_items("engine") == []
     with pytest.raises(HistoryError, match="not a gpuwarden history file"):
-        HistoryFile(tmp_path / "b.yaml")
+        HistoryFile(tmp_path / "b" / "gpuwarden.yaml")
 
 
 @pytest.mark.kafka
