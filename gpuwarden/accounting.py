@@ -289,10 +289,29 @@ def cmd_report_usage(args: argparse.Namespace, settings: Any) -> int:
     if getattr(args, "idle_util_below", None) is not None:
         settings.accounting.idle_util_below = args.idle_util_below
     with Spool(settings.spool.path) as spool:
+        if getattr(args, "post", False):
+            return _post(settings, spool, until)
         u = usage_from_spool(settings, spool, since=since or 0.0, until=until, by=args.by,
                              price=args.price_per_gpu_hour)
     sys.stdout.write(render(u, args.format, settings.accounting.currency))
     return 0
+
+
+def _post(settings: Any, spool: Spool, now: float) -> int:
+    """``report usage --post``: the weekly digest, for a weekly cron job or timer."""
+    import asyncio
+
+    try:
+        outcome = asyncio.run(post_weekly_digest(settings, spool, now=now))
+    except ValueError as e:
+        print(f"gpuwarden report usage --post: {e}", file=sys.stderr)
+        return 2
+    if outcome is None:
+        print("gpuwarden report usage --post: set accounting.digest_receiver to a receiver name",
+              file=sys.stderr)
+        return 2
+    print(f"usage digest to {outcome.receiver}: {outcome.status} ({outcome.detail})", file=sys.stderr)
+    return 0 if outcome.status != "failed" else 1
 
 
 # --------------------------------------------------------------------------- weekly digest
@@ -318,16 +337,27 @@ def digest_notification(u: Usage, receiver: str, currency: str = "") -> Any:
                         at=u.until, id=f"usage-digest-{receiver}-{int(u.until)}")
 
 
-async def post_weekly_digest(settings: Any, spool: Spool, *, now: float, delivery: Any = None) -> bool:
-    """Post last week's usage to ``accounting.digest_receiver``; False when none is configured."""
+async def post_weekly_digest(settings: Any, spool: Spool, *, now: float, delivery: Any = None) -> Any:
+    """Post the last week's usage to ``accounting.digest_receiver`` through the notifiers' Delivery.
+
+    Returns the delivery outcome (a receiver that is down gets it from the
+    spool later, like any notification), or None when no receiver is configured.
+    """
     cfg: AccountingConfig = settings.accounting
     if not cfg.digest_receiver:
-        return False
+        return None
+    names = {r.name for r in settings.notify.receivers}
+    if cfg.digest_receiver not in names:
+        raise ValueError(f"accounting.digest_receiver: no receiver named {cfg.digest_receiver!r} "
+                         f"in notify.receivers ({', '.join(sorted(names)) or 'none configured'})")
     u = usage_from_spool(settings, spool, since=now - WEEK_S, until=now, by=cfg.digest_by)
     note = digest_notification(u, cfg.digest_receiver, cfg.currency)
-    if delivery is None:
-        from notifiers.delivery import Delivery
+    if delivery is not None:
+        return await delivery.deliver(note)
+    from notifiers.delivery import Delivery
 
-        delivery = Delivery(settings.notify.receivers, spool=spool)
-    await delivery.deliver(note)
-    return True
+    own = Delivery(settings.notify.receivers, spool=spool, language=settings.language)
+    try:
+        return await own.deliver(note)
+    finally:
+        await own.aclose()

@@ -17,6 +17,7 @@ from typing import Any
 
 from gpuwarden import __version__
 from gpuwarden.config import ConfigError, config_warnings, load_settings
+from gpuwarden.kafka import KafkaConnectError
 from gpuwarden.units import parse_duration
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -154,6 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     ru.add_argument("--until", metavar="T", help="end of the period (default: now)")
     ru.add_argument("--idle-util-below", type=float, default=None, metavar="PCT",
                     help="a held GPU under this utilization is idle (default: accounting.idle_util_below, 5)")
+    ru.add_argument("--post", action="store_true",
+                    help="post the last 7 days to accounting.digest_receiver (the weekly digest) instead")
     ru.set_defaults(handler="gpuwarden.accounting:cmd_report_usage")
 
     p = sub.add_parser("export", help="write portable history (compressed JSONL + manifest)")
@@ -225,6 +228,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(e, file=sys.stderr)
         return EXIT_USAGE
+    except KafkaConnectError as e:
+        print(f"gpuwarden {args.command}: {e}", file=sys.stderr)
+        return EXIT_FAIL
     except KeyboardInterrupt:
         return 130
 

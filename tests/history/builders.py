@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,10 +35,10 @@ def metric(node: str, ts: float, task: str, task_id: str, kind: TaskMetricKind,
     return TaskMetric(node=node, ts=ts, task=task, task_id=task_id, kind=kind, **kw)
 
 
-def gw(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """The real ``gpuwarden`` command line in a subprocess."""
+def gw(*argv: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The real ``gpuwarden`` command line in a subprocess (``env`` on top of ours)."""
     return subprocess.run([sys.executable, "-m", "gpuwarden.cli", *argv], capture_output=True,
-                          text=True, timeout=timeout, cwd=REPO)
+                          text=True, timeout=timeout, cwd=REPO, env={**os.environ, **(env or {})})
 
 
 def config(tmp: Path, prefix: str = "", extra: str = "", spool: Path | None = None) -> str:

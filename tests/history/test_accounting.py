@@ -37,6 +37,7 @@ import pytest
 from gpuwarden.accounting import compute_usage, digest_notification, to_csv
 from gpuwarden.contract import TaskMetricKind, Topics, encode
 from gpuwarden.spool import Spool
+from tests.fakes.http import FakeSlack
 from tests.history.builders import config, gpu, gw, metric, proc, snap
 
 T0 = 1_700_000_000.0
@@ -141,3 +142,25 @@ def test_cli_report_from_the_spool(tmp_path):
     table = gw(*base)
     assert table.returncode == 0, table.stderr
     assert "alice" in table.stdout and "1.33" in table.stdout and "6.00" in table.stdout
+
+
+def test_weekly_digest_posts_the_table_to_the_chat_receiver(tmp_path):
+    """`report usage --post` → Delivery → a real HTTP server standing in for a Slack webhook."""
+    db = tmp_path / "spool.db"
+    with Spool(db) as spool:
+        spool.append_many((Topics().for_record(r), None, r.ts, encode(r)) for r in scenario())
+    with FakeSlack() as slack:
+        extra = ("notify:\n  receivers:\n    - name: team-chat\n      slack:\n        url: {env: USAGE_SLACK_URL}\n"
+                 "accounting:\n  digest_receiver: team-chat\n  price_per_gpu_hour: 2.0\n  currency: EUR\n")
+        cfg = config(tmp_path, spool=db, extra=extra)
+        r = gw("report", "--config", cfg, "usage", "--post", "--until", str(UNTIL),
+               env={"USAGE_SLACK_URL": slack.base + slack.path})
+        assert r.returncode == 0, r.stderr
+        assert "delivered" in r.stderr
+        assert len(slack.accepted) == 1
+        text = json.dumps(slack.accepted[0].json)
+    # The week before UNTIL also holds the T0-600 snapshot (alice, 600 s = 1/6 h):
+    # total 3.0 + 1/6 = 3.17 card-hours, cost 2.0 x 19/6 = 6.33, alice 1.5 h.
+    for expected in ("alice", "bob", "carol", "3.2 card-hours", "6.33", "1.50"):
+        assert expected in text
+    assert slack.path not in r.stderr  # the webhook URL is a secret
