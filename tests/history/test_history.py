@@ -13,10 +13,13 @@ import pytest
 
 from gpuwarden.contract import (
     AlertState, AlertTransition, EventKind, GpuEvent, Silence, Matcher, Tier, Topics, decode, encode,
-    dead_letter,
+    dead_letter, record_key,
 )
-from gpuwarden.history import HistoryError, HistoryFile, export_history, import_to_kafka
+from gpuwarden.history import HistoryError, HistoryFile, export_history, import_to_kafka, import_to_spool
 from gpuwarden.spool import Spool
+from streams.config import EngineConfig
+from streams.engine import Engine
+from streams.replay_sources import read_file
 from tests.history.builders import config, gw
 from tests.history.test_accounting import T0, scenario
 from tests.kafka_support import consume_all, unique_topic
@@ -143,3 +146,30 @@ def test_import_into_kafka(tmp_path, kafka_bootstrap):
     assert {m.key for m in got} == {b"n1", b"n2"}
     alerts = asyncio.run(consume_all(kafka_bootstrap, topics.alerts, expected=1))
     assert json.loads(alerts[0].value)["fingerprint"] == "fp1" and alerts[0].key == b"fp1"
+
+
+def test_baselines_survive_the_move(recorded, tmp_path):
+    """A site's engine state (real baselines) exported and imported: the new site judges the same."""
+    cfg = EngineConfig(observation_period=1200, baseline_min_samples=10)
+    records = list(read_file(recorded["file"]))
+    half = len(records) // 2
+    old = Engine(config=cfg)
+    old.process_many(records[:half])
+    with Spool(tmp_path / "a.db") as s:
+        topics = Topics()
+        s.append_many((topics.for_record(r), record_key(r), r.ts, encode(r)) for r in records[:half])
+        s.kv_put("engine", "state", old.dump_all())
+        export_history(s, tmp_path / "h.tar")
+    with HistoryFile(tmp_path / "h.tar") as hf, Spool(tmp_path / "b.db") as dst:
+        hf.verify()
+        import_to_spool(hf, dst)
+        moved = Engine(config=cfg)
+        moved.load_all(dst.kv_get("engine", "state"))
+        assert len(list(dst.read())) == half
+    classes = old.classes.classes()
+    bands = {c: old.classes.baseline(c) for c in classes}
+    assert any(b is not None for per in bands.values() for b in per.values()), "some class has a baseline"
+    assert {c: moved.classes.baseline(c) for c in moved.classes.classes()} == bands
+    assert moved.dump_all() == old.dump_all()
+    rest = records[half:]
+    assert moved.process_many(rest) + moved.flush() == old.process_many(rest) + old.flush()
