@@ -18,6 +18,8 @@ class EngineConfig(Section):
     """Records up to this much older than the newest of their node are reordered; older ones dropped."""
     bucket: Duration = Field(default=15.0, gt=0)
     """Width of the event-time buckets windows are made of; also the rule evaluation cadence."""
+    eval_interval: Duration = Field(default=30.0, gt=0)
+    """Cadence of rule evaluation on bucket closes (event-count rules also run on each event)."""
     summary_interval: Duration = Field(default=60.0, gt=0)
     """Task summaries (stage 1 → stage 2) per this much event time; a multiple of ``bucket``."""
     history: Duration = Field(default=2 * 3600.0, gt=0)

@@ -47,7 +47,7 @@ class Context:
     def scalar(self, metric: str) -> float | None:
         return None
 
-    def count_events(self, since: float, pred: Any, per: str) -> int:
+    def count_events(self, since: float, pred: Any, per: str, kinds: frozenset | None = None) -> int:
         return 0
 
     def baseline(self, metric: str) -> tuple[float, float, int] | None:

@@ -70,10 +70,12 @@ def _task_derived(m: list) -> list:
 
 @state
 class GpuState:
-    __slots__ = ("index", "uuid", "win", "labels", "owner", "last_seen", "idle_since", "ckpt", "alerts")
+    __slots__ = ("index", "uuid", "win", "labels", "owner", "last_seen", "idle_since", "ckpt", "alerts",
+                 "events")
 
-    def __init__(self, index: int, maxlen: int) -> None:
+    def __init__(self, index: int, maxlen: int, horizon: float) -> None:
         self.index = index
+        self.events = EventLog(horizon)
         self.uuid = ""
         self.win = BucketWindow(maxlen)
         self.labels: dict = {}
@@ -103,9 +105,9 @@ class TaskState:
 class NodeState:
     __slots__ = ("node", "buffer", "arrivals", "seen", "released", "max_ts", "bucket", "period",
                  "gpus", "tasks", "events", "win", "alerts", "versions", "late", "duplicates",
-                 "has_samples")
+                 "has_samples", "evaluated")
 
-    def __init__(self, node: str, cfg: EngineConfig) -> None:
+    def __init__(self, node: str, cfg: EngineConfig, horizon: float) -> None:
         self.node = node
         self.buffer: list = []
         self.arrivals = 0
@@ -116,13 +118,14 @@ class NodeState:
         self.period: int | None = None
         self.gpus: dict = {}
         self.tasks: dict = {}
-        self.events = EventLog(cfg.history)
+        self.events = EventLog(horizon)
         self.win = BucketWindow(int(cfg.history // cfg.bucket) + 1)
         self.alerts: dict = {}
         self.versions = ["", ""]
         self.late = 0
         self.duplicates = 0
         self.has_samples = False
+        self.evaluated = float("-inf")
 
 
 class _NodeCtx(Context):
@@ -178,14 +181,11 @@ class _NodeCtx(Context):
             return sum(_idle_h(x, now) for x in gpus)
         return None
 
-    def count_events(self, since: float, pred: Any, per: str) -> int:
+    def count_events(self, since: float, pred: Any, per: str, kinds: frozenset | None = None) -> int:
         assert self.node is not None
         if per == "gpu":
-            if self.gpu is None:
-                return 0
-            idx = self.gpu.index
-            return len(self.node.events.matching(since, self.now, lambda e: e["gpu"] == idx and pred(e)))
-        return len(self.node.events.matching(since, self.now, pred))
+            return 0 if self.gpu is None else self.gpu.events.count(since, self.now, pred, kinds)
+        return self.node.events.count(since, self.now, pred, kinds)
 
 
 def _idle_h(g: GpuState, now: float) -> float:
@@ -201,6 +201,7 @@ class NodeStage:
         self.cfg = config
         self.bucket_s = float(config.bucket)
         self.period_s = float(config.summary_interval)
+        self.eval_s = float(config.eval_interval)
         self.maxlen = int(config.history // config.bucket) + 1
         self.lateness = float(config.allowed_lateness)
         self._nodes: dict[str, NodeState] = {}
@@ -208,6 +209,8 @@ class NodeStage:
         gpu_rules = rules.by_scope["gpu"]
         self._event_rules_gpu = [r for r in gpu_rules if _counts_events(r)]
         self._event_rules_node = [r for r in rules.by_scope["node"] if _counts_events(r)]
+        windows = [w for r in rules.rules for w in _count_windows(r.spec.when)]
+        self.horizon = max([config.history, *windows])
 
     # ------------------------------------------------------------------ state
 
@@ -257,7 +260,7 @@ class NodeStage:
             return out  # a record this stage cannot use
         st = self._nodes.get(record.node)
         if st is None:
-            st = self._nodes[record.node] = NodeState(record.node, self.cfg)
+            st = self._nodes[record.node] = NodeState(record.node, self.cfg, self.horizon)
         seen = st.seen
         if key in seen:
             st.duplicates += 1
@@ -332,7 +335,7 @@ class NodeStage:
             (idx, util, mu, mt, temp, pw, pl, clk, clkmax, reasons, ecc, rpend, rfail) = _G(g)
             gs = gpus.get(idx)
             if gs is None:
-                gs = gpus[idx] = GpuState(idx, self.maxlen)
+                gs = gpus[idx] = GpuState(idx, self.maxlen, self.horizon)
                 gs.uuid = g.uuid
             gs.last_seen = ts
             p = owners.get(idx)
@@ -382,17 +385,20 @@ class NodeStage:
 
     def _event(self, st: NodeState, ev: GpuEvent, out: Any) -> None:
         cat = ev.catalogue
-        fields = {"kind": ev.kind.value, "code": ev.code, "gpu": ev.gpu_index,
+        fields = {"kind": ev.kind.value, "code": ev.code, "gpu": ev.gpu_index, "n": max(1, ev.count),
                   "action": cat.action if cat else None, "severity": cat.severity.value if cat else None}
-        for _ in range(max(1, min(ev.count, 100))):
-            st.events.add(ev.ts, fields)
-        ctx = self._ctx
-        ctx.node, ctx.task = st, None
-        if ev.gpu_index is not None and self._event_rules_gpu:
+        gs = None
+        if ev.gpu_index is not None:
             gs = st.gpus.get(ev.gpu_index)
             if gs is None:
-                gs = st.gpus[ev.gpu_index] = GpuState(ev.gpu_index, self.maxlen)
+                gs = st.gpus[ev.gpu_index] = GpuState(ev.gpu_index, self.maxlen, self.horizon)
                 gs.uuid, gs.last_seen = ev.gpu_uuid or "", ev.ts
+        st.events.add(ev.ts, fields)
+        if gs is not None:
+            gs.events.add(ev.ts, fields)
+        ctx = self._ctx
+        ctx.node, ctx.task = st, None
+        if gs is not None and self._event_rules_gpu:
             ctx.gpu = gs
             out.transitions.extend(evaluate(self._event_rules_gpu, ctx, ev.ts, _gpu_id(st, gs),
                                             _gpu_labels(st, gs), gs.alerts))
@@ -459,6 +465,10 @@ class NodeStage:
             b = task.win.close(t, _task_derived)
             if b is not None:
                 self._accumulate(st, task, b)
+        self._expire(st, t, out)
+        if t - st.evaluated < self.eval_s:
+            return  # not an evaluation instant yet
+        st.evaluated = t
         # Rules, in a fixed order: GPUs by index, tasks by id, then the node.
         for idx in sorted(st.gpus):
             gs = st.gpus[idx]
@@ -474,12 +484,12 @@ class NodeStage:
         ctx.task = None
         out.transitions.extend(evaluate(rules["node"], ctx, t, {"node": st.node}, {"node": st.node},
                                         st.alerts))
-        self._expire(st, t, out)
 
     def _expire(self, st: NodeState, t: float, out: Any) -> None:
         st.events.expire(t)
         for idx in sorted(st.gpus):
             gs = st.gpus[idx]
+            gs.events.expire(t)
             if t - gs.last_seen >= self.cfg.gpu_expiry:
                 out.transitions.extend(resolve_all(gs.alerts, t))
                 del st.gpus[idx]
@@ -548,15 +558,18 @@ def _gpu_labels(st: NodeState, gs: GpuState) -> dict[str, str]:
     return gs.labels or {"node": st.node, "gpu": str(gs.index)}
 
 
-def _counts_events(rule: Any) -> bool:
+def _count_windows(c: Any) -> list[float]:
+    """The windows of every count_within in a condition (event logs must reach that far back)."""
     from streams.rules import AllOf, AnyOf, CountC, NotOf
 
-    def walk(c: Any) -> bool:
-        if isinstance(c, CountC):
-            return True
-        if isinstance(c, (AllOf, AnyOf)):
-            return any(walk(x) for x in (c.all if isinstance(c, AllOf) else c.any))
-        if isinstance(c, NotOf):
-            return walk(c.not_)
-        return False
-    return walk(rule.spec.when)
+    if isinstance(c, CountC):
+        return [c.count_within.window]
+    if isinstance(c, (AllOf, AnyOf)):
+        return [w for x in (c.all if isinstance(c, AllOf) else c.any) for w in _count_windows(x)]
+    if isinstance(c, NotOf):
+        return _count_windows(c.not_)
+    return []
+
+
+def _counts_events(rule: Any) -> bool:
+    return bool(_count_windows(rule.spec.when))

@@ -371,9 +371,10 @@ def _compile(cond: Any, scope: str) -> Check:
     c = cond.count_within
     pred = _event_pred(c.event)
     win, at_least, per = c.window, c.at_least, c.per
+    kinds = frozenset(c.event.kind) if c.event.kind else None
 
     def count_within(ctx: Any) -> bool:
-        n = ctx.count_events(ctx.now - win, pred, per)
+        n = ctx.count_events(ctx.now - win, pred, per, kinds)
         if n:
             ctx.ev["count"] = max(n, ctx.ev.get("count") or 0)
             ctx.note_window(win)

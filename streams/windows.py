@@ -9,6 +9,7 @@ and make the per-sample cost a handful of additions. State stays bounded by
 from __future__ import annotations
 
 from collections import deque
+from itertools import takewhile
 from collections.abc import Sequence
 
 from streams.statecodec import state
@@ -54,20 +55,10 @@ class BucketWindow:
 
     def series(self, index: int, since: float, use_max: bool = False) -> tuple[list[float], list[float]]:
         """(times, values) of one metric over closed buckets with ``t_end > since``."""
-        ts: list[float] = []
-        ys: list[float] = []
         col = 2 if use_max else 1
-        for b in reversed(self.hist):
-            if b[0] <= since:
-                break
-            row = b[col]
-            v = row[index] if index < len(row) else None
-            if v is not None:
-                ts.append(b[0])
-                ys.append(v)
-        ts.reverse()
-        ys.reverse()
-        return ts, ys
+        pairs = [(b[0], b[col][index]) for b in takewhile(lambda b: b[0] > since, reversed(self.hist))]
+        pairs.reverse()
+        return [t for t, v in pairs if v is not None], [v for t, v in pairs if v is not None]
 
     def latest(self, index: int) -> float | None:
         """The metric's mean in the newest closed bucket."""
@@ -76,22 +67,41 @@ class BucketWindow:
 
 @state
 class EventLog:
-    """Recent discrete events of one node for count-within conditions (bounded, event time)."""
+    """Recent discrete events by kind for count-within conditions (bounded, event time).
 
-    __slots__ = ("events", "horizon_s")
+    Kept per kind so counting XIDs never walks a storm of clock or corrected-ECC events.
+    """
+
+    __slots__ = ("by_kind", "horizon_s", "maxlen")
 
     def __init__(self, horizon_s: float, maxlen: int = 1024) -> None:
-        self.events: deque = deque(maxlen=maxlen)
+        self.by_kind: dict = {}
         self.horizon_s = horizon_s
+        self.maxlen = maxlen
 
     def add(self, ts: float, fields: dict) -> None:
-        self.events.append([ts, fields])
+        q = self.by_kind.get(fields["kind"])
+        if q is None:
+            q = self.by_kind[fields["kind"]] = deque(maxlen=self.maxlen)
+        q.append([ts, fields])
 
     def expire(self, now: float) -> None:
-        ev = self.events
-        while ev and ev[0][0] < now - self.horizon_s:
-            ev.popleft()
+        for kind in list(self.by_kind):
+            q = self.by_kind[kind]
+            while q and q[0][0] < now - self.horizon_s:
+                q.popleft()
+            if not q:
+                del self.by_kind[kind]
 
-    def matching(self, since: float, until: float, pred) -> list[list]:
-        """Events with ``since < ts <= until`` that satisfy ``pred(fields)``."""
-        return [e for e in self.events if since < e[0] <= until and pred(e[1])]
+    def count(self, since: float, until: float, pred, kinds: frozenset | None = None) -> int:
+        """Events (weighted by their ``n``) with ``since < ts <= until`` that satisfy ``pred``."""
+        n = 0
+        for kind, q in self.by_kind.items():
+            if kinds is not None and kind not in kinds:
+                continue
+            for ts, fields in reversed(q):
+                if ts <= since:
+                    break
+                if ts <= until and pred(fields):
+                    n += fields["n"]
+        return n

@@ -1,0 +1,89 @@
+"""Rule files: validation errors name the exact path; the default pack is valid; overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuwarden.cli import main
+from streams.rules import RulesError, load_rules
+
+RULE = """
+  - name: {name}
+    scope: {scope}
+    tier: attention
+    summary: x
+    when: {when}
+"""
+
+
+def _file(tmp_path: Path, *rules: tuple[str, str, str], head: str = "") -> Path:
+    p = tmp_path / "rules.yaml"
+    p.write_text(head + "rules:\n" + "".join(RULE.format(name=n, scope=s, when=w) for n, s, w in rules))
+    return p
+
+
+def test_default_pack_is_valid_and_covers_the_policy() -> None:
+    names = set(load_rules().names())
+    assert {"memory-leak", "oom-risk", "util-below-baseline", "idle-allocated-gpu", "idle-allocated-budget",
+            "hw-slowdown", "thermal-slowdown", "power-brake", "xid-hardware", "xid-application",
+            "xid-repeated", "ecc-double-bit", "row-remap", "temp-rising-constant-power", "gpu-lost",
+            "driver-error", "version-skew"} <= names
+
+
+def test_errors_name_the_path(tmp_path: Path) -> None:
+    p = _file(tmp_path,
+              ("ok", "gpu", '{threshold: {metric: util_gpu, op: "<", value: 5}}'),
+              ("bad", "gpu", '{all: [{threshold: {metric: util_gpu, op: "<", value: 5}}, '
+                             '{trend: {metric: mem_used_gib, window: soon, slope_above: 1}}]}'))
+    with pytest.raises(RulesError) as e:
+        load_rules(p)
+    assert str(e.value) == (f"{p}: rules[1].when.all[1].trend.window: expected a duration such as "
+                            "30s, 15m, 2h or 14d, got 'soon'")
+
+
+def test_semantic_errors(tmp_path: Path) -> None:
+    p = _file(tmp_path,
+              ("a", "task", '{trend: {metric: nope, window: 5m, slope_above: 1}}'),
+              ("b", "gpu", '{deviation: {metric: util_gpu, direction: below}}'),
+              ("c", "class", '{count_within: {event: {kind: [xid]}, window: 1h}}'),
+              ("a", "gpu", '{foo: 1}'))
+    with pytest.raises(RulesError) as e:
+        load_rules(p)
+    problems = e.value.problems
+    assert problems == [
+        "rules[3].when: expected a mapping with exactly one of all, any, not, threshold, trend, "
+        "deviation, count_within"]
+    p = _file(tmp_path,
+              ("a", "task", '{trend: {metric: nope, window: 5m, slope_above: 1}}'),
+              ("b", "gpu", '{deviation: {metric: util_gpu, direction: below}}'),
+              ("c", "class", '{count_within: {event: {kind: [xid]}, window: 1h}}'),
+              ("a", "gpu", '{threshold: {metric: util_gpu, op: "<", value: 5}}'))
+    with pytest.raises(RulesError) as e:
+        load_rules(p)
+    problems = e.value.problems
+    assert problems[0].startswith("rules[0].when.trend.metric: unknown metric 'nope' for scope task")
+    assert problems[1] == "rules[1].when.deviation: baselines exist per task class; use scope class"
+    assert problems[2] == "rules[2].when.count_within: events are counted in scope gpu or node, not class"
+    assert problems[3] == "rules[3].name: duplicate rule name 'a'"
+
+
+def test_extends_default_overrides_and_disables(tmp_path: Path) -> None:
+    p = _file(tmp_path, ("memory-leak", "gpu", '{threshold: {metric: util_gpu, op: "<", value: 1}}'),
+              ("my-rule", "gpu", '{threshold: {metric: util_gpu, op: ">", value: 99}}'),
+              head="extends: default\ndisable: [oom-risk]\n")
+    pack = load_rules(p)
+    assert "oom-risk" not in pack.names() and pack.names()[-1] == "my-rule"
+    leak = next(r for r in pack.rules if r.name == "memory-leak")
+    assert leak.spec.summary == "x"
+
+
+def test_rules_check_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = _file(tmp_path, ("ok", "gpu", '{threshold: {metric: util_gpu, op: "<", value: 5}}'))
+    assert main(["rules", "check", str(good)]) == 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rules:\n  - name: x\n    scope: gpu\n    tier: urgent\n    summary: s\n"
+                   "    when: {threshold: {metric: util_gpu, op: '<', value: 5}}\n")
+    assert main(["rules", "check", str(bad)]) == 2
+    assert f"{bad}: rules[0].tier: input should be 'info', 'attention' or 'critical'" in capsys.readouterr().err
