@@ -15,6 +15,7 @@ wall time live, so replay sends the same notifications at the same times.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 from dataclasses import dataclass, field
 
@@ -111,6 +112,8 @@ class Router:
         self.control = control or ControlState()
         self.tree = build_tree(config.routing_tree())
         self.groups: dict[str, Group] = {}
+        self._due: list[tuple[float, str]] = []
+        """Heap of (next_flush, group key): ticks touch only the groups that are due."""
         self.pages: dict[str, Page] = {}
         self._last: dict[str, tuple[float, int, float]] = {}
         """fingerprint → (started_at, state rank, ts) of the newest transition seen."""
@@ -149,7 +152,7 @@ class Router:
 
     def next_deadline(self) -> float | None:
         """When ``tick`` next has something to do (None: nothing pending)."""
-        times = [g.next_flush for g in self.groups.values()]
+        times = [self._due[0][0]] if self._due else []
         levels = self.config.escalation
         times += [p.paged_at + levels[p.level + 1].after for p in self.pages.values()
                   if p.level + 1 < len(levels) and not p.held]
@@ -179,6 +182,7 @@ class Router:
                 if g is None:
                     g = self.groups[key] = Group(key, receiver, route, route.mention_oncall or token == ONCALL,
                                                  now + route.group_wait)
+                    heapq.heappush(self._due, (g.next_flush, key))
                 g.alerts[t.fingerprint] = t
 
     def _resolve(self, token: str, labels: dict[str, str]) -> list[str]:
@@ -220,8 +224,12 @@ class Router:
     # ------------------------------------------------------------------ timers
 
     def _flush_due(self, now: float) -> list[Notification]:
-        due = sorted((g for g in self.groups.values() if g.next_flush <= now),
-                     key=lambda g: (g.next_flush, g.key))
+        due: list[Group] = []
+        while self._due and self._due[0][0] <= now:
+            at, key = heapq.heappop(self._due)
+            g = self.groups.get(key)
+            if g is not None and g.next_flush == at:  # else a stale entry of a rescheduled/gone group
+                due.append(g)
         out: list[Notification] = []
         for g in due:
             n = self._flush(g, now)
@@ -230,7 +238,9 @@ class Router:
             interval = g.route.group_interval
             while g.next_flush <= now:
                 g.next_flush += interval
-            if not g.alerts:
+            if g.alerts:
+                heapq.heappush(self._due, (g.next_flush, g.key))
+            else:
                 del self.groups[g.key]
         return out
 

@@ -39,6 +39,12 @@ def test_silence_window_tombstone_and_last_write_wins() -> None:
     assert st.silenced_by(alert("a"), T0 + 10) is None and len(st.silences()) == 1
     st.apply_raw("silence:s1", None)                             # a tombstone forgets it
     assert st.silences() == []
+    st.apply(silence("r1", T0, T0 + 60, "node=~node-0[12]", "rule!~thermal.*"))  # no '=' matcher
+    st.apply(silence("r0", T0 - 5, T0 + 60, "gpu=3", "node=~node-0[12]"))
+    assert st.silenced_by(alert("a", node="node-02"), T0) == "r1"
+    assert st.silenced_by(alert("a", node="node-02", gpu="3"), T0) == "r0"  # the oldest active one
+    assert st.silenced_by(alert("a", node="node-03"), T0) is None
+    assert st.silenced_by(alert("t", node="node-01", rule="thermal_x"), T0) is None
 
 
 def test_ack_covers_only_the_episode_it_was_given_for() -> None:
