@@ -85,6 +85,7 @@ def test_round_trip_through_the_cli(tmp_path):
     # Another site with another prefix: records land on its topics, unchanged.
     r = gw("import", "--config", config(tmp_path / "b", "siteB.", spool=dst_db), str(out))
     assert r.returncode == 0, r.stderr
+    assert "older than spool.max_age" in r.stderr  # 2023 records into a 7-day spool: said, not hidden
     with Spool(dst_db) as d:
         after = rows(d)
         assert [(t.replace("siteA.", "siteB."), ts, v) for t, ts, v in before] == after
