@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import pytest
 import yaml
@@ -97,6 +98,8 @@ def test_comparison_of_two_rule_sets(recorded, tmp_path):
     records = list(read_file(recorded["file"]))
     same, a_tr, b_tr = replay_both(records, Engine(load_rules(None)), Engine(load_rules(None)))
     assert a_tr == b_tr and not same.gained and not same.lost and len(same.both) >= 4
+    assert "gained by B: 0   lost by B: 0" in same.to_text()
+    assert re.search(r"\+0 s\s+power-brake ", same.to_text())
     assert compare(a_tr, []).lost == compare([], a_tr).gained
 
 
