@@ -269,12 +269,17 @@ def plot_timeline(inc: Incident) -> str:
     for name, start, end, tier in spans:
         d0, d1 = date2num(_dates([start, max(end, start + 30)]))
         ax.broken_barh([(d0, d1 - d0)], (y[name] - 0.3, 0.6), color=TIER_COLOURS[tier], alpha=0.85)
-    labelled: set[tuple[str, str]] = set()
+    # Name each kind of event once per row, not every repeat; kinds first seen in the
+    # same minute share one label instead of printing over each other.
+    labels: dict[tuple[str, int], list[str]] = defaultdict(list)
+    seen: set[tuple[str, str]] = set()
     for name, ts, text in marks:
         ax.plot(_dates([ts]), [y[name]], marker="x", color="black", markersize=7)
-        if (name, text) not in labelled:  # name each kind of event once per row, not every repeat
-            labelled.add((name, text))
-            ax.annotate(text, (date2num(_dates([ts]))[0], y[name] + 0.32), fontsize=6)
+        if (name, text) not in seen:
+            seen.add((name, text))
+            labels[(name, int(ts // 60))].append(text)
+    for (name, minute), texts in labels.items():
+        ax.annotate(", ".join(texts), (date2num(_dates([minute * 60.0]))[0], y[name] + 0.32), fontsize=6)
     for tier, colour in TIER_COLOURS.items():
         ax.plot([], [], color=colour, linewidth=6, label=f"alert: {tier}")
     ax.plot([], [], marker="x", color="black", linestyle="none", label="event")
