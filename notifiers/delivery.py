@@ -25,13 +25,13 @@ from typing import Literal
 import httpx
 
 from gpuwarden.spool import Spool
-from notifiers import dingtalk, email, feishu, pagerduty, slack, webhook, wecom
+from notifiers import apprise_channel, dingtalk, email, feishu, pagerduty, slack, webhook, wecom
 from notifiers.message import Notification
 from notifiers.outbox import (Delivered, DeliveryLog, decode_notification, encode_notification,
                               outbox_topic)
 from notifiers.ratelimit import Limiter
 from notifiers.receivers import Receiver, fallback_problems
-from notifiers.redact import install as install_redaction, redact
+from notifiers.redact import LOGGERS as REDACTED_LOGGERS, install as install_redaction, redact
 from notifiers.render import is_resolved, render_text
 from notifiers.verdict import Ok, Permanent, Retry, Verdict
 
@@ -39,7 +39,7 @@ log = logging.getLogger("notifiers.delivery")
 
 CHANNELS: dict[str, ModuleType] = {
     "slack": slack, "feishu": feishu, "dingtalk": dingtalk, "wecom": wecom,
-    "pagerduty": pagerduty, "webhook": webhook, "email": email,
+    "pagerduty": pagerduty, "webhook": webhook, "email": email, "apprise": apprise_channel,
 }
 MAX_DIGEST = 1000  # notifications merged into one digest at most (the text limit usually binds first)
 
@@ -61,6 +61,12 @@ def notification_id(n: Notification) -> str:
         return n.id
     parts = [n.receiver, n.group_key, n.reason, repr(n.at)] + [f"{a.fingerprint}:{a.state}:{a.ts}" for a in n.alerts]
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32]
+
+
+def rate_limits(r: Receiver) -> list[tuple[int, float]]:
+    """The platform's documented limits; an apprise receiver's are configured (its target can be anything)."""
+    module = CHANNELS[r.kind]
+    return module.rate_limits(r.channel) if module is apprise_channel else module.RATE_LIMITS
 
 
 def digest(receiver: str, items: list[Notification]) -> Notification:
@@ -86,22 +92,25 @@ class Delivery:
                  timeout_s: float = 10.0, rng: Callable[[], float] = random.random) -> None:
         if problems := fallback_problems(receivers):
             raise ValueError("; ".join(problems))
-        unsupported = [r.name for r in receivers if r.kind not in CHANNELS]
-        if unsupported:
-            raise ValueError(f"receivers {', '.join(unsupported)}: channel not supported by this build")
-        self.receivers = {r.name: r for r in receivers}
         # Resolve every secret now: a missing one fails at start, and redaction knows them all.
         install_redaction(ref.resolve().get_secret_value() for r in receivers for ref in r.secrets())
+        appr = [(r.name, r.apprise) for r in receivers if r.apprise is not None]
+        install_redaction([s for _, cfg in appr for s in apprise_channel.url_secrets(cfg)],
+                          loggers=(*REDACTED_LOGGERS, *apprise_channel.LOGGERS))
+        if problems := apprise_channel.problems(appr):
+            raise ValueError("; ".join(problems))
+        self.receivers = {r.name: r for r in receivers}
         self._own_spool = spool is None
         self.spool = spool if spool is not None else Spool(":memory:")
         self.language = language
         self.clock, self.sleep, self.rng = clock, sleep, rng
         self.max_attempts, self.backoff_s, self.max_backoff_s = max_attempts, backoff_s, max_backoff_s
+        self.timeout_s = timeout_s
         self._own_client = client is None
         self.client = client or httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)))
         self.log = log or DeliveryLog(self.spool)
         self.delivered = Delivered(self.spool)
-        self.limiters = {r.name: Limiter(CHANNELS[r.kind].RATE_LIMITS, clock) for r in receivers}
+        self.limiters = {r.name: Limiter(rate_limits(r), clock) for r in receivers}
         self._locks = {r.name: asyncio.Lock() for r in receivers}
         self._down: dict[str, int] = {}  # receiver → failed rounds in a row
         self._flushers: dict[str, asyncio.Task[None]] = {}
@@ -193,6 +202,8 @@ class Delivery:
             limiter.try_take()
             if module is email:
                 verdict = await email.send(r.channel, part, lang, self.clock())
+            elif module is apprise_channel:
+                verdict = await apprise_channel.send(r.channel, part, lang, self.timeout_s)
             else:
                 verdict = await self._post(module, r, part, lang)
             if not isinstance(verdict, Ok):

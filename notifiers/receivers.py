@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from gpuwarden.config import SecretRef, Section
+from gpuwarden.units import Duration
 
 Name = str
 
@@ -104,6 +105,8 @@ class AppriseConfig(Section):
     """Anything Apprise knows (``pip install gpuwarden[apprise]``); the URL holds credentials."""
 
     url: SecretRef
+    rate_limit: int = Field(default=20, ge=1, description="sends per rate_window (conservative: unknown target)")
+    rate_window: Duration = Field(default=60.0, gt=0)
     send_resolved: bool = True
 
 

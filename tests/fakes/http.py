@@ -320,3 +320,28 @@ class FakeWebhook(FakeServer):
         if any(not self.ALERT_KEYS <= a.keys() for a in body["alerts"]):
             return 400, {}, b"alert missing keys"
         return 200, {}, b""
+
+
+# ----------------------------------------------------------------------------- Apprise json://
+
+
+class FakeAppriseJson(FakeServer):
+    """What Apprise's ``json://`` schema posts (apprise plugins/custom_json.py): ``version`` "1.0",
+    ``title``, ``message``, ``attachments``, ``type`` (info|success|warning|failure); a secret path."""
+
+    path = "/hooks/apprise-sink-token-0123456789"
+    TYPES = ("info", "success", "warning", "failure")
+
+    def url(self, schema: str = "json") -> str:
+        return f"{schema}://127.0.0.1:{self.port}{self.path}"
+
+    def handle(self, rec: Received) -> Answer:
+        if rec.path != self.path:
+            return 404, {}, b"no such hook"
+        try:
+            body = rec.json
+        except ValueError:
+            return 400, {}, b"not json"
+        ok = (body.get("version") == "1.0" and isinstance(body.get("title"), str)
+              and isinstance(body.get("message"), str) and body.get("type") in self.TYPES)
+        return (200, {}, b"") if ok else (400, {}, b"not an apprise json payload")
