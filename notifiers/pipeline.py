@@ -91,6 +91,6 @@ class Notifier:
         for n in notes:
             self.sent += 1
             outcome = await self.delivery.deliver(n)
-            level = logging.INFO if outcome.status == "delivered" else logging.WARNING
+            level = logging.WARNING if outcome.status == "failed" else logging.INFO
             log.log(level, "%s %s %s → %s (%s)", n.receiver, n.reason,
                     ",".join(a.fingerprint for a in n.alerts), outcome.status, outcome.detail)
