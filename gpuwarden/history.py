@@ -154,7 +154,11 @@ class HistoryFile:
             self._tar = tarfile.open(self.path, "r")
             self.manifest = json.loads(self._member(MANIFEST))
             self._state = self._member(STATE)
-        except (OSError, tarfile.TarError, json.JSONDecodeError, KeyError) as e:
+        except OSError as e:
+            raise HistoryError(f"{self.path}: cannot read ({e.strerror})") from None
+        except tarfile.TarError:
+            raise HistoryError(f"{self.path}: not a gpuwarden history file (not a tar archive)") from None
+        except (json.JSONDecodeError, KeyError) as e:
             raise HistoryError(f"{self.path}: not a gpuwarden history file ({e})") from None
         if self.manifest.get("format") != FORMAT:
             raise HistoryError(f"{self.path}: format {self.manifest.get('format')!r}, expected {FORMAT!r}")
