@@ -312,7 +312,7 @@ def cmd_import(args: argparse.Namespace, settings: Any) -> int:
         with HistoryFile(args.file) as hf:
             hf.verify()
             if args.kafka:
-                from notifiers.kafka import client_kwargs
+                from gpuwarden.kafka import client_kwargs
 
                 kw = {**client_kwargs(settings), "bootstrap_servers": args.kafka}
                 n = asyncio.run(import_to_kafka(hf, kw, settings.kafka.topic_prefix))

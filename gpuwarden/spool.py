@@ -49,6 +49,8 @@ CREATE TABLE IF NOT EXISTS counters (
 class SpoolError(RuntimeError):
     """The spool cannot be written (disk full, unreadable file); the message says which."""
 
+    disk_full = False
+
 
 @dataclass(frozen=True, slots=True)
 class SpoolRecord:
@@ -89,8 +91,26 @@ class Spool:
         return self.append_many([(topic, key, ts, value)])[-1]
 
     def append_many(self, rows: Iterable[tuple[str, str | None, float, bytes]]) -> list[int]:
-        """Append records in one transaction; returns their ids, in order."""
+        """Append records in one transaction; returns their ids, in order.
+
+        On a full disk the oldest records make room (a tenth of the payload, at
+        least twice the batch; counted in ``dropped``) and the append is tried
+        once more; if that fails too the :class:`SpoolError` says the disk is full.
+        """
         rows = list(rows)
+        try:
+            return self._append_many(rows)
+        except SpoolError as e:
+            if not e.disk_full:
+                raise
+            need = max(2 * sum(len(r[3]) for r in rows), self._bytes_estimate // 10)
+            with self._lock, self._write("evict on full disk"):
+                dropped = self._drop_oldest_locked(need)
+            if not dropped:
+                raise
+            return self._append_many(rows)
+
+    def _append_many(self, rows: list[tuple[str, str | None, float, bytes]]) -> list[int]:
         ids: list[int] = []
         with self._lock, self._write("append"):
             for topic, key, ts, value in rows:
@@ -164,26 +184,34 @@ class Spool:
         with self._lock, self._write("evict"):
             cur = self._db.execute("DELETE FROM records WHERE ts < ?", (now - self.max_age_s,))
             dropped += cur.rowcount
-            if self._payload_bytes_locked() > self.max_bytes:
-                excess = self._payload_bytes_locked() - self.max_bytes
-                # Find the id below which the cumulative payload covers the excess.
-                acc, cut = 0, None
-                for rid, size in self._db.execute("SELECT id, length(value) FROM records ORDER BY id"):
-                    acc += size
-                    cut = rid
-                    if acc >= excess:
-                        break
-                if cut is not None:
-                    cur = self._db.execute("DELETE FROM records WHERE id <= ?", (cut,))
-                    dropped += cur.rowcount
             if dropped:
-                self._db.execute(
-                    "INSERT INTO counters(name, value) VALUES('dropped', ?) "
-                    "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
-                    (dropped,),
-                )
+                self._count_dropped_locked(dropped)
+            if self._payload_bytes_locked() > self.max_bytes:
+                dropped += self._drop_oldest_locked(self._payload_bytes_locked() - self.max_bytes)
             self._bytes_estimate = self._payload_bytes_locked()
         return dropped
+
+    def _drop_oldest_locked(self, excess: int) -> int:
+        """Delete the oldest records whose payload covers ``excess`` bytes; count them as dropped."""
+        acc, cut = 0, None
+        for rid, size in self._db.execute("SELECT id, length(value) FROM records ORDER BY id"):
+            acc += size
+            cut = rid
+            if acc >= excess:
+                break
+        if cut is None:
+            return 0
+        dropped = self._db.execute("DELETE FROM records WHERE id <= ?", (cut,)).rowcount
+        self._count_dropped_locked(dropped)
+        self._bytes_estimate = max(0, self._bytes_estimate - acc)
+        return dropped
+
+    def _count_dropped_locked(self, n: int) -> None:
+        self._db.execute(
+            "INSERT INTO counters(name, value) VALUES('dropped', ?) "
+            "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+            (n,),
+        )
 
     def over_limit(self) -> bool:
         return self._bytes_estimate > self.max_bytes
@@ -270,6 +298,8 @@ class _Txn:
                 ev, et = e, type(e)
         self.db.execute("ROLLBACK") if self.db.in_transaction else None
         if isinstance(ev, sqlite3.Error):
-            hint = " (disk full?)" if "full" in str(ev).lower() else ""
-            raise SpoolError(f"spool {self.path}: {self.what} failed: {ev}{hint}") from None
+            full = getattr(ev, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "full" in str(ev).lower()
+            err = SpoolError(f"spool {self.path}: {self.what} failed: {ev}{' (disk full?)' if full else ''}")
+            err.disk_full = full
+            raise err from None
         return False

@@ -10,25 +10,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
 from gpuwarden.contract import ContractError, Topics, encode, record_key
+from gpuwarden.kafka import client_kwargs
 
 READ_TIMEOUT_S = 15.0
-
-
-def client_kwargs(settings: Any) -> dict[str, Any]:
-    """aiokafka connection options from ``settings.kafka`` (SASL/SSL where configured)."""
-    k = settings.kafka
-    kw: dict[str, Any] = {"bootstrap_servers": k.bootstrap, "client_id": k.client_id,
-                          "security_protocol": k.security_protocol}
-    if k.sasl_mechanism:
-        kw["sasl_mechanism"] = k.sasl_mechanism
-        kw["sasl_plain_username"] = k.sasl_username
-        if k.sasl_password is not None:
-            kw["sasl_plain_password"] = k.sasl_password.resolve().get_secret_value()
-    if k.ssl_cafile is not None:
-        from aiokafka.helpers import create_ssl_context
-
-        kw["ssl_context"] = create_ssl_context(cafile=str(k.ssl_cafile))
-    return kw
 
 
 async def ensure_control_topic(settings: Any) -> str:

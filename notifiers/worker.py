@@ -22,8 +22,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from gpuwarden.contract import (AlertState, AlertTransition, ContractError, Tier, Topics, dead_letter,
                                 decode, encode)
+from gpuwarden.kafka import client_kwargs, start_client
 from gpuwarden.spool import Spool
-from notifiers.kafka import assign_from_beginning, catch_up, client_kwargs, ensure_control_topic, poll
+from notifiers.kafka import assign_from_beginning, catch_up, ensure_control_topic, poll
 from notifiers.control import warn_each
 from notifiers.message import Notification
 from notifiers.pipeline import Notifier
@@ -49,7 +50,7 @@ async def run_notify(settings: Any, *, stop: asyncio.Event, delivery: Any = None
                               enable_auto_commit=False, auto_offset_reset="earliest")
     producer = AIOKafkaProducer(**kw)
     control = AIOKafkaConsumer(**kw, enable_auto_commit=False) if cfg.control == "kafka" else None
-    await producer.start()
+    await start_client(producer, kw)
     await alerts.start()
     try:
         if control is not None:

@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from gpuwarden.contract import EventKind, GpuEvent, Topics, encode
+from gpuwarden.kafka import client_kwargs
 from gpuwarden.spool import Spool
 from producers.source import Source
 
@@ -53,9 +54,9 @@ class Sink:
 
             sp, kafka = settings.spool, settings.kafka
             self.spool = Spool(sp.path, max_bytes=sp.max_bytes, max_age_s=sp.max_age)
-            self.publisher = Publisher(self.spool, kafka.bootstrap, Topics(kafka.topic_prefix),
-                                       send_timeout_s=settings.agent.publish_timeout,
-                                       client_id=kafka.client_id)
+            kw = client_kwargs(settings)
+            self.publisher = Publisher(self.spool, kw.pop("bootstrap_servers"), Topics(kafka.topic_prefix),
+                                       send_timeout_s=settings.agent.publish_timeout, **kw)
 
     def put(self, records: list[Any]) -> None:
         if self.file is not None:

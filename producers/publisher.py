@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpuwarden.contract import Topics, encode, record_key
+from gpuwarden.kafka import start_client
 from gpuwarden.spool import Spool
 
 log = logging.getLogger(__name__)
@@ -46,11 +47,7 @@ class Publisher:
             p = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True,
                                  compression_type="gzip", linger_ms=5,
                                  request_timeout_ms=int(self.send_timeout_s * 1000), **self.kafka)
-            try:
-                await asyncio.wait_for(p.start(), self.send_timeout_s)
-            except BaseException:
-                await _quiet_stop(p)
-                raise
+            await start_client(p, {"bootstrap_servers": self.bootstrap, **self.kafka}, self.send_timeout_s)
             self._producer = p
         return self._producer
 

@@ -16,7 +16,6 @@ and agents take records in batches (``take_events``).
 from __future__ import annotations
 
 import asyncio
-import ssl
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from gpuwarden.contract import (
     Topics,
     encode,
 )
+from gpuwarden.kafka import broker_credentials
 from streams.dlq import Inbound, Limits, Outbound, decode_inbound, to_dlq
 from streams.keyed import KeyedRunner, Source
 
@@ -56,23 +56,6 @@ FETCH_BYTES = 256 << 10
 def app_id(settings: Any) -> str:
     """One consumer group per fleet: workers with the same id share the partitions."""
     return f"{settings.kafka.topic_prefix}{settings.kafka.client_id}-streams"
-
-
-def broker_credentials(kafka: Any) -> faust.types.auth.CredentialsT | None:
-    """faust credentials from ``settings.kafka`` (None for PLAINTEXT); the secret stays in memory."""
-    proto = kafka.security_protocol
-    if proto == "PLAINTEXT":
-        return None
-    context = None
-    if proto in ("SSL", "SASL_SSL"):
-        context = ssl.create_default_context(cafile=str(kafka.ssl_cafile) if kafka.ssl_cafile else None)
-    if proto == "SSL":
-        return faust.SSLCredentials(context)
-    password = kafka.sasl_password.resolve().get_secret_value() if kafka.sasl_password else None
-    return faust.SASLCredentials(
-        username=kafka.sasl_username, password=password, ssl_context=context,
-        mechanism=kafka.sasl_mechanism or "PLAIN",
-    )
 
 
 def default_stages(settings: Any) -> tuple[Any, Any]:

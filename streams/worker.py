@@ -19,9 +19,16 @@ log = logging.getLogger("gpuwarden.streams")
 
 def cmd_streams(args: argparse.Namespace, settings: Any) -> int:
     """Run a worker until SIGINT/SIGTERM."""
+    import asyncio
+
     import faust
 
+    from gpuwarden.kafka import KafkaConnectError, client_kwargs, diagnose
     from streams.topology import app_id, build_app
+
+    why = asyncio.run(diagnose(client_kwargs(settings)))  # faust retries a refused login forever
+    if why:
+        raise KafkaConnectError(f"Kafka {settings.kafka.bootstrap}: {why}")
 
     worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
     data_dir = Path(args.data_dir or Path("var") / "streams" / worker_id)

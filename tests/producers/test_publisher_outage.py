@@ -1,18 +1,13 @@
 """Spool-first publishing through a real broker outage: no record lost, none out of order.
 
 Uses its own broker (``KAFKA_LOCAL_DIR=<tmp> scripts/kafka-local start``) since it
-stops it. ``kafka-local start`` formats fresh storage on a new port every time,
-so the restart re-executes the broker's own command line (same
-server.properties: same port, same data) instead of calling ``start`` again.
+kills it: ``kafka-local kill`` SIGKILLs it (a crash, no clean shutdown) and
+``kafka-local restart`` brings it back on the same port and data.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import signal
-import subprocess
 import time
 import uuid
 
@@ -28,63 +23,21 @@ from tests.kafka_support import create_topic, kafka_local
 OUTAGE_S = 20.0
 
 
-def _wait_port(bootstrap: str, up: bool, timeout: float) -> None:
-    import socket
-    host, port = bootstrap.rsplit(":", 1)
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            with socket.create_connection((host, int(port)), timeout=1):
-                if up:
-                    return
-        except OSError:
-            if not up:
-                return
-        time.sleep(0.2)
-    raise TimeoutError(f"broker at {bootstrap} did not go {'up' if up else 'down'} in {timeout:.0f}s")
-
-
-def _terminate(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    end = time.monotonic() + 30
-    while time.monotonic() < end:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-        time.sleep(0.2)
-    os.killpg(pid, signal.SIGKILL)
-
-
 @pytest.fixture
 def own_broker(tmp_path):
     env = {"KAFKA_LOCAL_DIR": str(tmp_path / "kafka")}
     proc = kafka_local("start", env=env)
     if proc.returncode != 0:
         pytest.fail(f"could not start a second broker: {proc.stderr.strip()}", pytrace=False)
-    state = json.loads((tmp_path / "kafka" / "run" / "state.json").read_text())
-    broker = {"bootstrap": state["bootstrap"], "pid": int(state["pid"]),
-              "run_dir": tmp_path / "kafka" / "run"}
-    broker["argv"] = open(f"/proc/{broker['pid']}/cmdline", "rb").read().split(b"\0")[:-1]
     try:
-        yield broker
+        yield {"bootstrap": proc.stdout.strip().splitlines()[-1], "env": env}
     finally:
-        _terminate(broker["pid"])
+        kafka_local("stop", env=env, timeout=60)
 
 
-def _restart(broker: dict) -> None:
-    with open(broker["run_dir"] / "broker.log", "ab") as log:
-        p = subprocess.Popen(broker["argv"], cwd=broker["run_dir"], stdin=subprocess.DEVNULL,
-                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    broker["pid"] = p.pid
-    _wait_port(broker["bootstrap"], True, 90)
+def _kafka_local(broker: dict, command: str) -> None:
+    proc = kafka_local(command, env=broker["env"], timeout=120)
+    assert proc.returncode == 0, proc.stderr
 
 
 async def _consume_all(bootstrap: str, topic: str, expect: int, timeout: float = 60) -> list:
@@ -129,12 +82,11 @@ async def test_outage_loses_nothing_and_backfills_in_order(own_broker, tmp_path)
     try:
         await tick_for(5)
         assert pub.published > 0
-        _terminate(own_broker["pid"])
-        _wait_port(bootstrap, False, 30)
+        _kafka_local(own_broker, "kill")
         await tick_for(OUTAGE_S)  # sampling goes on; the spool grows
         pending_during_outage = spool.pending_count()
         assert pending_during_outage > 0 and pub.failures > 0
-        _restart(own_broker)
+        _kafka_local(own_broker, "restart")
         await tick_for(5)
         end = time.monotonic() + 90
         while spool.pending_count() and time.monotonic() < end:

@@ -1,0 +1,102 @@
+"""Kafka connection options in one place: ``settings.kafka`` → aiokafka kwargs and faust credentials.
+
+Every Kafka user (agent publisher, stream workers, notifier, replay, import)
+builds its clients from here, so SASL/SCRAM and TLS work the same everywhere.
+aiokafka reports a refused login only as "Unable to bootstrap" (the reason is
+in its log), so :func:`start_client` asks the broker once more on a bare
+connection and raises :class:`KafkaConnectError` with the real reason; the
+password never appears in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from typing import Any
+
+#: aiokafka connection kwargs; the rest are client-specific (acks, group_id, …).
+_CONN_KEYS = ("client_id", "security_protocol", "sasl_mechanism", "sasl_plain_username",
+              "sasl_plain_password", "ssl_context")
+
+
+class KafkaConnectError(Exception):
+    """The cluster could not be reached or refused us; says which and why, never the password."""
+
+
+def ssl_context(kafka: Any) -> ssl.SSLContext | None:
+    """A verifying TLS context (``ssl_cafile`` or the system CAs) for SSL/SASL_SSL, else None."""
+    if kafka.security_protocol not in ("SSL", "SASL_SSL"):
+        return None
+    return ssl.create_default_context(cafile=str(kafka.ssl_cafile) if kafka.ssl_cafile else None)
+
+
+def kafka_kwargs(kafka: Any) -> dict[str, Any]:
+    """aiokafka kwargs for a ``KafkaConfig``: bootstrap, client id, SASL and TLS where configured."""
+    kw: dict[str, Any] = {"bootstrap_servers": kafka.bootstrap, "client_id": kafka.client_id,
+                          "security_protocol": kafka.security_protocol}
+    if kafka.security_protocol.startswith("SASL_"):
+        kw["sasl_mechanism"] = kafka.sasl_mechanism or "PLAIN"
+        kw["sasl_plain_username"] = kafka.sasl_username
+        if kafka.sasl_password is not None:
+            kw["sasl_plain_password"] = kafka.sasl_password.resolve().get_secret_value()
+    context = ssl_context(kafka)
+    if context is not None:
+        kw["ssl_context"] = context
+    return kw
+
+
+def client_kwargs(settings: Any) -> dict[str, Any]:
+    """aiokafka kwargs for ``settings.kafka`` (producers, consumers, admin clients)."""
+    return kafka_kwargs(settings.kafka)
+
+
+def broker_credentials(kafka: Any) -> Any:
+    """faust ``broker_credentials`` for a ``KafkaConfig`` (None for PLAINTEXT)."""
+    import faust
+
+    proto = kafka.security_protocol
+    if proto == "PLAINTEXT":
+        return None
+    context = ssl_context(kafka)
+    if proto == "SSL":
+        return faust.SSLCredentials(context)
+    password = kafka.sasl_password.resolve().get_secret_value() if kafka.sasl_password else None
+    return faust.SASLCredentials(username=kafka.sasl_username, password=password, ssl_context=context,
+                                 mechanism=kafka.sasl_mechanism or "PLAIN")
+
+
+async def diagnose(kw: dict[str, Any], timeout_s: float = 10.0) -> str:
+    """Why the first bootstrap server refuses a connection with ``kw`` ('' if it accepts)."""
+    from aiokafka.conn import create_conn
+
+    host, _, port = kw["bootstrap_servers"].split(",")[0].strip().rpartition(":")
+    conn_kw = {k: kw[k] for k in _CONN_KEYS if k in kw}
+    try:
+        conn = await asyncio.wait_for(create_conn(host, int(port), request_timeout_ms=int(timeout_s * 1000),
+                                                  **conn_kw), timeout_s)
+    except asyncio.TimeoutError:
+        return f"no answer within {timeout_s:.0f} s"
+    except Exception as e:  # noqa: BLE001 - the reason is what we want
+        name = type(e).__name__
+        if "Sasl" in name or "Authentication" in name:
+            who = kw.get("sasl_plain_username")
+            return (f"authentication failed for user {who!r} ({kw.get('sasl_mechanism')}): "
+                    "wrong username or password")
+        if isinstance(e, ssl.SSLError):
+            return f"TLS handshake failed ({e.reason or name}); check kafka.ssl_cafile"
+        return f"{name}: {e}"
+    conn.close()
+    return ""
+
+
+async def start_client(client: Any, kw: dict[str, Any], timeout_s: float = 30.0) -> None:
+    """``await client.start()`` within ``timeout_s``; on failure raise :class:`KafkaConnectError`."""
+    try:
+        await asyncio.wait_for(client.start(), timeout_s)
+    except Exception as e:  # noqa: BLE001 - any start failure is explained the same way
+        try:
+            await asyncio.wait_for(client.stop(), 5)
+        except Exception:  # noqa: BLE001 - closing a client that never connected
+            pass
+        why = await diagnose(kw, min(timeout_s, 10.0)) or f"{type(e).__name__}: {e}"
+        raise KafkaConnectError(f"Kafka {kw['bootstrap_servers']}: {why}") from None
