@@ -27,7 +27,8 @@ class EngineConfig(Section):
     baseline_samples: int = Field(default=4096, ge=16)
     """Most recent task-summary values kept per class and statistic for the median/MAD."""
     baseline_min_samples: int = Field(default=30, ge=1)
-    baseline_refresh: Duration = 600.0
+    baseline_refresh: Duration = 3600.0
+    """How often (event time) a class recomputes its median/MAD bands."""
     gpu_expiry: Duration = 6 * 3600.0
     """A GPU absent this long is forgotten (a lost GPU stays alerted until then)."""
     task_expiry: Duration = 600.0
