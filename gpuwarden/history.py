@@ -254,9 +254,11 @@ async def import_to_kafka(hf: HistoryFile, client_kw: dict[str, Any], topic_pref
     """
     from aiokafka import AIOKafkaProducer
 
+    from gpuwarden.kafka import start_client
+
     topics, n = Topics(topic_prefix), 0
     producer = AIOKafkaProducer(**client_kw, acks="all", enable_idempotence=True, linger_ms=20)
-    await producer.start()
+    await start_client(producer, client_kw)
     try:
         for batch in _batches(hf.records()):
             futs = [await producer.send(topics.for_record(r), key=record_key(r).encode(), value=encode(r))

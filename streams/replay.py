@@ -84,7 +84,7 @@ def _source(args: Any, settings: Any, since: float | None, until: float | None,
     else:
         import asyncio
 
-        from notifiers.kafka import client_kwargs
+        from gpuwarden.kafka import client_kwargs
 
         kw = {**client_kwargs(settings), "bootstrap_servers": args.kafka}
         yield asyncio.run(read_kafka(kw, input_topics(settings.kafka.topic_prefix), since, until,

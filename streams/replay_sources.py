@@ -157,14 +157,12 @@ async def read_kafka(client_kw: dict[str, Any], topics: Iterable[str], since: fl
     """
     from aiokafka import AIOKafkaConsumer
 
+    from gpuwarden.kafka import start_client
+
     stats = stats if stats is not None else KafkaReadStats()
     consumer = AIOKafkaConsumer(**client_kw, enable_auto_commit=False, group_id=None,
                                 auto_offset_reset="earliest")
-    try:
-        await asyncio.wait_for(consumer.start(), timeout_s)
-    except Exception as e:  # noqa: BLE001 - any failure to connect is one clear message
-        await consumer.stop()
-        raise ReplayError(f"Kafka {client_kw.get('bootstrap_servers')}: cannot connect ({e})") from None
+    await start_client(consumer, client_kw, timeout_s)  # KafkaConnectError says why, never the password
     out: list[tuple[float, int, int, int, InputRecord]] = []
     try:
         names = list(topics)

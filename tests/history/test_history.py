@@ -151,7 +151,7 @@ def test_import_into_kafka(tmp_path, kafka_bootstrap):
 
 def test_baselines_survive_the_move(recorded, tmp_path):
     """A site's engine state (real baselines) exported and imported: the new site judges the same."""
-    cfg = EngineConfig(observation_period=1200, baseline_min_samples=10)
+    cfg = EngineConfig(observation_period=1200, baseline_min_samples=10, baseline_refresh=300)
     records = list(read_file(recorded["file"]))
     half = len(records) // 2
     old = Engine(config=cfg)

@@ -14,7 +14,8 @@ ARTIFACTS = REPO / "artifacts"
 
 def test_report_renders_every_section(recorded, tmp_path):
     # A short observation period so the 1-hour run has class baselines to draw as bands.
-    cfg = config(tmp_path, extra="engine:\n  observation_period: 20m\n  baseline_min_samples: 10\n")
+    cfg = config(tmp_path, extra="engine:\n  observation_period: 20m\n  baseline_min_samples: 10\n"
+                                  "  baseline_refresh: 5m\n")
     report = tmp_path / "retro.html"
     r = gw("replay", "--config", cfg, "--from-file", str(recorded["file"]), "--json",
            "--report", str(report))
