@@ -62,8 +62,8 @@ def test_live_run_and_replay_of_its_record_are_byte_identical(tmp_path: Path) ->
     assert replay.stdout == live.stdout
 
 
-def test_replay_sources_not_yet_available(tmp_path: Path, capsys) -> None:
+def test_replay_from_unreachable_kafka_says_why(tmp_path: Path, capsys) -> None:
     from gpuwarden.cli import main
 
     assert main(["replay", "--kafka", "127.0.0.1:1", "--json"]) == 1
-    assert "not yet available" in capsys.readouterr().err
+    assert "Kafka 127.0.0.1:1: " in capsys.readouterr().err
