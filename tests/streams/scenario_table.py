@@ -24,6 +24,7 @@ CASES: list[tuple[str, str, str, float, str, tuple[str, ...], dict]] = [
     ("xid-79", "gpu-lost", "critical", 30, "10m", (), {}),
     ("ecc-dbe", "ecc-double-bit", "critical", 30, "10m", (), {}),
     ("ecc-dbe", "row-remap", "critical", 60, "10m", (), {}),
+    ("ecc-dbe", "xid-hardware", "critical", 30, "10m", (), {}),
     ("row-remap-pending", "row-remap", "critical", 300, "15m", (), {}),
     ("row-remap-pending", "ecc-single-bit-rising", "info", 300, "15m", (), {}),
     ("row-remap-pending", "xid-other", "info", 300, "15m", (), {}),
