@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 from gpuwarden.contract import AlertState, AlertTransition, Evidence, Tier
 from notifiers.message import Notification
 
 T0 = 1_767_225_600.0
+FP = re.compile(r"fp\d{5}")
+"""The number part of an :func:`alert` fingerprint, as found in rendered text."""
 
 
 def alert(i: int, tier: Tier = Tier.ATTENTION, state: AlertState = AlertState.FIRING, ts: float = T0) -> AlertTransition:

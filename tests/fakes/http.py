@@ -16,7 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -47,6 +47,11 @@ class SlidingWindow:
     def expire(self, now: float) -> None:
         while self.times and self.times[0] <= now - self.window:
             self.times.popleft()
+
+
+def max_in_window(times: list[float], window: float) -> int:
+    """The most of ``times`` in any ``window``-long span (ending at one of them), as a platform counts."""
+    return max((sum(1 for u in times if t - window < u <= t) for t in times), default=0)
 
 
 class FakeServer:

@@ -15,9 +15,8 @@ from notifiers.delivery import Delivery
 from notifiers.message import Notification
 from notifiers.receivers import Receiver
 from notifiers.render import render_text
-from tests.fakes.alerts import alert, note
-from tests.fakes.http import FakeAppriseJson, FakeDingTalk, FakeSlack, FakeWeCom
-from tests.notifiers.test_delivery import FP, clock, max_in_window, spool  # noqa: F401 (fixtures)
+from tests.fakes.alerts import FP, alert, note
+from tests.fakes.http import FakeAppriseJson, FakeDingTalk, FakeSlack, FakeWeCom, max_in_window
 
 
 def apprise_receiver(monkeypatch, url: str, **cfg) -> Receiver:

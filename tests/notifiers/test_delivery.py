@@ -2,31 +2,12 @@
 
 from __future__ import annotations
 
-import re
-
-import pytest
-
 from gpuwarden.contract import Tier
-from gpuwarden.spool import Spool
 from notifiers.delivery import Delivery
 from notifiers.receivers import Receiver
-from tests.fakes.alerts import note
-from tests.fakes.clock import SimClock
-from tests.fakes.http import FakeDingTalk, FakeFeishu, FakePagerDuty, FakeSlack, FakeWebhook
+from tests.fakes.alerts import FP, note
+from tests.fakes.http import FakeDingTalk, FakeFeishu, FakePagerDuty, FakeSlack, FakeWebhook, max_in_window
 from tests.fakes.smtp import FakeSmtp
-
-FP = re.compile(r"fp\d{5}")
-
-
-@pytest.fixture
-def clock() -> SimClock:
-    return SimClock()
-
-
-@pytest.fixture
-def spool(tmp_path) -> Spool:
-    with Spool(tmp_path / "spool.db") as s:
-        yield s
 
 
 def dingtalk_receiver(monkeypatch, fake: FakeDingTalk, secret: str | None, **extra) -> Receiver:
@@ -45,10 +26,6 @@ def feishu_receiver(monkeypatch, fake: FakeFeishu, secret: str | None, **extra) 
         monkeypatch.setenv("FS_SECRET", secret)
         cfg["secret"] = {"env": "FS_SECRET"}
     return Receiver(name="fs", feishu=cfg, **extra)
-
-
-def max_in_window(times: list[float], window: float) -> int:
-    return max((sum(1 for u in times if t - window < u <= t) for t in times), default=0)
 
 
 async def test_200_alerts_to_one_dingtalk_robot_stay_within_20_per_minute_and_lose_nothing(monkeypatch, clock, spool):
