@@ -7,7 +7,10 @@ on the same port and data. Producers: the agent's Publisher with the simulated
 Publisher (as a worker's output would be). After the restart everything is read
 back: every (boot_id, seq) of every node exactly once after dedup, every alert
 transition present, and the engine run over the records read back from Kafka
-gives exactly the transitions of the engine run on the original records.
+gives exactly the transitions of the engine run on the original records. The
+alerts read back (redelivered duplicates included) then go through the real
+Notifier: it notifies each transition exactly as often as for the reference
+transitions without duplicates (dedup by fingerprint, state and started_at).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from producers.publisher import Publisher
 from producers.simulator import Simulator
 from streams.engine import Engine
 from tests.kafka_support import consume_all, create_topic, kafka_local
+from tests.reliability.notify_support import notify
 
 pytestmark = pytest.mark.kafka
 
@@ -46,7 +50,8 @@ def ids(transitions) -> list[tuple[str, str, float]]:
     return [(t.fingerprint, t.state, t.started_at) for t in transitions]
 
 
-async def test_broker_killed_under_load_loses_nothing(own_broker, tmp_path, reliability_report, kafka_report):
+async def test_broker_killed_under_load_loses_nothing(own_broker, tmp_path, monkeypatch, reliability_report,
+                                                     kafka_report):
     bootstrap, env = own_broker
     topics = Topics(prefix=f"kill-{uuid.uuid4().hex[:8]}.")
     for t in (topics.samples, topics.events, topics.metrics, topics.alerts):
@@ -55,7 +60,8 @@ async def test_broker_killed_under_load_loses_nothing(own_broker, tmp_path, reli
     steps = [sim.step() for _ in range(3 * 360)]
     reference = Engine()
     per_step = [reference.process_many(s) for s in steps]
-    expected = ids([t for ts in per_step for t in ts] + reference.flush())
+    reference_trs = [t for ts in per_step for t in ts] + reference.flush()
+    expected = ids(reference_trs)
     assert len(expected) >= 5
     records = [r for s in steps for r in s]
 
@@ -103,8 +109,15 @@ async def test_broker_killed_under_load_loses_nothing(own_broker, tmp_path, reli
     replayed = ids(downstream.process_many(sorted(unique.values(), key=lambda r: r.ts)) + downstream.flush())
     assert sorted(replayed) == sorted(expected), "the records read back give the same alerts"
     dup_records = len(back) - len(unique)
+    reference_notes, _, _, _ = await notify(sorted(reference_trs, key=lambda t: t.ts), tmp_path / "ref", monkeypatch)
+    read_back = sorted((decode(r.value) for r in alert_values), key=lambda t: t.ts)
+    notes, _, _, _ = await notify(read_back, tmp_path / "got", monkeypatch)
+    duplicates = sum(max(0, n - reference_notes.get(k, 0)) for k, n in notes.items())
+    assert reference_notes and duplicates == 0 and set(notes) == set(reference_notes)
     reliability_report("Kafka broker SIGKILL + restart under load", lost=len(set(map(encode, records)) - set(unique)),
+                       duplicates=duplicates,
                        detail=f"{len(records)} records + {len(expected)} alert transitions; {waiting} waited in "
                               f"spools during the outage; {dup_records} redelivered duplicates dropped by "
-                              f"(boot_id, seq); engine over read-back records = reference")
+                              f"(boot_id, seq); engine over read-back records = reference; {len(alert_values)} alert "
+                              f"records read back → {sum(notes.values())} notifications, as for the reference")
     kafka_report(f"broker kill: {len(back)} records and {len(alert_values)} alerts read back via {bootstrap}")

@@ -9,18 +9,9 @@ notified) and nothing is duplicated (no transition is notified more often).
 
 from __future__ import annotations
 
-import json
-from collections import Counter
-from pathlib import Path
-
-from gpuwarden.config import validate_settings
-from gpuwarden.spool import Spool
-from notifiers.delivery import Delivery
-from notifiers.pipeline import Notifier
 from producers.simulator import Simulator
 from streams.engine import Engine
-from tests.fakes.clock import SimClock
-from tests.fakes.http import FakeFeishu, FakeWebhook
+from tests.reliability.notify_support import notify
 
 START = 1_767_225_600.0
 OUTAGE_S = 1800.0
@@ -32,43 +23,10 @@ def transitions() -> list:
     return engine.process_many(sim.run(3 * 3600)) + engine.flush()
 
 
-async def notify(trs: list, tmp_path: Path, monkeypatch, outage: bool) -> tuple[Counter, Counter, int, int]:
-    clock = SimClock(trs[0].ts)
-    with FakeWebhook(clock) as wh, FakeFeishu(clock) as fs, Spool(tmp_path / f"spool-{outage}.db") as spool:
-        if outage:
-            wh.down_until = fs.down_until = trs[0].ts + OUTAGE_S
-        monkeypatch.setenv("URL_WH", wh.base + "/alerts")
-        monkeypatch.setenv("URL_FS", fs.base + fs.hook)
-        settings = validate_settings({"notify": {
-            "receivers": [{"name": "wh", "webhook": {"url": {"env": "URL_WH"}}},
-                          {"name": "chat", "feishu": {"url": {"env": "URL_FS"}}}],
-            "team": "chat", "owners": {"default": "wh"}, "escalation": [{"receivers": ["wh"]}]}})
-        delivery = Delivery(settings.notify.receivers, spool=spool, clock=clock, sleep=clock.sleep, max_attempts=2)
-        notifier = Notifier(settings, spool=spool, clock=clock, delivery=delivery)
-        try:
-            for t in trs:
-                clock.t = max(clock.t, t.ts)
-                await notifier.handle(t)
-                await notifier.tick(clock.t)
-            end = clock.t + 2 * 3600
-            while clock.t < end:
-                clock.t += 30
-                await notifier.tick(clock.t)
-            await delivery.wait_idle()
-            pending = delivery.pending("wh") + delivery.pending("chat")
-        finally:
-            await notifier.aclose()
-        alerts = Counter((a["fingerprint"], a["status"], a["startsAt"])
-                         for r in wh.accepted for a in r.json["alerts"])
-        cards = Counter(json.dumps(r.json["card"], sort_keys=True) for r in fs.accepted)
-        failed = sum(1 for r in wh.requests + fs.requests if r.answer[0] == 503)
-    return alerts, cards, failed, pending
-
-
 async def test_outage_loses_and_duplicates_nothing(tmp_path, monkeypatch, reliability_report):
     trs = transitions()
-    ref_alerts, ref_cards, _, _ = await notify(trs, tmp_path, monkeypatch, outage=False)
-    got_alerts, got_cards, refused, pending = await notify(trs, tmp_path, monkeypatch, outage=True)
+    ref_alerts, ref_cards, _, _ = await notify(trs, tmp_path, monkeypatch)
+    got_alerts, got_cards, refused, pending = await notify(trs, tmp_path, monkeypatch, down_s=OUTAGE_S)
     assert refused > 0 and pending == 0, "the fakes refused while down, and the outboxes drained after"
     assert ref_alerts and ref_cards
     lost = set(ref_alerts) - set(got_alerts)
