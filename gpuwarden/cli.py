@@ -40,8 +40,9 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _add_config(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="FILE",
+def _add_config(p: argparse.ArgumentParser, default: Any = None) -> None:
+    """``default=argparse.SUPPRESS`` on a sub-action, so its unset --config keeps the parent's."""
+    p.add_argument("--config", metavar="FILE", default=default,
                    help="YAML config (default: $GPUWARDEN_CONFIG, ./gpuwarden.yaml, built-in defaults)")
 
 
@@ -132,9 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--for", dest="duration", type=_duration, default=3600.0, metavar="SPAN")
     sa.add_argument("--comment", default="")
     sa.add_argument("--by", default=None, help="who (default: $USER)")
-    ssub.add_parser("list", help="list active silences")
+    sl = ssub.add_parser("list", help="list active silences")
     se = ssub.add_parser("expire", help="end a silence now")
     se.add_argument("id")
+    for action in (sa, sl, se):  # --config before or after the action
+        _add_config(action, argparse.SUPPRESS)
     p.set_defaults(handler="notifiers.control:cmd_silence")
 
     p = sub.add_parser("ack", help="acknowledge an alert: stops repeats and escalation")

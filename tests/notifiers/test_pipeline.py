@@ -176,3 +176,35 @@ async def test_test_notify_prints_each_receivers_outcome(tmp_path: Path, monkeyp
     assert out[0].split()[:3] == ["ok-bot", "feishu", "delivered"]
     assert out[1].split()[:3] == ["bad-sign", "feishu", "failed"] and "19021" in out[1]
     assert len(good.accepted) == 2 and bad.accepted == []
+
+
+def test_silence_config_goes_before_or_after_the_action() -> None:
+    from gpuwarden.cli import build_parser
+
+    parse = build_parser().parse_args
+    assert parse(["silence", "--config", "a.yaml", "add", "node=x"]).config == "a.yaml"
+    assert parse(["silence", "add", "node=x", "--config", "b.yaml"]).config == "b.yaml"
+    assert parse(["silence", "list", "--config", "b.yaml"]).config == "b.yaml"
+    assert parse(["silence", "--config", "a.yaml", "expire", "id1"]).config == "a.yaml"
+    assert parse(["silence", "--config", "a.yaml", "expire", "id1", "--config", "b.yaml"]).config == "b.yaml"
+    assert parse(["silence", "list"]).config is None
+
+
+async def test_silence_cli_with_config_after_the_action_writes_to_that_spool(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    cfg = write_config(tmp_path)
+    decoy = tmp_path / "decoy"
+    decoy.mkdir()
+    monkeypatch.setenv("GPUWARDEN_CONFIG", str(write_config(decoy)))  # where an ignored --config would lead
+    assert yaml.safe_load(cfg.read_text())["spool"]["path"] != yaml.safe_load(
+        (decoy / "gpuwarden.yaml").read_text())["spool"]["path"]
+    assert await asyncio.to_thread(main, ["silence", "add", "node=node-07", "--for", "1h", "--config", str(cfg)]) == 0
+    sid = capsys.readouterr().out.split()[0]
+    for argv in (["silence", "list", "--config", str(cfg)], ["silence", "--config", str(cfg), "list"]):
+        assert await asyncio.to_thread(main, argv) == 0
+        assert capsys.readouterr().out.split()[0] == sid
+    assert await asyncio.to_thread(main, ["silence", "list"]) == 0  # $GPUWARDEN_CONFIG: the decoy spool
+    assert capsys.readouterr().out == ""
+    assert await asyncio.to_thread(main, ["silence", "expire", sid, "--config", str(cfg)]) == 0
