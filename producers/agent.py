@@ -21,7 +21,7 @@ from typing import Any
 from gpuwarden.contract import EventKind, GpuEvent, Topics, encode
 from gpuwarden.kafka import client_kwargs
 from gpuwarden.spool import Spool
-from producers.source import Source
+from producers.source import Source, paced
 
 log = logging.getLogger(__name__)
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -120,7 +120,8 @@ def build_source(args: Any, settings: Any, start_ts: float) -> tuple[Source, lis
     return collector, extras
 
 
-def _step(source: Source, extras: list[Any]) -> list[Any]:
+def step_with_extras(source: Source, extras: list[Any]) -> list[Any]:
+    """One tick of the source plus what the task SDK receiver collected since the last."""
     records = source.step()
     for x in extras:
         drain = getattr(x, "drain", None)
@@ -167,34 +168,29 @@ async def _agent(args: Any, settings: Any) -> int:
                     metrics.observe(rec)
             await sink.close(drain_s=settings.agent.publish_timeout * 3)
             return EXIT_OK
-        end = None if args.duration is None else time.monotonic() + args.duration
-        due = time.monotonic()
         pump = asyncio.create_task(_pump_forever(sink, stop))
-        while not stop.is_set() and (end is None or time.monotonic() < end):
-            records = _step(source, extras)
+        async for records in paced(lambda: step_with_extras(source, extras), source.tick_s, stop,
+                                   duration=args.duration):
             records.extend(spool_events.check())
             sink.put(records)
             if metrics:
                 metrics.observe(records)
-            due += source.tick_s
-            delay = max(0.0, due - time.monotonic())
-            if delay == 0.0:
-                due = time.monotonic()
-            try:
-                await asyncio.wait_for(stop.wait(), delay)
-            except asyncio.TimeoutError:
-                pass
         stop.set()
         await pump
         await sink.close(drain_s=settings.agent.publish_timeout)
         return EXIT_OK
     finally:
-        for x in extras:
-            for name in ("stop", "close"):
-                fn = getattr(x, name, None)
-                if fn is not None:
-                    fn()
-                    break
+        stop_extras(extras)
+
+
+def stop_extras(extras: list[Any]) -> None:
+    """Stop the watcher threads and close the SDK socket that came with a live source."""
+    for x in extras:
+        for name in ("stop", "close"):
+            fn = getattr(x, name, None)
+            if fn is not None:
+                fn()
+                break
 
 
 def _run_span(source: Source, duration: float):

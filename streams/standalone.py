@@ -1,18 +1,21 @@
 """``gpuwarden run``: source → engine → notifier in one process, the spool as the durable log.
 
-The source is the simulator (``--simulate``) or NVML (when present), else the
+The source is the simulator (``--simulate``) or the agent's NVML source (when
+NVML loads: collector, XID/ECC watchers, task SDK socket), else the
 ``mixed`` simulation (said on stderr). Every input record goes to the spool
 (and to ``--record FILE`` for a later ``gpuwarden replay --from-file``); the
 engine's state is saved in the spool's key/value store so a restart continues
-where it stopped. With ``--duration`` event time runs as fast as possible.
+where it stopped. With ``--duration`` a simulated span runs as fast as possible;
+real GPUs are sampled in wall time, for ``--duration`` when given.
 """
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from contextlib import ExitStack
 from typing import Any, TextIO
 
@@ -21,32 +24,35 @@ from gpuwarden.spool import Spool
 from streams.engine import Engine
 from streams.rules import RulesError, load_rules
 
-STATE_NS, STATE_KEY = "engine", "state"
+STATE_NS = "engine"
+LIVE_STATE, SIM_STATE = "state", "sim-state"
+"""Live sampling and simulations keep separate engine state, so a demo never disturbs a lab's baselines."""
 SAVE_EVERY_S = 30.0  # wall time between state saves (the runner, not the engine, may use the clock)
 VIEW_EVERY_S = 0.5  # wall time between live-view frames
 
 
-def _source(args: Any, settings: Any) -> tuple[Any, float]:
-    """(source, start event time); NVML when present and nothing is simulated."""
+def _source(args: Any, settings: Any) -> tuple[Any, list[Any]]:
+    """(source, extras): the agent's NVML source with its event watchers and SDK socket when
+    NVML is present and nothing is simulated, else the simulator (no extras)."""
     from producers.simulator import Simulator
 
     scenario = args.simulate
-    if scenario is None:
+    if scenario is None and settings.agent.source != "simulate":
         try:
-            from producers.nvml import NvmlCollector, load_nvml
+            from producers.agent import build_source
 
-            return NvmlCollector(load_nvml()), time.time()
+            return build_source(args, settings, time.time())
         except Exception as e:  # noqa: BLE001 - any NVML failure means: simulate instead
             print(f"gpuwarden run: NVML not available ({type(e).__name__}); simulating 'mixed'",
                   file=sys.stderr)
-            scenario = "mixed"
+    scenario = scenario or "mixed"
     span = args.duration or 0.0
     start = _start_ts(args.start, span)
     tick = _tick_for(span)
     kw = {} if args.onset is None else {"onset_s": args.onset}
     nodes = args.nodes or (2 if scenario == "mixed" else 1)
     return Simulator(scenario, nodes=nodes, gpus=args.gpus or 8, seed=args.seed, start_ts=start,
-                     tick_s=tick, **kw), start
+                     tick_s=tick, **kw), []
 
 
 def _tick_for(span: float) -> float:
@@ -71,23 +77,32 @@ def _start_ts(text: str | None, span: float) -> float:
     return ts
 
 
-def _ticks(source: Any, args: Any) -> Iterator[list]:
-    if args.duration is not None:
-        end = source.ts + args.duration
-        while source.ts < end - 1e-9:
-            yield source.step()
-        return
+async def _ticks(source: Any, extras: list[Any], args: Any,
+                 stop: asyncio.Event) -> AsyncIterator[list]:
+    """A simulated span runs as fast as possible; a live source (or a simulation without
+    ``--duration``) is paced in wall time, for ``--duration`` when given."""
+    from producers.agent import step_with_extras
+    from producers.simulator import Simulator
     from producers.source import paced
 
-    yield from paced(source)
+    if isinstance(source, Simulator) and args.duration is not None:
+        end = source.ts + args.duration
+        while source.ts < end - 1e-9 and not stop.is_set():
+            yield source.step()
+            await asyncio.sleep(0)  # let delivery tasks run between simulated ticks
+        return
+    async for batch in paced(lambda: step_with_extras(source, extras), source.tick_s, stop,
+                             duration=args.duration):
+        yield batch
 
 
 class Runner:
     """Feeds batches through the engine; prints, notifies, records and saves state."""
 
     def __init__(self, engine: Engine, spool: Spool, topics: Topics, *, json_out: TextIO | None,
-                 record: TextIO | None, notifier: Any) -> None:
+                 record: TextIO | None, notifier: Any, state_key: str) -> None:
         self.engine, self.spool, self.topics = engine, spool, topics
+        self.state_key = state_key
         self.json_out, self.record, self.notifier = json_out, record, notifier
         self.now = 0.0
         self.saved_at = time.monotonic()
@@ -123,39 +138,52 @@ class Runner:
 
     def save(self) -> None:
         self.saved_at = time.monotonic()
-        self.spool.kv_put(STATE_NS, STATE_KEY, self.engine.dump_all())
+        self.spool.kv_put(STATE_NS, self.state_key, self.engine.dump_all())
+        self.spool.kv_put(STATE_NS, self.state_key + ":until", repr(self.now).encode())
+
+    def restore(self, start_ts: float) -> None:
+        """Continue from the saved state, unless it runs past this run's start: then every
+        record would be late, so start fresh (and say so)."""
+        state = self.spool.kv_get(STATE_NS, self.state_key)
+        if state is None:
+            return
+        until = float(self.spool.kv_get(STATE_NS, self.state_key + ":until") or b"0")
+        if until > start_ts:
+            print(f"gpuwarden run: saved engine state reaches {until - start_ts:.0f} s past this run's "
+                  "start; starting with fresh state", file=sys.stderr)
+            return
+        self.engine.load_all(state)
+        self.now = until
 
 
-def _notifier(settings: Any, spool: Spool, runner_clock: Any) -> Any:
-    try:
-        from notifiers.pipeline import Notifier
-    except ImportError:
-        return None
-    return Notifier(settings, spool=spool, clock=runner_clock)
-
-
-async def _run(args: Any, settings: Any, engine: Engine, source: Any) -> int:
+async def _run(args: Any, settings: Any, engine: Engine, source: Any, extras: list[Any]) -> int:
     from rich.console import Console
     from rich.live import Live
 
+    from notifiers.pipeline import Notifier
+    from producers.simulator import Simulator
     from streams.live_view import render
 
     with ExitStack() as stack:
         spool = Spool(settings.spool.path, settings.spool.max_bytes, settings.spool.max_age)
         stack.callback(spool.close)
-        state = spool.kv_get(STATE_NS, STATE_KEY)
-        if state is not None:
-            engine.load_all(state)
         record = stack.enter_context(open(args.record, "w")) if args.record else None
+        simulated = isinstance(source, Simulator)
         runner = Runner(engine, spool, Topics(settings.kafka.topic_prefix),
-                        json_out=sys.stdout if args.json else None, record=record, notifier=None)
-        runner.notifier = _notifier(settings, spool, lambda: runner.now)
+                        json_out=sys.stdout if args.json else None, record=record, notifier=None,
+                        state_key=SIM_STATE if simulated else LIVE_STATE)
+        runner.restore(source.ts if simulated else time.time())
+        runner.notifier = Notifier(settings, spool=spool, clock=lambda: runner.now)
         live = None
         if not args.json:
             live = stack.enter_context(Live(console=Console(stderr=False), auto_refresh=False))
         shown = 0.0
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
         try:
-            for batch in _ticks(source, args):
+            async for batch in _ticks(source, extras, args, stop):
                 await runner.batch(batch)
                 if live is not None and time.monotonic() - shown >= VIEW_EVERY_S:
                     shown = time.monotonic()
@@ -167,8 +195,7 @@ async def _run(args: Any, settings: Any, engine: Engine, source: Any) -> int:
             runner.save()
             if live is not None:
                 live.update(render(engine, runner.now), refresh=True)
-            if runner.notifier is not None:
-                await runner.notifier.aclose()
+            await runner.notifier.aclose()
     counters = engine.counters()
     print(f"gpuwarden run: {runner.transitions} alert transitions; {counters['late']} late and "
           f"{counters['duplicates']} duplicate records dropped", file=sys.stderr)
@@ -188,9 +215,14 @@ def cmd_run(args: Any, settings: Any) -> int:
         print(e, file=sys.stderr)
         return 2
     try:
-        source, _ = _source(args, settings)
+        source, extras = _source(args, settings)
     except ValueError as e:
         print(f"gpuwarden run: {e}", file=sys.stderr)
         return 2
+    from producers.agent import stop_extras
+
     engine = Engine(rules, settings.engine)
-    return asyncio.run(_run(args, settings, engine, source))
+    try:
+        return asyncio.run(_run(args, settings, engine, source, extras))
+    finally:
+        stop_extras(extras)
