@@ -1,7 +1,8 @@
 """Measure the default rule pack on the simulator scenarios: the table in docs/rules.md.
 
 For each (scenario, rule) case of tests/streams/scenario_table.py it runs the same
-code as ``gpuwarden run --simulate SCENARIO --duration SPAN --json`` and reports the
+code as ``gpuwarden run --simulate SCENARIO --duration SPAN --json`` (cases with the same
+run share it) and reports the
 detection delay from the fault's onset and the false alerts (attention/critical
 firings of rules not expected on that scenario). Then a week of ``healthy`` on
 2 nodes x 8 GPUs.
@@ -21,10 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpuwarden.cli import main  # noqa: E402
-from gpuwarden.units import parse_duration  # noqa: E402
-from tests.streams.scenario_table import CASES, ONSET_S  # noqa: E402
-
-START = 1_700_000_000
+from tests.streams.scenario_table import CASES, START, case_run, expected_rules, onset_ts  # noqa: E402
 
 
 def run(args: list[str], engine: dict) -> list[dict]:
@@ -39,18 +37,18 @@ def run(args: list[str], engine: dict) -> list[dict]:
 
 
 def main_() -> None:
-    expected: dict[str, set[str]] = {}
-    for c in CASES:
-        expected.setdefault(c[0], set()).add(c[1])
-    expected["mixed"] = {c[1] for c in CASES}  # mixed runs every fault on some GPU
+    expected = expected_rules()
+    runs: dict[tuple, list[dict]] = {}
     print("| scenario | rule | tier | detection delay (measured) | documented max | false alerts |")
     print("|---|---|---|---|---|---|")
-    for scenario, rule, tier, delay, span, extra, engine in CASES:
-        onset = parse_duration(extra[extra.index("--onset") + 1]) if "--onset" in extra else ONSET_S
-        out = run(["--simulate", scenario, "--duration", span, "--start", str(START), *extra],
-                  {"observation_period": "1d", **engine})
+    for case in CASES:
+        scenario, rule, tier, delay, _, extra, _ = case
+        key, argv, config = case_run(case)
+        if key not in runs:
+            runs[key] = run(argv, config)
+        out = runs[key]
         hit = next((t for t in out if t["rule"] == rule and t["state"] == "firing"), None)
-        got = "not fired" if hit is None else f"{hit['ts'] - START - onset:.0f} s ({hit['tier']})"
+        got = "not fired" if hit is None else f"{hit['ts'] - onset_ts(extra):.0f} s ({hit['tier']})"
         false = sorted({t["rule"] for t in out if t["state"] == "firing" and t["tier"] != "info"
                         and t["rule"] not in expected[scenario]})
         print(f"| {scenario} {' '.join(extra)} | {rule} | {tier} | {got} | {delay:.0f} s | "

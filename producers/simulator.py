@@ -43,6 +43,16 @@ THERMAL_C_PER_MIN = 6.0
 THROTTLE_AT_C = 87.0
 GPM_EVERY_S = 15.0
 RESTART_GAP_S = 120.0
+STRIKES = 2
+"""A recurring job fault fails the job this many times: once at onset, once more in the requeued run."""
+STRIKE_AFTER_S = 180.0
+"""How long the requeued run works before the recurring fault fails it again."""
+APP_XID_TEXT = {
+    13: "name=python, Graphics SM Warp Exception on (GPC 1, TPC 2, SM 0): Out Of Range Address",
+    31: "name=python, Ch 00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_2 faulted "
+        "@ 0x7f3a_9c200000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ",
+}
+NVLINK_XID_TEXT = "NVLink: fatal error detected on link 4(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)"
 
 Record = NodeSnapshot | GpuEvent | TaskMetric
 
@@ -58,10 +68,12 @@ class ScenarioInfo:
     placement: str = "none"
     """Which GPU a fault hits: ``single`` (a single-GPU job's GPU), ``multi`` (the
     multi-GPU job, all its GPUs) or ``hw`` (a GPU of the multi-GPU job)."""
+    in_mixed: bool = True
+    """False for faults ``mixed`` leaves out: they would erase other faults' signatures there."""
 
 
-def _info(name: str, placement: str, description: str, *expected: str) -> ScenarioInfo:
-    return ScenarioInfo(name, description, list(expected), placement)
+def _info(name: str, placement: str, description: str, *expected: str, in_mixed: bool = True) -> ScenarioInfo:
+    return ScenarioInfo(name, description, list(expected), placement, in_mixed)
 
 
 SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
@@ -121,9 +133,40 @@ SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
           f"({SKEWED_DRIVER} vs {DRIVER}; needs nodes >= 2).",
           "each fault scenario's alerts, on its GPU (see docs/scenarios.md for the placement)",
           "attention: driver version skew within task llama-pretrain (node-01 differs)"),
+    _info("xid-app-error", "single",
+          "At onset the training job on the target GPU hits XID 13 (Graphics Engine Exception) then "
+          "XID 31 (MMU fault) and exits with an illegal memory access; Slurm requeues it once (new task "
+          f"id) and the requeued run fails the same way {STRIKE_AFTER_S:.0f} s after it starts (XID 31 "
+          "again); it is not requeued again and the GPU stays empty.",
+          "attention: xid-application on node-00 gpu 4 (sd-finetune, user alice) at onset: XID 13 "
+          "and XID 31, catalogue action RESTART_APP (check the application's log, restart it)",
+          "critical: xid-repeated on node-00 gpu 4 ~5 min after onset, when the requeued run fails "
+          "with a third XID on the same GPU within the hour (suspect the GPU: dcgmi diag)",
+          "no xid-node-repeated: a single GPU with 3 XIDs (the node rule needs 4)",
+          in_mixed=False),
+    _info("xid-node-repeat", "hw",
+          "NVLink fabric fault on the target node: at onset two GPUs of the multi-node job (gpu 3 and "
+          "gpu 2 of node-00; needs gpus >= 2) report XID 74 (NVLink error) and the job exits with an "
+          f"NCCL error; the requeued job hits XID 74 on both GPUs again {STRIKE_AFTER_S:.0f} s after "
+          "it starts and is not requeued again.",
+          "critical: xid-hardware on node-00 gpu 3 and gpu 2 at onset (XID 74, action "
+          "WORKFLOW_NVLINK_ERR)",
+          "critical: xid-node-repeated on node-00 ~5 min after onset, when the 4th XID within the "
+          "hour lands on the node's GPUs (drain the node, check NVSwitch/baseboard)",
+          in_mixed=False),
+    _info("driver-error", "single",
+          "At onset the driver loses the target GPU and fails to re-initialise it: the kernel log reads "
+          "'NVRM: GPU 0000:xx:00.0: RmInitAdapter failed! (0x26:0x65:1457)' and '... rm_init_adapter "
+          "failed, device minor number N' (kind=driver events with the GPU's bus id), the job on it "
+          "exits with an error and the GPU returns no readings from then on.",
+          "critical: driver-error on node-00 at onset (2 driver errors; check dmesg and driver/firmware, "
+          "drain and reboot)",
+          "critical: gpu-lost on node-00 gpu 4 (no readings after the failed initialisation)",
+          in_mixed=False),
 )}
 
 FAULTS = [n for n, s in SCENARIOS.items() if s.placement != "none"]
+MIXED_FAULTS = [n for n in FAULTS if SCENARIOS[n].in_mixed]
 
 
 # --------------------------------------------------------------------------- task classes
@@ -216,6 +259,7 @@ class GpuSim:
     remap_unc: int = 0
     remap_pending: bool = False
     lost: bool = False
+    strikes: int = 0
     slow: float = 1.0
     last_hw_reasons: int = 0
     gpm: tuple[float, float, float, float] | None = None
@@ -320,6 +364,36 @@ class GpuSim:
             self.lost = True
             self.faults.discard("xid-79")
             sim.crash(self, ts, "CUDA error: unspecified launch failure")
+        if "xid-app-error" in self.faults and self._strike(ts):
+            codes = (13, 31) if self.strikes == 1 else (31,)
+            for code in codes:
+                events.append(node.xid(ts, self, code, APP_XID_TEXT[code]))
+            sim.crash(self, ts, "RuntimeError: CUDA error: an illegal memory access was encountered")
+        if "xid-node-repeat" in self.faults and self._strike(ts):
+            partner = node.gpus[self.index - 1 if self.index else min(1, len(node.gpus) - 1)]
+            gpus = [self] if partner is self else [self, partner]
+            for g in gpus:
+                events.append(node.xid(ts, g, 74, NVLINK_XID_TEXT))
+            for g in gpus:
+                sim.crash(g, ts, "torch.distributed.DistBackendError: NCCL error: unhandled system error")
+        if "driver-error" in self.faults:
+            pci = bus_id(self.index)
+            for text in ("RmInitAdapter failed! (0x26:0x65:1457)",
+                         f"rm_init_adapter failed, device minor number {self.index}"):
+                events.append(node.event(ts, EventKind.DRIVER, self, message=f"NVRM: GPU {pci}: {text}"))
+            self.lost = True
+            self.faults.discard("driver-error")
+            sim.crash(self, ts, "RuntimeError: CUDA error: unknown error")
+
+    def _strike(self, ts: float) -> bool:
+        """A recurring job fault strikes now: at onset, then once the requeued run has worked a while."""
+        job = self.job
+        if job is None or job.ended or self.strikes >= STRIKES:
+            return False
+        if self.strikes and ts - job.start_ts < STRIKE_AFTER_S:
+            return False
+        self.strikes += 1
+        return True
 
     def _processes(self, job: Job, ts: float, since: float) -> list[GpuProcess]:
         cls, spec, rng = job.cls, self.spec, self.rng
@@ -462,7 +536,7 @@ class Simulator:
 
     def _place_faults(self, names: list[str]) -> dict[str, tuple[int, int]]:
         """Fault scenario -> (node, gpu); single-GPU slots first, spread over nodes."""
-        faults = [f for n in names for f in (FAULTS if n == "mixed" else [n]) if f in FAULTS]
+        faults = [f for n in names for f in (MIXED_FAULTS if n == "mixed" else [n]) if f in FAULTS]
         nodes, gpus = len(self.nodes), len(self.nodes[0].gpus)
         single = [(n, g) for g in range(self._half, gpus) for n in range(nodes)] or [(0, 0)]
         hw = [(n, g) for g in range(self._half - 1, -1, -1) for n in range(nodes)]
@@ -599,8 +673,10 @@ class Simulator:
             job.exit_pending = False
             out.append(self._metric(job, ts, TaskMetricKind.EXIT, exit_code=job.exit_code,
                                     message=job.exit_message))
-        # A GPU that fell off the bus or had a DBE stays empty (a scheduler would drain it).
-        if ts - job.start_ts >= RESTART_GAP_S and all(not g.lost and not g.dbe for g in job.gpus):
+        # A GPU that fell off the bus or had a DBE stays empty (a scheduler would drain it); a job
+        # that failed STRIKES times is not requeued again.
+        if ts - job.start_ts >= RESTART_GAP_S and all(not g.lost and not g.dbe and g.strikes < STRIKES
+                                                      for g in job.gpus):
             self.jobs.remove(job)
             for g in job.gpus:
                 g.job = None

@@ -7,7 +7,9 @@ import pytest
 from gpuwarden.contract import (EventKind, GpuEvent, NodeSnapshot, TaskMetric, TaskMetricKind,
                                 decode, encode)
 from producers import clocks
-from producers.simulator import FAULTS, SCENARIOS, Simulator
+from producers.events import normalize_bus_id, parse_kmsg_line
+from producers.gpumodels import bus_id
+from producers.simulator import FAULTS, MIXED_FAULTS, SCENARIOS, Simulator
 from producers.source import Source
 
 T0 = 1_700_000_000.0
@@ -98,8 +100,8 @@ def check_mixed(mixed):
     """Every fault scenario's signature in 10 min of ``mixed`` on 2 nodes x 8 GPUs from T0."""
     sim = Simulator("mixed", nodes=2, gpus=8, start_ts=T0)
     where = sim.placement
-    assert set(where) == set(FAULTS)
-    single = [where[f] for f in FAULTS if SCENARIOS[f].placement == "single"]
+    assert set(where) == set(MIXED_FAULTS)
+    single = [where[f] for f in MIXED_FAULTS if SCENARIOS[f].placement == "single"]
     assert len(set(single)) == len(single)  # job faults each on their own GPU
     events = [r for r in mixed if isinstance(r, GpuEvent)]
     snaps = [r for r in mixed if isinstance(r, NodeSnapshot)]
@@ -163,3 +165,58 @@ def check_mixed(mixed):
     assert drivers["node-00"] != drivers["node-01"]
     assert {m.kind for m in metrics} >= {"step", "throughput", "ttft", "latency", "exit"}
     assert len({p.user for s in snaps for p in s.processes}) >= 4
+
+
+def _xids(recs, node="node-00"):
+    return [(r.ts - T0, r.gpu_index, r.code) for r in recs
+            if isinstance(r, GpuEvent) and r.kind == EventKind.XID and r.node == node]
+
+
+def _task_ids(recs, gpu, node="node-00"):
+    return list(dict.fromkeys(p.task_id for r in recs if isinstance(r, NodeSnapshot) and r.node == node
+                              for p in r.processes if p.gpu_index == gpu))
+
+
+def test_mixed_leaves_out_the_faults_that_would_erase_others():
+    assert set(FAULTS) - set(MIXED_FAULTS) == {"xid-app-error", "xid-node-repeat", "driver-error"}
+    assert set(Simulator("mixed", nodes=2, gpus=8, start_ts=T0).placement) == set(MIXED_FAULTS)
+
+
+def test_xid_app_error_fails_the_job_twice_then_leaves_the_gpu_empty():
+    recs = records("xid-app-error", 900)
+    assert _xids(recs) == [(180.5, 4, 13), (180.5, 4, 31), (480.5, 4, 31)]
+    xid13 = next(r for r in recs if isinstance(r, GpuEvent) and r.code == 13)
+    assert xid13.catalogue.action == "RESTART_APP" and "Graphics" in xid13.message
+    exits = [m for m in recs if isinstance(m, TaskMetric) and m.kind == TaskMetricKind.EXIT]
+    assert [(m.ts - T0, m.exit_code) for m in exits] == [(180.25, 1), (480.25, 1)]
+    assert "illegal memory access" in exits[0].message
+    assert len(_task_ids(recs, 4)) == 2  # requeued once with a new task id, then not again
+    last = [r for r in recs if isinstance(r, NodeSnapshot)][-1]
+    assert not [p for p in last.processes if p.gpu_index == 4] and last.gpus[4].util_gpu is not None
+    for ev in (r for r in recs if isinstance(r, GpuEvent) and r.kind == EventKind.XID):
+        parsed = parse_kmsg_line(ev.message, ev.ts)  # the agent would read the same line
+        assert (parsed.code, parsed.pci_bus_id) == (ev.code, ev.pci_bus_id)
+
+
+def test_xid_node_repeat_hits_two_gpus_of_one_node_twice():
+    recs = records("xid-node-repeat", 900, nodes=2)
+    assert _xids(recs) == [(180.5, 3, 74), (180.5, 2, 74), (480.5, 3, 74), (480.5, 2, 74)]
+    assert _xids(recs, "node-01") == []
+    assert next(r for r in recs if isinstance(r, GpuEvent)).catalogue.action == "WORKFLOW_NVLINK_ERR"
+    assert len(_task_ids(recs, 3)) == 2 and len(_task_ids(recs, 0, "node-01")) == 2  # the whole job
+    exits = [m for m in recs if isinstance(m, TaskMetric) and m.kind == TaskMetricKind.EXIT]
+    assert [m.ts - T0 for m in exits] == [180.25, 480.25] and "NCCL" in exits[0].message
+
+
+def test_driver_error_reports_kernel_log_lines_then_the_gpu_gives_no_readings():
+    recs = records("driver-error", 600)
+    driver = [r for r in recs if isinstance(r, GpuEvent) and r.kind == EventKind.DRIVER]
+    assert [(r.ts - T0, r.gpu_index) for r in driver] == [(180.5, 4), (180.5, 4)]
+    assert driver[0].message == f"NVRM: GPU {bus_id(4)}: RmInitAdapter failed! (0x26:0x65:1457)"
+    assert all(r.pci_bus_id == normalize_bus_id(bus_id(4)) and r.code is None for r in driver)
+    assert "rm_init_adapter failed, device minor number 4" in driver[1].message
+    assert not [r for r in recs if isinstance(r, GpuEvent) and r.kind != EventKind.DRIVER]
+    snaps = [r for r in recs if isinstance(r, NodeSnapshot)]
+    assert snaps[-1].gpus[4].util_gpu is None and snaps[-1].gpus[4].mem_used_bytes is None
+    assert snaps[179].gpus[4].util_gpu is not None
+    assert any(m.kind == TaskMetricKind.EXIT and m.exit_code == 1 for m in recs if isinstance(m, TaskMetric))

@@ -2,11 +2,15 @@
 
 Shared by tests/streams/test_scenarios.py and bench/rules_table.py (which measures the
 delays and false alerts for docs/rules.md). Delays count from the scenario's onset.
+Every rule of the default pack has at least one case (tests/streams/test_scenarios.py checks).
 """
 
 from __future__ import annotations
 
+from gpuwarden.units import parse_duration
+
 ONSET_S = 180.0
+START = 1_700_000_000
 
 # scenario, rule, tier, max detection delay (s), run span, extra `gpuwarden run` args, engine config
 CASES: list[tuple[str, str, str, float, str, tuple[str, ...], dict]] = [
@@ -31,4 +35,33 @@ CASES: list[tuple[str, str, str, float, str, tuple[str, ...], dict]] = [
     ("idle-allocated", "idle-allocated-gpu", "info", 35 * 60, "45m", (), {}),
     ("idle-allocated", "idle-allocated-budget", "attention", 2.25 * 3600, "2.5h", (), {}),
     ("mixed", "version-skew", "attention", 300, "15m", ("--nodes", "2"), {}),
+    # Escalations count from the onset: the repeat lands 300 s later (120 s requeue gap + 180 s run).
+    ("xid-app-error", "xid-application", "attention", 30, "10m", (), {}),
+    ("xid-app-error", "xid-repeated", "critical", 420, "10m", (), {}),
+    ("xid-node-repeat", "xid-node-repeated", "critical", 420, "10m", (), {}),
+    ("xid-node-repeat", "xid-hardware", "critical", 30, "10m", (), {}),
+    ("driver-error", "driver-error", "critical", 30, "10m", (), {}),
+    ("driver-error", "gpu-lost", "critical", 120, "10m", (), {}),
 ]
+
+
+def expected_rules() -> dict[str, set[str]]:
+    """Rules that may fire above info on each scenario: its cases' rules (``mixed``: every case's)."""
+    out: dict[str, set[str]] = {}
+    for c in CASES:
+        out.setdefault(c[0], set()).add(c[1])
+    out["mixed"] = {c[1] for c in CASES}  # mixed runs every fault on some GPU
+    return out
+
+
+def case_run(case: tuple) -> tuple[tuple, list[str], dict]:
+    """(run key, `gpuwarden run` arguments, engine config) of a case; cases with one key share a run."""
+    scenario, _, _, _, span, args, engine = case
+    return ((scenario, span, args, tuple(sorted(engine.items()))),
+            ["--simulate", scenario, "--duration", span, "--start", str(START), *args],
+            {"observation_period": "1d", **engine})
+
+
+def onset_ts(args: tuple[str, ...]) -> float:
+    """Event time of the fault's onset in a case's run."""
+    return START + (parse_duration(args[args.index("--onset") + 1]) if "--onset" in args else ONSET_S)

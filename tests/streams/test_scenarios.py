@@ -1,7 +1,8 @@
 """Every default rule fires on its simulator scenario with its tier within its delay; healthy is quiet.
 
 One case runs through the real CLI subprocess; the rest call the same `gpuwarden run`
-code in-process (tests/streams/conftest.py) to save time.
+code in-process (tests/streams/conftest.py) to save time, and cases with the same run
+(scenario, span, arguments, engine config) share it.
 """
 
 from __future__ import annotations
@@ -13,29 +14,38 @@ from pathlib import Path
 
 import pytest
 
-from gpuwarden.units import parse_duration
-from tests.streams.scenario_table import CASES, ONSET_S
+from producers.simulator import SCENARIOS
+from streams.rules import load_rules
+from tests.streams.scenario_table import CASES, case_run, expected_rules, onset_ts
+
+_RUNS: dict[tuple, list[dict]] = {}
+_EXPECTED = expected_rules()
 
 
 def _first_firing(transitions: list[dict], rule: str) -> dict | None:
     return next((t for t in transitions if t["rule"] == rule and t["state"] == "firing"), None)
 
 
-def _onset(args: tuple[str, ...]) -> float:
-    return parse_duration(args[args.index("--onset") + 1]) if "--onset" in args else ONSET_S
-
-
 @pytest.mark.parametrize("scenario,rule,tier,delay,span,args,engine", CASES,
                          ids=[f"{c[0]}:{c[1]}" for c in CASES])
 def test_rule_fires_on_its_scenario(run_cli, scenario, rule, tier, delay, span, args, engine) -> None:
-    start = 1_700_000_000
-    out = run_cli("--simulate", scenario, "--duration", span, "--start", str(start), *args,
-                  engine={"observation_period": "1d", **engine})
+    key, argv, config = case_run((scenario, rule, tier, delay, span, args, engine))
+    if key not in _RUNS:
+        _RUNS[key] = run_cli(*argv, engine=config)
+    out = _RUNS[key]
     t = _first_firing(out, rule)
     assert t is not None, f"{rule} never fired on {scenario}: {sorted({x['rule'] for x in out})}"
     assert t["tier"] == tier
-    assert t["ts"] - (start + _onset(args)) <= delay
+    assert t["ts"] - onset_ts(args) <= delay
     assert t["evidence"]["held_for_s"] is not None and t["action"]
+    loud = {x["rule"] for x in out if x["state"] == "firing" and x["tier"] != "info"}
+    assert loud <= _EXPECTED[scenario], f"false alerts on {scenario}: {sorted(loud - _EXPECTED[scenario])}"
+
+
+def test_every_default_rule_and_fault_scenario_has_a_case() -> None:
+    assert {c[1] for c in CASES} == set(load_rules().names())
+    faults = {n for n, s in SCENARIOS.items() if s.placement != "none"}
+    assert faults <= {c[0] for c in CASES}, f"fault scenarios without a case: {faults - {c[0] for c in CASES}}"
 
 
 def test_healthy_week_on_16_gpus_raises_nothing_above_info(run_cli) -> None:
