@@ -43,6 +43,13 @@ _SXID = re.compile(r"SXid \(PCI:([0-9A-Fa-f:.]+)\): (\d+),\s*(.*)")
 _BUS = re.compile(r"\b([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)")
 _KMSG_PREFIX = re.compile(r"^\d+,\d+,(\d+),[^;]*;")
 _DMESG_PREFIX = re.compile(r"^\[\s*(\d+\.\d+)\]\s*")
+# Kernel-module messages that mean the driver cannot drive a GPU (no XID is logged for them).
+_DRIVER_ERROR = re.compile(
+    r"NVRM:.*(RmInitAdapter failed|rm_init_adapter failed|API mismatch|probe routine failed"
+    r"|necessary power cables|PCI I/O region assigned to your NVIDIA device is invalid"
+    r"|failed to allocate|GPU is lost)",
+    re.IGNORECASE,
+)
 
 
 def normalize_bus_id(pci: str) -> str:
@@ -76,6 +83,10 @@ def parse_kmsg_line(line: str, ts: float) -> HwEvent | None:
         m = _BUS.search(text)
         pci = normalize_bus_id(m.group(1)) if m else None
         return HwEvent(EventKind.XID, "kmsg", ts, code=79, pci_bus_id=pci, message=text[:4096])
+    if m := _DRIVER_ERROR.search(text):
+        bus = _BUS.search(text)
+        return HwEvent(EventKind.DRIVER, "kmsg", ts, pci_bus_id=normalize_bus_id(bus.group(1)) if bus else None,
+                       message=text[m.start():][:4096])
     return None
 
 

@@ -106,3 +106,20 @@ def test_kmsg_watcher_reads_only_new_lines(tmp_path):
 def test_kmsg_watcher_missing_log_reports_false(tmp_path):
     assert KmsgWatcher(lambda e: None, path=str(tmp_path / "absent")).start() is False
     assert not os.path.exists(tmp_path / "absent")
+
+
+def test_driver_error_lines_become_driver_events():
+    lines = (FIXTURE.parent / "driver-lines.txt").read_text().splitlines()
+    got = [parse_kmsg_line(line, 100.0) for line in lines]
+    assert [(e.kind, e.pci_bus_id) if e else None for e in got] == [
+        (EventKind.DRIVER, "0000:9A:00.0"),
+        (EventKind.DRIVER, "0000:9A:00.0"),
+        (EventKind.DRIVER, None),
+        (EventKind.DRIVER, None),
+        None,                                   # the module loading normally is not an error
+    ]
+    assert got[0].message == "NVRM: GPU 0000:9a:00.0: RmInitAdapter failed! (0x26:0x65:1457)"
+    assert got[2].message.startswith("NVRM: API mismatch: the client has the version 550.54.15")
+    log = EventLog("node-07", "boot-1", bus_ids={"0000:9A:00.0": 4})
+    rec = log.add(got[0])
+    assert rec.kind == EventKind.DRIVER and rec.gpu_index == 4 and rec.code is None
