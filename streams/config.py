@@ -16,6 +16,9 @@ class EngineConfig(Section):
     """A task class raises no deviation alerts (shows "learning") for this long after first seen."""
     allowed_lateness: Duration = 30.0
     """Records up to this much older than the newest of their node are reordered; older ones dropped."""
+    max_source_skew: Duration = Field(default=3600.0, ge=0)
+    """faust only: how long a node's records wait for an input topic that is still catching up
+    (so a lagging topic's records are not dropped as late); past this the topic is ignored."""
     bucket: Duration = Field(default=15.0, gt=0)
     """Width of the event-time buckets windows are made of; also the rule evaluation cadence."""
     eval_interval: Duration = Field(default=30.0, gt=0)
@@ -23,7 +26,7 @@ class EngineConfig(Section):
     summary_interval: Duration = Field(default=60.0, gt=0)
     """Task summaries (stage 1 → stage 2) per this much event time; a multiple of ``bucket``."""
     history: Duration = Field(default=2 * 3600.0, gt=0)
-    """Longest rule window; buckets older than this are dropped."""
+    """Stage 2 job windows keep this much; stage 1 keeps what its rules read (longest window per metric)."""
     baseline_samples: int = Field(default=4096, ge=16)
     """Most recent task-summary values kept per class and statistic for the median/MAD."""
     baseline_min_samples: int = Field(default=30, ge=1)

@@ -52,10 +52,20 @@ class Engine:
         return self._stage2(self.nodes.process(record))
 
     def process_many(self, records: Iterable[Any]) -> list[AlertTransition]:
-        out: list[AlertTransition] = []
+        """Same output as ``process`` per record, with one StageOutput for the whole run."""
+        out = StageOutput([], [])
+        trs, sums, nodes = out.transitions, out.summaries, self.nodes.process
         for r in records:
-            out.extend(self.process(r))
-        return out
+            if isinstance(r, TaskSummary):
+                trs.extend(self.classes.process(r))
+                continue
+            nodes(r, out=out)
+            if sums:
+                for s in sums:
+                    trs.extend(self.classes.process(s))
+                self.summaries += len(sums)
+                sums.clear()
+        return trs
 
     def flush(self) -> list[AlertTransition]:
         """End of a finite input: release the reorder buffers (see NodeStage)."""

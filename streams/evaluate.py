@@ -57,8 +57,8 @@ class Context:
 _FP_CACHE: dict[tuple[str, tuple], str] = {}
 
 
-def _fp(rule: str, identity: dict[str, str]) -> str:
-    key = (rule, tuple(identity.items()))
+def _fp(rule: str, identity: dict[str, str], ident: tuple) -> str:
+    key = (rule, ident)
     fp = _FP_CACHE.get(key)
     if fp is None:
         if len(_FP_CACHE) > 100_000:
@@ -108,10 +108,11 @@ def evaluate(rules: list[Rule], ctx: Context, now: float, identity: dict[str, st
              labels: dict[str, str], alerts: dict[str, AlertSlot]) -> list[AlertTransition]:
     """Run ``rules`` for one entity at ``now``; ``alerts`` holds the open/pending slots by fingerprint."""
     out: list[AlertTransition] = []
+    ident = tuple(identity.items())
     for rule in rules:
         ctx.reset(now)
         holds = rule.check(ctx)
-        fp = _fp(rule.name, identity)
+        fp = _fp(rule.name, identity, ident)
         slot = alerts.get(fp)
         if slot is None:
             if not holds:

@@ -30,7 +30,7 @@ def render(engine: Engine, now: float) -> Group:
         st = stage._nodes[name]
         for idx in sorted(st.gpus):
             g = st.gpus[idx]
-            latest = g.win.hist[-1][1] if g.win.hist else None
+            latest = g.win.latest_row()
 
             def val(metric: str, row: Any = latest) -> float | None:
                 return None if row is None else row[GPU_INDEX[metric]]

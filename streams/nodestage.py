@@ -5,16 +5,23 @@ appended to its open bucket. Everything else (aggregation, derived metrics,
 rules, summaries) runs once per bucket close in event time.
 
 Out-of-order records: a per-node reorder buffer holds records until the node's
-newest timestamp is ``allowed_lateness`` past them, then releases them in
-(ts, arrival) order; a record older than the last released one is dropped and
-counted in ``late``. Duplicates (same boot_id+seq, or the same task metric) are
-dropped and counted in ``duplicates``. ``flush()`` releases the buffer at the
-end of a finite input (replay, ``run --duration``).
+watermark is ``allowed_lateness`` past them, then releases them in a content
+order — (ts, source rank: snapshot, event, task metric, then the record's own
+ids) — so records that arrive interleaved differently (faust merges its input
+topics in fetch order) are released identically. The watermark is the node's
+newest ts, held back to the newest ts of any input the caller says is still
+``behind`` (catching up on a backlog), at most ``max_source_skew``. A record
+older than the last released one is dropped and counted in ``late``. Duplicates
+(same boot_id+seq, or the same task metric) not yet released are dropped and
+counted in ``duplicates`` (once released, a copy is older than the release point:
+``late``). ``flush()`` releases the buffer at the end of a finite input.
 """
 
 from __future__ import annotations
 
-import heapq
+from bisect import insort
+from collections import deque
+from math import ceil
 from operator import attrgetter
 from typing import Any
 
@@ -32,7 +39,8 @@ from streams import trend as tr
 from streams.config import EngineConfig
 from streams.evaluate import Context, evaluate, resolve_all
 from streams.metrics import GPU_INDEX, GPU_RAW, NODE_INDEX, TASK_INDEX
-from streams.rules import RulePack
+from streams.metrics import GPU_DERIVED, NODE_ROW, TASK_DERIVED, TASK_ROW
+from streams.rules import RulePack, event_reach, series_reach
 from streams.statecodec import state
 from streams.windows import BucketWindow, EventLog
 
@@ -49,6 +57,27 @@ CKPT_TOLERANCE = 0.005
 CKPT_HORIZON = 1800.0
 OOM_TREND_S = 900.0
 OOM_MONOTONIC = 0.75
+#: Release order among records with the same ts: the snapshot, then events, then task metrics.
+RANKS = {NodeSnapshot: 0, GpuEvent: 1, TaskMetric: 2}
+
+
+def keep_for(reach: dict, raw: tuple, derived: tuple, bucket: float, extra: dict | None = None) -> tuple:
+    """Buckets per (mean, max) column that rules (and ``extra`` internal reads) can look at.
+
+    A read reaching ``w`` seconds back sees at most ceil(w / bucket) + 1 closed buckets;
+    every mean column keeps at least its newest bucket (latest values, summaries).
+    """
+    need = {**reach}
+    for k, w in (extra or {}).items():
+        need[k] = w if need.get(k) is None else max(w, need[k])
+
+    def count(key: tuple[str, bool]) -> int:
+        if key not in need:
+            return 0 if key[1] else 1  # a maximum nothing reads is not even computed
+        w = max(need[key] or 0.0, 2 * bucket)  # a latest-value read looks two buckets back
+        return int(ceil(w / bucket)) + 1
+
+    return (tuple(count((n, False)) for n in raw + derived), tuple(count((n, True)) for n in raw))
 
 
 def _gpu_derived(m: list) -> list:
@@ -73,11 +102,11 @@ class GpuState:
     __slots__ = ("index", "uuid", "win", "labels", "owner", "last_seen", "idle_since", "ckpt", "alerts",
                  "events")
 
-    def __init__(self, index: int, maxlen: int, horizon: float) -> None:
+    def __init__(self, index: int, keep: tuple, horizon: float) -> None:
         self.index = index
         self.events = EventLog(horizon)
         self.uuid = ""
-        self.win = BucketWindow(maxlen)
+        self.win = BucketWindow(max(*keep[0], *keep[1]), keep)
         self.labels: dict = {}
         self.owner = ""  # task_id holding the GPU, "" when free
         self.last_seen = 0.0
@@ -90,11 +119,11 @@ class GpuState:
 class TaskState:
     __slots__ = ("task_id", "labels", "gpus", "win", "last_seen", "ended", "acc", "alerts")
 
-    def __init__(self, task_id: str, labels: dict, maxlen: int) -> None:
+    def __init__(self, task_id: str, labels: dict, keep: tuple) -> None:
         self.task_id = task_id
         self.labels = labels
         self.gpus: list[int] = []
-        self.win = BucketWindow(maxlen)
+        self.win = BucketWindow(max(*keep[0], *keep[1]), keep)
         self.last_seen = 0.0
         self.ended = False
         self.acc: dict = {}
@@ -103,23 +132,24 @@ class TaskState:
 
 @state
 class NodeState:
-    __slots__ = ("node", "buffer", "arrivals", "seen", "released", "max_ts", "bucket", "period",
+    __slots__ = ("node", "buffer", "arrivals", "seen", "released", "max_ts", "src_max", "bucket", "period",
                  "gpus", "tasks", "events", "win", "alerts", "versions", "late", "duplicates",
                  "has_samples", "evaluated")
 
-    def __init__(self, node: str, cfg: EngineConfig, horizon: float) -> None:
+    def __init__(self, node: str, keep: tuple, horizon: float) -> None:
         self.node = node
-        self.buffer: list = []
+        self.buffer: deque = deque()  # sorted (ts, rank, *ids, arrival, record)
         self.arrivals = 0
-        self.seen: dict = {}
+        self.seen: dict = {}  # dedup id -> ts, for records not older than the release point
         self.released = float("-inf")
         self.max_ts = float("-inf")
+        self.src_max = [float("-inf")] * len(RANKS)
         self.bucket: int | None = None
         self.period: int | None = None
         self.gpus: dict = {}
         self.tasks: dict = {}
         self.events = EventLog(horizon)
-        self.win = BucketWindow(int(cfg.history // cfg.bucket) + 1)
+        self.win = BucketWindow(max(*keep[0], *keep[1]), keep)
         self.alerts: dict = {}
         self.versions = ["", ""]
         self.late = 0
@@ -202,15 +232,21 @@ class NodeStage:
         self.bucket_s = float(config.bucket)
         self.period_s = float(config.summary_interval)
         self.eval_s = float(config.eval_interval)
-        self.maxlen = int(config.history // config.bucket) + 1
         self.lateness = float(config.allowed_lateness)
+        self.max_skew = float(config.max_source_skew)
         self._nodes: dict[str, NodeState] = {}
         self._ctx = _NodeCtx(self.bucket_s)
         gpu_rules = rules.by_scope["gpu"]
         self._event_rules_gpu = [r for r in gpu_rules if _counts_events(r)]
         self._event_rules_node = [r for r in rules.by_scope["node"] if _counts_events(r)]
-        windows = [w for r in rules.rules for w in _count_windows(r.spec.when)]
-        self.horizon = max([config.history, *windows])
+        self.event_horizons = event_reach(rules.by_scope["gpu"] + rules.by_scope["node"])
+        self.horizon = max(self.event_horizons.values(), default=0.0)
+        reach = {sc: series_reach(rules.by_scope[sc]) for sc in ("gpu", "task", "node")}
+        b = self.bucket_s
+        self.keep_gpu = keep_for(reach["gpu"], GPU_RAW, GPU_DERIVED, b, {("mem_used_gib", False): OOM_TREND_S,
+                                                                          ("mem_used_gib", True): 0.0})
+        self.keep_task = keep_for(reach["task"], TASK_ROW, TASK_DERIVED, b)
+        self.keep_node = keep_for(reach["node"], NODE_ROW, (), b)
 
     # ------------------------------------------------------------------ state
 
@@ -220,7 +256,7 @@ class NodeStage:
     def dump(self, node: str) -> bytes:
         st = self._nodes[node]
         buf = st.buffer
-        st.buffer = [[ts, n, encode(r).decode()] for ts, n, r in buf]
+        st.buffer = [[item[-2], encode(item[-1]).decode()] for item in buf]  # type: ignore[assignment]
         try:
             return statecodec.dumps(st)
         finally:
@@ -228,8 +264,12 @@ class NodeStage:
 
     def load(self, node: str, data: bytes) -> None:
         st: NodeState = statecodec.loads(data)
-        st.buffer = [(ts, n, decode(r)) for ts, n, r in st.buffer]
-        heapq.heapify(st.buffer)
+        st.buffer = deque(sorted(_order(rec, n) for n, rec in ((n, decode(r)) for n, r in st.buffer)))
+        st.win.keep = self.keep_node
+        for gs in st.gpus.values():
+            gs.win.keep = self.keep_gpu
+        for t in st.tasks.values():
+            t.win.keep = self.keep_task
         self._nodes[node] = st
 
     def counters(self) -> dict[str, int]:
@@ -246,21 +286,22 @@ class NodeStage:
 
     # ------------------------------------------------------------------ input
 
-    def process(self, record: NodeSnapshot | GpuEvent | TaskMetric) -> Any:
-        from streams.engine import StageOutput
+    def process(self, record: NodeSnapshot | GpuEvent | TaskMetric, behind: frozenset = frozenset(),
+                out: Any = None) -> Any:
+        """Take one record; ``behind``: source ranks (see ``RANKS``) whose input is still
+        catching up, so their newest ts holds this node's watermark back (faust only).
+        Outputs are appended to ``out`` (a new StageOutput when None), which is returned."""
+        if out is None:
+            from streams.engine import StageOutput
 
-        out = StageOutput([], [])
-        if isinstance(record, NodeSnapshot):
-            key = f"s{record.boot_id}:{record.seq}"
-        elif isinstance(record, GpuEvent):
-            key = f"e{record.boot_id}:{record.seq}"
-        elif isinstance(record, TaskMetric):
-            key = f"m{record.task_id}:{record.kind}:{record.ts}:{record.step}"
-        else:
+            out = StageOutput([], [])
+        ids = _ids(record)
+        if ids is None:
             return out  # a record this stage cannot use
+        key = ids if ids[0] != 2 else (*ids, record.ts)
         st = self._nodes.get(record.node)
         if st is None:
-            st = self._nodes[record.node] = NodeState(record.node, self.cfg, self.horizon)
+            st = self._nodes[record.node] = NodeState(record.node, self.keep_node, self.horizon)
         seen = st.seen
         if key in seen:
             st.duplicates += 1
@@ -269,23 +310,34 @@ class NodeStage:
         if ts < st.released:
             st.late += 1
             return out
-        seen[key] = 1
+        seen[key] = ts
         if len(seen) > self.cfg.dedup_window:
             del seen[next(iter(seen))]
+        rank = ids[0]
+        if ts > st.src_max[rank]:
+            st.src_max[rank] = ts
         if ts > st.max_ts:
             st.max_ts = ts
-        if self.lateness <= 0 and not st.buffer:
+        buf = st.buffer
+        if self.lateness <= 0 and not buf and not behind:
             st.released = ts
-            self._handle(st, record, out)
+            self._handle(st, record, rank, out)
             return out
         st.arrivals += 1
-        heapq.heappush(st.buffer, (ts, st.arrivals, record))
-        water = st.max_ts - self.lateness
-        buf = st.buffer
+        item = (ts, *ids, st.arrivals, record)
+        if not buf or item > buf[-1]:
+            buf.append(item)
+        else:
+            insort(buf, item)
+        water = st.max_ts
+        if behind:
+            held = min(st.src_max[r] for r in behind)
+            water = min(water, max(held, water - self.max_skew))
+        water -= self.lateness
         while buf and buf[0][0] <= water:
-            item = heapq.heappop(buf)
+            item = buf.popleft()
             st.released = item[0]
-            self._handle(st, item[2], out)
+            self._handle(st, item[-1], item[1], out)
         return out
 
     def flush(self) -> Any:
@@ -296,14 +348,14 @@ class NodeStage:
         for n in self.nodes():
             st = self._nodes[n]
             while st.buffer:
-                item = heapq.heappop(st.buffer)
+                item = st.buffer.popleft()
                 st.released = item[0]
-                self._handle(st, item[2], out)
+                self._handle(st, item[-1], item[1], out)
         return out
 
     # ------------------------------------------------------------------ per record
 
-    def _handle(self, st: NodeState, rec: Any, out: Any) -> None:
+    def _handle(self, st: NodeState, rec: Any, rank: int, out: Any) -> None:
         ts = rec.ts
         b = int(ts // self.bucket_s)
         if st.bucket is None:
@@ -315,9 +367,9 @@ class NodeStage:
             if p > st.period:
                 out.summaries.extend(self._summaries(st, (st.period + 1) * self.period_s))
                 st.period = p
-        if isinstance(rec, NodeSnapshot):
+        if rank == 0:
             self._snapshot(st, rec)
-        elif isinstance(rec, GpuEvent):
+        elif rank == 1:
             self._event(st, rec, out)
         else:
             self._metric(st, rec)
@@ -335,7 +387,7 @@ class NodeStage:
             (idx, util, mu, mt, temp, pw, pl, clk, clkmax, reasons, ecc, rpend, rfail) = _G(g)
             gs = gpus.get(idx)
             if gs is None:
-                gs = gpus[idx] = GpuState(idx, self.maxlen, self.horizon)
+                gs = gpus[idx] = GpuState(idx, self.keep_gpu, self.horizon)
                 gs.uuid = g.uuid
             gs.last_seen = ts
             p = owners.get(idx)
@@ -374,7 +426,7 @@ class NodeStage:
         if gs.owner:
             t = st.tasks.get(gs.owner)
             if t is None:
-                t = st.tasks[gs.owner] = TaskState(gs.owner, {}, self.maxlen)
+                t = st.tasks[gs.owner] = TaskState(gs.owner, {}, self.keep_task)
             t.labels = {k: v for k, v in labels.items() if k != "gpu"}
             if gs.index not in t.gpus:
                 t.gpus = sorted([*t.gpus, gs.index])
@@ -391,11 +443,12 @@ class NodeStage:
         if ev.gpu_index is not None:
             gs = st.gpus.get(ev.gpu_index)
             if gs is None:
-                gs = st.gpus[ev.gpu_index] = GpuState(ev.gpu_index, self.maxlen, self.horizon)
+                gs = st.gpus[ev.gpu_index] = GpuState(ev.gpu_index, self.keep_gpu, self.horizon)
                 gs.uuid, gs.last_seen = ev.gpu_uuid or "", ev.ts
-        st.events.add(ev.ts, fields)
-        if gs is not None:
-            gs.events.add(ev.ts, fields)
+        if fields["kind"] in self.event_horizons or None in self.event_horizons:
+            st.events.add(ev.ts, fields)
+            if gs is not None:
+                gs.events.add(ev.ts, fields)
         ctx = self._ctx
         ctx.node, ctx.task = st, None
         if gs is not None and self._event_rules_gpu:
@@ -411,7 +464,7 @@ class NodeStage:
         t = st.tasks.get(m.task_id)
         if t is None:
             t = st.tasks[m.task_id] = TaskState(
-                m.task_id, {"node": st.node, "task": m.task_id, "task_class": m.task}, self.maxlen)
+                m.task_id, {"node": st.node, "task": m.task_id, "task_class": m.task}, self.keep_task)
         t.last_seen = m.ts
         kind = m.kind.value
         if kind == "step":
@@ -486,10 +539,14 @@ class NodeStage:
                                         st.alerts))
 
     def _expire(self, st: NodeState, t: float, out: Any) -> None:
-        st.events.expire(t)
+        if len(st.seen) > 64:  # ids of released records: a copy of one is late anyway
+            released = st.released
+            st.seen = {k: ts for k, ts in st.seen.items() if ts >= released}
+        horizons = self.event_horizons
+        st.events.expire(t, horizons)
         for idx in sorted(st.gpus):
             gs = st.gpus[idx]
-            gs.events.expire(t)
+            gs.events.expire(t, horizons)
             if t - gs.last_seen >= self.cfg.gpu_expiry:
                 out.transitions.extend(resolve_all(gs.alerts, t))
                 del st.gpus[idx]
@@ -516,13 +573,14 @@ class NodeStage:
                 acc[name + "#"] = acc.get(name + "#", 0) + 1
         for i in task.gpus:
             gs = st.gpus.get(i)
-            if gs is None or not gs.win.hist or gs.win.hist[-1][0] != bucket[0]:
+            if gs is None or gs.win.last_end() != bucket[0]:
                 continue
-            gm, gx = gs.win.hist[-1][1], gs.win.hist[-1][2]
-            if gx[_MEM] is not None and gm[_TOT]:
-                acc["mem_peak_frac"] = max(acc.get("mem_peak_frac", 0.0), gx[_MEM] / gm[_TOT])
+            w = gs.win
+            peak, total = w.latest(_MEM, use_max=True), w.latest(_TOT)
+            if peak is not None and total:
+                acc["mem_peak_frac"] = max(acc.get("mem_peak_frac", 0.0), peak / total)
             for name in ("power_w", "temp_per_w"):
-                v = gm[GPU_INDEX[name]]
+                v = w.latest(GPU_INDEX[name])
                 if v is not None:
                     acc[name] = acc.get(name, 0.0) + v
                     acc[name + "#"] = acc.get(name + "#", 0) + 1
@@ -558,18 +616,22 @@ def _gpu_labels(st: NodeState, gs: GpuState) -> dict[str, str]:
     return gs.labels or {"node": st.node, "gpu": str(gs.index)}
 
 
-def _count_windows(c: Any) -> list[float]:
-    """The windows of every count_within in a condition (event logs must reach that far back)."""
-    from streams.rules import AllOf, AnyOf, CountC, NotOf
+def _ids(record: Any) -> tuple | None:
+    """(source rank, the record's own ids): its dedup key and, after ts, its release order."""
+    cls = type(record)
+    if cls is NodeSnapshot:
+        return (0, record.boot_id, record.seq)
+    if cls is TaskMetric:
+        return (2, record.task_id, record.kind.value, -1 if record.step is None else record.step)
+    if cls is GpuEvent:
+        return (1, record.boot_id, record.seq)
+    return None
 
-    if isinstance(c, CountC):
-        return [c.count_within.window]
-    if isinstance(c, (AllOf, AnyOf)):
-        return [w for x in (c.all if isinstance(c, AllOf) else c.any) for w in _count_windows(x)]
-    if isinstance(c, NotOf):
-        return _count_windows(c.not_)
-    return []
+
+def _order(record: Any, arrival: int) -> tuple:
+    """The reorder buffer's sort key: ts, source rank, the record's own ids, then arrival."""
+    return (record.ts, *_ids(record), arrival, record)
 
 
 def _counts_events(rule: Any) -> bool:
-    return bool(_count_windows(rule.spec.when))
+    return bool(event_reach([rule]))

@@ -459,6 +459,56 @@ class RulePack:
         return [r.name for r in self.rules]
 
 
+def leaves(cond: Any) -> list[Any]:
+    """The leaf conditions (threshold, trend, deviation, count_within) under ``cond``."""
+    if isinstance(cond, AllOf):
+        return [x for c in cond.all for x in leaves(c)]
+    if isinstance(cond, AnyOf):
+        return [x for c in cond.any for x in leaves(c)]
+    if isinstance(cond, NotOf):
+        return leaves(cond.not_)
+    return [cond]
+
+
+def rule_leaves(rule: Rule) -> list[Any]:
+    """Every leaf a rule can evaluate: its condition's and its likely causes'."""
+    return [x for c in (rule.spec.when, *(cause.when for _, cause in rule.causes)) for x in leaves(c)]
+
+
+def series_reach(rules: list[Rule]) -> dict[tuple[str, bool], float | None]:
+    """How far back each (series metric, use_max) is read; ``None``: the latest buckets only.
+
+    What a stage must keep of its windows for these rules (see ``BucketWindow.keep``).
+    """
+    reach: dict[tuple[str, bool], float | None] = {}
+
+    def need(key: tuple[str, bool], window: float | None) -> None:
+        old = reach.get(key)
+        reach[key] = window if old is None else (old if window is None else max(old, window))
+
+    for r in rules:
+        for leaf in rule_leaves(r):
+            if isinstance(leaf, ThresholdC) and SCOPES[r.spec.scope][leaf.threshold.metric].kind == "series":
+                need((leaf.threshold.metric, leaf.threshold.agg == "max"), leaf.threshold.window)
+            elif isinstance(leaf, TrendC):
+                need((leaf.trend.metric, False), leaf.trend.window)
+            elif isinstance(leaf, DeviationC):
+                need((leaf.deviation.metric, False), leaf.deviation.window)
+    return reach
+
+
+def event_reach(rules: list[Rule]) -> dict[str | None, float]:
+    """Longest count-within window per event kind (``None``: rules that count any kind)."""
+    out: dict[str | None, float] = {}
+    for r in rules:
+        for leaf in rule_leaves(r):
+            if isinstance(leaf, CountC):
+                c = leaf.count_within
+                for kind in c.event.kind or [None]:
+                    out[kind] = max(out.get(kind, 0.0), c.window)
+    return out
+
+
 def compile_rules(rf: RuleFile, source: str) -> RulePack:
     rules = [Rule(s, _compile(s.when, s.scope), [(_compile(c.when, s.scope), c) for c in s.causes])
              for s in rf.rules if s.enabled and s.name not in rf.disable]

@@ -35,6 +35,8 @@ def _enc(v: Any) -> Any:
         return {"__kd": [[_enc(k), _enc(x)] for k, x in v.items()]}
     name = type(v).__name__
     if name in _TYPES:
+        if "__setstate__" in type(v).__dict__:  # the class has its own compact form
+            return {"__t": name, "__s": _enc(v.__getstate__())}
         return {"__t": name, **{s: _enc(getattr(v, s)) for s in type(v).__slots__}}
     raise TypeError(f"engine state cannot hold {name}")
 
@@ -52,6 +54,9 @@ def _dec(v: Any) -> Any:
         return {_key(_dec(k)): _dec(x) for k, x in v["__kd"]}
     cls = _TYPES[v["__t"]]
     obj = cls.__new__(cls)
+    if "__s" in v:
+        obj.__setstate__(_dec(v["__s"]))
+        return obj
     for s in cls.__slots__:
         setattr(obj, s, _dec(v[s]))
     return obj
@@ -61,9 +66,17 @@ def _key(k: Any) -> Any:
     return tuple(k) if isinstance(k, list) else k
 
 
+#: Bumped when the layout of state changes; older state is refused with a clear error.
+FORMAT = 2
+
+
 def dumps(obj: Any) -> bytes:
-    return json.dumps(_enc(obj), sort_keys=True, separators=(",", ":")).encode()
+    return json.dumps({"gws": FORMAT, "s": _enc(obj)}, sort_keys=True, separators=(",", ":")).encode()
 
 
 def loads(data: bytes) -> Any:
-    return _dec(json.loads(data))
+    doc = json.loads(data)
+    if not isinstance(doc, dict) or doc.get("gws") != FORMAT:
+        got = doc.get("gws", 1) if isinstance(doc, dict) else 1
+        raise ValueError(f"engine state format {got}, this version reads {FORMAT}: start with fresh state")
+    return _dec(doc["s"])

@@ -4,72 +4,160 @@ Why buckets: a 30-minute trend at 1 s ticks is 1,800 points per metric per GPU;
 bucket means (15 s by default) keep 120 points, average the sample noise out
 and make the per-sample cost a handful of additions. State stays bounded by
 ``maxlen`` buckets whatever the tick rate.
+
+Closed buckets are kept column-wise (one list per metric) so a rule's series is
+two list slices found by bisection; in a dump each column keeps only the
+buckets the rules can still read (``keep``), as packed float64 (NaN = absent).
 """
 
 from __future__ import annotations
 
+import base64
+from array import array
+from bisect import bisect_right
 from collections import deque
-from itertools import takewhile
 from collections.abc import Sequence
+from math import isnan
 
 from streams.statecodec import state
 
+_NAN = float("nan")
+_ALL = (1,) * 256  # no ``keep``: every column's maximum is kept
+
+
+def pack_floats(values: Sequence[float | None]) -> str:
+    """Exact, compact column encoding: float64 little-endian, NaN for None, base64."""
+    a = array("d", [_NAN if v is None else v for v in values])
+    if a.itemsize != 8:  # pragma: no cover - every CPython platform has 8-byte doubles
+        raise RuntimeError("float64 arrays required")
+    return base64.b64encode(a.tobytes()).decode()
+
+
+def unpack_floats(text: str) -> list[float | None]:
+    a = array("d")
+    a.frombytes(base64.b64decode(text))
+    return [None if isnan(v) else v for v in a]
+
+
 @state
 class BucketWindow:
-    """Rows of the open bucket plus a deque of closed buckets (``[t_end, means, maxes]``).
+    """Rows of the open bucket plus closed buckets as columns (``t`` ends, ``mean``, ``max``).
 
     The open bucket keeps raw rows and aggregates them column-wise at close, so the
-    per-sample cost is one list append; closed rows are indexed like the metric row
-    (``None`` where no sample had the metric) with derived values appended to the means.
+    per-sample cost is one tuple append; ``mean`` columns are indexed like the metric
+    row (``None`` where no sample had the metric) with derived values appended, ``max``
+    columns cover the raw row only. Lists keep the newest ``maxlen`` buckets.
     """
 
-    __slots__ = ("rows", "hist")
+    __slots__ = ("rows", "t", "mean", "max", "maxlen", "keep")
 
-    def __init__(self, maxlen: int) -> None:
+    def __init__(self, maxlen: int, keep: tuple | None = None) -> None:
         self.rows: list = []
-        self.hist: deque = deque(maxlen=maxlen)
+        self.t: list[float] = []
+        self.mean: list[list] = []
+        self.max: list[list] = []
+        self.maxlen = maxlen
+        # ((buckets per mean column), (per max column)) a dump keeps; a max column with 0 is
+        # never read, so not computed. None: everything.
+        self.keep = keep
 
     def add(self, row: Sequence[float | None]) -> None:
         self.rows.append(row)
 
     def close(self, t_end: float, derive=None) -> list | None:
         """Close the open bucket at ``t_end``; ``derive(means)`` returns values to append."""
-        if not self.rows:
+        rows = self.rows
+        if not rows:
             return None
         means: list[float | None] = []
         maxes: list[float | None] = []
-        for col in zip(*self.rows):
+        n = len(rows)
+        wanted = self.keep[1] if self.keep is not None else _ALL
+        for col, want in zip(zip(*rows), wanted):
+            if None not in col:
+                means.append(sum(col) / n)
+                maxes.append(max(col) if want else None)
+                continue
             vals = [v for v in col if v is not None]
             if vals:
                 means.append(sum(vals) / len(vals))
-                maxes.append(max(vals))
+                maxes.append(max(vals) if want else None)
             else:
                 means.append(None)
                 maxes.append(None)
         if derive is not None:
             means.extend(derive(means))
-        bucket = [t_end, means, maxes]
-        self.hist.append(bucket)
+        if not self.mean:
+            self.mean = [[None] * len(self.t) for _ in means]
+            self.max = [[None] * len(self.t) for _ in maxes]
+        self.t.append(t_end)
+        for c, v in zip(self.mean, means):
+            c.append(v)
+        for c, v in zip(self.max, maxes):
+            c.append(v)
+        if len(self.t) > self.maxlen:
+            del self.t[0]
+            for c in self.mean:
+                del c[0]
+            for c in self.max:
+                del c[0]
         self.rows = []
-        return bucket
+        return [t_end, means, maxes]
 
     def series(self, index: int, since: float, use_max: bool = False) -> tuple[list[float], list[float]]:
         """(times, values) of one metric over closed buckets with ``t_end > since``."""
-        col = 2 if use_max else 1
-        pairs = [(b[0], b[col][index]) for b in takewhile(lambda b: b[0] > since, reversed(self.hist))]
-        pairs.reverse()
-        return [t for t, v in pairs if v is not None], [v for t, v in pairs if v is not None]
+        t = self.t
+        if not t:
+            return [], []
+        i = bisect_right(t, since)
+        vs = (self.max if use_max else self.mean)[index][i:]
+        ts = t[i:]
+        if None not in vs:
+            return ts, vs
+        return [a for a, v in zip(ts, vs) if v is not None], [v for v in vs if v is not None]
 
-    def latest(self, index: int) -> float | None:
-        """The metric's mean in the newest closed bucket."""
-        return self.hist[-1][1][index] if self.hist else None
+    def latest(self, index: int, use_max: bool = False) -> float | None:
+        """The metric's mean (or max) in the newest closed bucket."""
+        cols = self.max if use_max else self.mean
+        return cols[index][-1] if self.t else None
+
+    def last_end(self) -> float | None:
+        return self.t[-1] if self.t else None
+
+    def latest_row(self) -> list | None:
+        """Every mean of the newest closed bucket (the live view's one row per GPU)."""
+        return [c[-1] for c in self.mean] if self.t else None
+
+    # Compact state: only the buckets the rules can read, columns as packed floats.
+    def __getstate__(self) -> dict:
+        n = len(self.t)
+        keep = self.keep or ((n,) * len(self.mean), (n,) * len(self.max))
+        depth = min(n, max((*keep[0], *keep[1], 0)))
+        return {"rows": self.rows, "maxlen": self.maxlen, "keep": self.keep,
+                "t": pack_floats(self.t[n - depth:]),
+                "mean": [pack_floats(c[n - min(k, depth):]) for c, k in zip(self.mean, keep[0])],
+                "max": [pack_floats(c[n - min(k, depth):]) for c, k in zip(self.max, keep[1])]}
+
+    def __setstate__(self, s: dict) -> None:
+        self.rows, self.maxlen = s["rows"], s["maxlen"]
+        self.keep = None if s["keep"] is None else (tuple(s["keep"][0]), tuple(s["keep"][1]))
+        self.t = unpack_floats(s["t"])
+        n = len(self.t)
+        self.mean = [_pad(unpack_floats(c), n) for c in s["mean"]]
+        self.max = [_pad(unpack_floats(c), n) for c in s["max"]]
+
+
+def _pad(col: list, n: int) -> list:
+    return [None] * (n - len(col)) + col
 
 
 @state
 class EventLog:
     """Recent discrete events by kind for count-within conditions (bounded, event time).
 
-    Kept per kind so counting XIDs never walks a storm of clock or corrected-ECC events.
+    Kept per kind so counting XIDs never walks a storm of clock or corrected-ECC events;
+    ``horizons`` (kind → seconds, ``None`` key for any kind) lets each kind expire as soon
+    as no rule can count it.
     """
 
     __slots__ = ("by_kind", "horizon_s", "maxlen")
@@ -85,10 +173,11 @@ class EventLog:
             q = self.by_kind[fields["kind"]] = deque(maxlen=self.maxlen)
         q.append([ts, fields])
 
-    def expire(self, now: float) -> None:
+    def expire(self, now: float, horizons: dict | None = None) -> None:
         for kind in list(self.by_kind):
             q = self.by_kind[kind]
-            while q and q[0][0] < now - self.horizon_s:
+            h = self.horizon_s if horizons is None else horizons.get(kind, horizons.get(None, 0.0))
+            while q and q[0][0] < now - h:
                 q.popleft()
             if not q:
                 del self.by_kind[kind]
