@@ -69,6 +69,16 @@ def rate_limits(r: Receiver) -> list[tuple[int, float]]:
     return module.rate_limits(r.channel) if module is apprise_channel else module.RATE_LIMITS
 
 
+def not_sent(r: Receiver, n: Notification) -> str | None:
+    """Why ``r`` does not get ``n`` at all, or None. An ``ack`` goes only to channels that can say it
+    (``SENDS_ACK``: PagerDuty's ``acknowledge``); chat would render it as one more firing message."""
+    if is_resolved(n) and not r.channel.send_resolved:
+        return "not sent: send_resolved is false"
+    if n.reason == "ack" and not getattr(CHANNELS[r.kind], "SENDS_ACK", False):
+        return f"not sent: {r.kind} has no acknowledge message"
+    return None
+
+
 def digest(receiver: str, items: list[Notification]) -> Notification:
     """Queued notifications merged into one message, every alert transition kept, in order."""
     if len(items) == 1:
@@ -125,8 +135,8 @@ class Delivery:
             return self._outcome(n, "failed", f"no receiver named {n.receiver!r}", 0)
         if (r.name, n.id) in self.delivered:
             return Outcome(r.name, n.id, "delivered", "already delivered (same id)", 0)
-        if is_resolved(n) and not r.channel.send_resolved:
-            return Outcome(r.name, n.id, "delivered", "not sent: send_resolved is false", 0)
+        if (why := not_sent(r, n)) is not None:
+            return self._outcome(n, "delivered", why, 0)
         async with self._locks[r.name]:
             queued = self.spool.pending_count(outbox_topic(r.name))
             down = r.name in self._down
@@ -234,7 +244,7 @@ class Delivery:
             m = replace(n, receiver=name)
             if (name, m.id) in self.delivered:
                 return Outcome(r.name, n.id, "fallback", f"already delivered via {name}", 0)
-            if name in self._down or self.spool.pending_count(outbox_topic(name)):
+            if name in self._down or self.spool.pending_count(outbox_topic(name)) or not_sent(fb, m):
                 continue
             async with self._locks[name]:
                 verdict, attempts = await self._send(fb, m, self.max_attempts)
@@ -281,7 +291,8 @@ class Delivery:
                 n = decode_notification(rec.value)
                 if (r.name, n.id) in self.delivered:
                     done_ids.append(rec.id)
-                elif self._fits(r, [n for _, n in batch] + [n]) or not batch:
+                elif not batch or ("ack" not in (n.reason, batch[0][1].reason)  # an ack keeps its own event
+                                   and self._fits(r, [n for _, n in batch] + [n])):
                     batch.append((rec.id, n))
                 else:
                     break

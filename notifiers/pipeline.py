@@ -3,6 +3,11 @@
 ``gpuwarden run`` (in process, event-time clock) and ``gpuwarden notify``
 (Kafka, wall clock) both drive this class, so both send the same messages for
 the same transitions. Delivery is injected or built from ``notify.receivers``.
+
+The router's state (open groups, who was notified, escalation progress, dedup)
+is kept in the spool's kv store (``notify``/``router``) and restored at start,
+so a restart neither loses the resolve of an alert paged before it nor an
+escalation in progress.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from notifiers.message import Notification
 from notifiers.router import Router
 
 log = logging.getLogger("gpuwarden.notify")
+STATE_NS, STATE_KEY = "notify", "router"
 
 
 class Notifier:
@@ -39,6 +45,9 @@ class Notifier:
         self._maintained_at = float("-inf")
         self._reload_control()
         self.router = Router(self.config, self.control)
+        self._dirty = False
+        """Router state changed since it was last saved."""
+        self._restore_state()
         if delivery is None:
             from notifiers.delivery import Delivery
 
@@ -52,15 +61,28 @@ class Notifier:
         if self.record_history:
             assert self.spool is not None
             self.spool.append(self.alerts_topic, encode(transition), key=transition.fingerprint, ts=transition.ts)
+        self._dirty = True
         await self._deliver(self.router.on_transition(transition, self.clock()))
 
     async def tick(self, now: float | None = None) -> None:
         now = self.clock() if now is None else now
-        if now - self._maintained_at >= self.config.tick_interval:
+        maintain = now - self._maintained_at >= self.config.tick_interval
+        if maintain:
             self._maintained_at = now
             self._reload_control()
             await self.delivery.drain()
-        await self._deliver(self.router.tick(now))
+        due = self.router.next_deadline()
+        notes = self.router.tick(now)
+        self._dirty = self._dirty or bool(notes) or (due is not None and due <= now)
+        await self._deliver(notes)
+        if maintain:
+            self.save_state()
+
+    def save_state(self) -> None:
+        """Write the router state to the spool if it changed (each tick_interval, before an offset commit, at close)."""
+        if self._dirty and self.spool is not None:
+            self.spool.kv_put(STATE_NS, STATE_KEY, self.router.dump())
+            self._dirty = False
 
     def apply_control(self, record: ControlRecord) -> None:
         """A silence, ack or override from the control topic (cluster mode)."""
@@ -70,7 +92,19 @@ class Notifier:
         return self.router.next_deadline()
 
     async def aclose(self) -> None:
+        self.save_state()
         await self.delivery.aclose()
+
+    def _restore_state(self) -> None:
+        data = self.spool.kv_get(STATE_NS, STATE_KEY) if self.spool is not None else None
+        if data is None:
+            return
+        try:
+            warn_each(self.router.load(data))
+        except ValueError as e:
+            log.warning("%s: starting with empty routing state", e)
+            return
+        log.info("routing state restored: %d groups, %d pages", len(self.router.groups), len(self.router.pages))
 
     def _reload_control(self) -> None:
         """Standalone: the CLI writes silences/acks into the spool from another process; pick them up."""

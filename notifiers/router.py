@@ -5,8 +5,10 @@ inherited ``group_by``/``group_wait``/``group_interval``/``repeat_interval``),
 aggregation groups flushed on a fixed cadence, inhibition and silences. What
 users miss there is added: acknowledgements (stop repeats and escalation),
 escalation of unacknowledged critical alerts through levels with an on-call
-rotation that decides who is paged and @-mentioned, owner routing by the
-alert's user/project, and dedup of at-least-once input.
+rotation that decides who is paged and @-mentioned, an ``ack`` notification to
+the receivers paged for an acknowledged alert (PagerDuty: ``acknowledge``),
+owner routing by the alert's user/project, and dedup of at-least-once input.
+The whole state survives a restart: :meth:`Router.dump` / :meth:`Router.load`.
 
 Time is always an argument (``now``): event time in simulation and replay,
 wall time live, so replay sends the same notifications at the same times.
@@ -19,7 +21,7 @@ import heapq
 import json
 from dataclasses import dataclass, field
 
-from gpuwarden.contract import AlertState, AlertTransition, Matcher, Tier
+from gpuwarden.contract import AlertState, AlertTransition, ContractError, Matcher, Tier, decode, encode
 from notifiers.config import GROUP_BY_ALL, ONCALL, OWNER, TEAM, NotifyConfig, RouteConfig
 from notifiers.control import ControlState
 from notifiers.matchers import alert_labels, matches_all
@@ -28,6 +30,7 @@ from notifiers.oncall import on_call
 
 #: How long a resolved alert's dedup entry is kept (event time) against late redeliveries.
 DEDUP_KEEP_S = 86400.0
+STATE_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -102,6 +105,8 @@ class Page:
     level: int = 0
     held: bool = False
     """Due but silenced or inhibited: rechecked on every tick, no deadline of its own."""
+    receivers: set[str] = field(default_factory=set)
+    """Who was sent this episode (group flushes and escalation levels): they hear of the ack."""
 
 
 class Router:
@@ -149,6 +154,56 @@ class Router:
             self._purged_at = now
             self._last = {fp: v for fp, v in self._last.items() if v[1] == 0 or v[2] >= now - DEDUP_KEEP_S}
         return out
+
+    def dump(self) -> bytes:
+        """The whole state as deterministic JSON (same state, same bytes), for :meth:`load` after a restart."""
+        state = {
+            "version": STATE_VERSION,
+            "groups": [{"key": g.key, "receiver": g.receiver, "route": g.route.id, "mention": g.mention,
+                        "next_flush": g.next_flush, "last_sent": g.last_sent,
+                        "alerts": [_alert_json(g.alerts[fp]) for fp in sorted(g.alerts)],
+                        "sent_firing": sorted(g.sent_firing)} for _, g in sorted(self.groups.items())],
+            "pages": [{"alert": _alert_json(p.alert), "paged_at": p.paged_at, "level": p.level, "held": p.held,
+                       "receivers": sorted(p.receivers)} for _, p in sorted(self.pages.items())],
+            "last": [[fp, *v] for fp, v in sorted(self._last.items())],
+            "sources": [dict(sorted(src.items())) for src in self._sources],
+            "purged_at": None if self._purged_at == float("-inf") else self._purged_at,
+        }
+        return json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+    def load(self, data: bytes) -> list[str]:
+        """Replace the state with a :meth:`dump`; returns a line per group whose route no longer exists.
+
+        Raises ValueError (state unchanged) on anything that is not a dump of this version.
+        """
+        try:
+            st = json.loads(data)
+            if not isinstance(st, dict) or st.get("version") != STATE_VERSION:
+                raise ValueError(f"expected router state version {STATE_VERSION}")
+            routes = _routes_by_id(self.tree)
+            groups: dict[str, Group] = {}
+            dropped: list[str] = []
+            for g in st["groups"]:
+                if g["route"] not in routes:
+                    dropped.append(f"group {g['key']}: route {g['route']} is not in the routing tree now")
+                    continue
+                groups[g["key"]] = Group(g["key"], g["receiver"], routes[g["route"]], g["mention"], g["next_flush"],
+                                         {a.fingerprint: a for a in map(_alert, g["alerts"])},
+                                         set(g["sent_firing"]), g["last_sent"])
+            pages = {p["alert"]["fingerprint"]: Page(_alert(p["alert"]), p["paged_at"], p["level"], p["held"],
+                                                     set(p["receivers"])) for p in st["pages"]}
+            last = {fp: (started, rank, ts) for fp, started, rank, ts in st["last"]}
+            sources = [dict(src) for src in st["sources"]]
+            if len(sources) != len(self.config.inhibit_rules):  # the rules changed: sources are rebuilt as alerts come
+                sources = [{} for _ in self.config.inhibit_rules]
+            purged = st["purged_at"]
+        except (KeyError, TypeError, ValueError, ContractError) as e:
+            raise ValueError(f"router state not readable: {e}") from None
+        self.groups, self.pages, self._last, self._sources = groups, pages, last, sources
+        self._purged_at = float("-inf") if purged is None else purged
+        self._due = [(g.next_flush, k) for k, g in groups.items()]
+        heapq.heapify(self._due)
+        return dropped
 
     def next_deadline(self) -> float | None:
         """When ``tick`` next has something to do (None: nothing pending)."""
@@ -264,6 +319,9 @@ class Router:
                 return None
             reason, alerts = "repeat", unacked
         g.sent_firing.update(a.fingerprint for a in new)
+        for a in new:
+            if (p := self.pages.get(a.fingerprint)) is not None and p.alert.started_at == a.started_at:
+                p.receivers.add(g.receiver)
         g.last_sent = now
         mentions = self._oncall_now(0, now) if g.mention and firing else []
         return _notification(g.receiver, g.key, alerts, reason, now, mentions, 0)
@@ -274,7 +332,8 @@ class Router:
         for fp in sorted(self.pages):
             p = self.pages[fp]
             if self.control.ack(p.alert) is not None:
-                del self.pages[fp]  # acknowledged: this episode never escalates again
+                del self.pages[fp]  # acknowledged: this episode never escalates again; who was paged hears of it
+                out += [_notification(r, f"ack/{fp}", [p.alert], "ack", now, [], p.level) for r in sorted(p.receivers)]
                 continue
             p.held = False
             while p.level + 1 < len(levels) and now >= p.paged_at + levels[p.level + 1].after:
@@ -285,6 +344,7 @@ class Router:
                 mentions = self._oncall_now(p.level, now)
                 out += [_notification(r, f"escalation/{fp}", [p.alert], "escalation", now, mentions, p.level)
                         for r in levels[p.level].receivers]
+                p.receivers.update(levels[p.level].receivers)
         return out
 
 
@@ -296,3 +356,18 @@ def _notification(receiver: str, group_key: str, alerts: list[AlertTransition], 
     nid = hashlib.sha256(ident.encode()).hexdigest()[:24]
     return Notification(receiver=receiver, group_key=group_key, alerts=alerts, reason=reason, at=now,
                         mentions=mentions, escalation_level=level, id=nid)
+
+
+def _routes_by_id(route: Route) -> dict[str, Route]:
+    out = {route.id: route}
+    for child in route.children:
+        out.update(_routes_by_id(child))
+    return out
+
+
+def _alert_json(a: AlertTransition) -> dict:
+    return json.loads(encode(a))
+
+
+def _alert(d: dict) -> AlertTransition:
+    return decode(json.dumps(d), AlertTransition)

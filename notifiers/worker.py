@@ -69,6 +69,7 @@ async def run_notify(settings: Any, *, stop: asyncio.Event, delivery: Any = None
                     await _one(r, notifier, producer, topics, settings, stats)
             await notifier.tick()
             if batch:
+                notifier.save_state()  # the state covers what the committed offsets say was handled
                 await alerts.commit()
     finally:
         await alerts.stop()

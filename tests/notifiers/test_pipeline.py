@@ -130,13 +130,66 @@ async def test_cli_silence_and_ack_reach_a_running_notifier_through_the_spool(
     before = len(rec.got)
     clock.t = now + 330 + 3600
     await n.tick()
-    assert rec.got[before:] == []
+    assert [(x.receiver, x.reason) for x in rec.got[before:]] == [("pager", "ack"), ("team-chat", "ack")]  # no repeat
+    before = len(rec.got)
     await n.handle(alert("y", tier="critical", started=now))  # an unacked one does repeat
     clock.t = now + 330 + 7200
     await n.tick()
     assert {(x.reason, x.alerts[0].fingerprint) for x in rec.got[before:]} == {("new", "y"), ("repeat", "y")}
     await n.aclose()
     spool.close()
+
+
+async def test_a_restart_keeps_what_was_paged_and_the_escalation_in_progress(tmp_path: Path) -> None:
+    s = settings(tmp_path, receivers=receivers("team-chat", "pager", "lead"),
+                 escalation=[{"receivers": ["pager"]}, {"after": "15m", "receivers": ["lead"]}])
+    spool = Spool(s.spool.path)
+    clock, rec = EventClock(T0), Recorder()
+    n = Notifier(s, spool=spool, clock=clock, delivery=rec)
+    await n.handle(alert("x", tier="critical"))
+    await n.handle(alert("y", tier="critical"))
+    assert sorted((m.receiver, m.reason, m.alerts[0].fingerprint) for m in rec.got) == [
+        ("pager", "new", "x"), ("pager", "new", "y"), ("team-chat", "new", "x"), ("team-chat", "new", "y")]
+    clock.t = T0 + 60
+    await n.tick()
+    await n.aclose()                                   # `gpuwarden notify` stops here …
+
+    rec = Recorder()                                   # … and a new process starts on the same spool
+    n = Notifier(s, spool=spool, clock=clock, delivery=rec)
+    clock.t = T0 + 100
+    await n.handle(alert("x", tier="critical", state="resolved", ts=T0 + 100))
+    await n.handle(alert("x", tier="critical"))        # a redelivery of the firing record: a repeat
+    for t in (T0 + 120, T0 + 180, T0 + 899.9):
+        clock.t = t
+        await n.tick()
+    assert sorted((m.receiver, m.reason, m.alerts[0].fingerprint, m.at) for m in rec.got) == [
+        ("pager", "resolved", "x", T0 + 120), ("team-chat", "resolved", "x", T0 + 120)]
+    clock.t = T0 + 900                                 # y's level 1 is due 15 min after its first page
+    await n.tick()
+    (esc,) = rec.got[2:]
+    assert (esc.receiver, esc.reason, esc.alerts[0].fingerprint, esc.escalation_level, esc.at) == (
+        "lead", "escalation", "y", 1, T0 + 900)
+    clock.t = T0 + 1800
+    await n.tick()
+    assert len(rec.got) == 3
+    await n.aclose()
+    spool.close()
+
+
+async def test_an_unreadable_router_state_is_logged_and_the_notifier_starts_empty(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from notifiers.pipeline import STATE_KEY, STATE_NS
+
+    s = settings(tmp_path)
+    with Spool(s.spool.path) as spool:
+        spool.kv_put(STATE_NS, STATE_KEY, b'{"version": 0}')
+        rec = Recorder()
+        n = Notifier(s, spool=spool, clock=EventClock(T0), delivery=rec)
+        assert "router state not readable" in caplog.text
+        await n.handle(alert("x", tier="critical"))
+        assert len(rec.got) == 2
+        await n.aclose()
+        assert b'"version":1' in spool.kv_get(STATE_NS, STATE_KEY)
 
 
 async def test_bad_silence_matcher_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -208,3 +261,39 @@ async def test_silence_cli_with_config_after_the_action_writes_to_that_spool(
     assert await asyncio.to_thread(main, ["silence", "list"]) == 0  # $GPUWARDEN_CONFIG: the decoy spool
     assert capsys.readouterr().out == ""
     assert await asyncio.to_thread(main, ["silence", "expire", sid, "--config", str(cfg)]) == 0
+
+
+async def test_ack_reaches_pagerduty_as_acknowledge_between_trigger_and_resolve(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuwarden.contract import Ack
+    from notifiers.control import write_spool
+    from tests.fakes.clock import SimClock
+    from tests.fakes.http import FakeFeishu, FakePagerDuty
+
+    clock = SimClock(T0)
+    with FakePagerDuty(clock) as pd, FakeFeishu(clock) as chat, Spool(tmp_path / "spool.db") as spool:
+        monkeypatch.setenv("PD_KEY", "R0UT1NGKEY0123456789abcdefABCDEF")
+        monkeypatch.setenv("URL_TEAM_CHAT", chat.base + chat.hook)
+        s = settings(tmp_path, receivers=[
+            {"name": "pager", "pagerduty": {"routing_key": {"env": "PD_KEY"}, "url": pd.base + "/v2/enqueue"}},
+            *receivers("team-chat")])
+        n = Notifier(s, spool=spool, clock=clock)
+        try:
+            await n.handle(alert("fp-x", tier="critical"))
+            write_spool(spool, Ack(fingerprint="fp-x", by="ann", at=T0 + 30))  # what `gpuwarden ack` writes
+            clock.t = T0 + 31
+            await n.tick()
+            clock.t = T0 + 100
+            await n.handle(alert("fp-x", tier="critical", state="resolved", ts=T0 + 100))
+            for t in (T0 + 120, T0 + 300):
+                clock.t = t
+                await n.tick()
+            log = n.delivery.log.read(20)
+        finally:
+            await n.aclose()
+    events = [(q.json["event_action"], q.json["dedup_key"]) for q in pd.accepted]
+    assert events == [("trigger", "fp-x"), ("acknowledge", "fp-x"), ("resolve", "fp-x")]
+    assert [q.at for q in pd.accepted] == [T0, T0 + 31, T0 + 100]  # the group flush was due (T0 + 60)
+    assert len(chat.accepted) == 2  # firing and resolved; chat has no acknowledge message
+    assert [e["detail"] for e in log if e["receiver"] == "team-chat" and e["attempts"] == 0] == [
+        "not sent: feishu has no acknowledge message"]

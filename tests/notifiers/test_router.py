@@ -152,7 +152,9 @@ def test_ack_stops_repeats_and_escalation() -> None:
     crit = alert("x", tier="critical")
     r.on_transition(crit, T0)
     control.apply(Ack(fingerprint="x", by="ann", at=T0 + 300))
-    assert r.tick(T0 + 900) == []            # no escalation
+    # no escalation; the receivers that were paged hear of the ack once
+    assert sent(r.tick(T0 + 900)) == [("pager", "ack", ["x:firing"]), ("team-chat", "ack", ["x:firing"])]
+    assert r.tick(T0 + 901) == []
     assert r.tick(T0 + 3600 + 60) == []      # no repeat (critical repeat_interval 1h)
     # An ack of an earlier episode does not cover a new one.
     r.on_transition(alert("x", tier="critical", state="resolved", ts=T0 + 4000), T0 + 4000)
@@ -269,3 +271,69 @@ def test_config_errors_name_the_place(bad: dict[str, Any], where: str) -> None:
     with pytest.raises(ValidationError) as e:
         config(**bad)
     assert where in str(e.value)
+
+
+def test_ack_reaches_every_level_that_was_paged() -> None:
+    control = ControlState()
+    r = Router(config(), control)
+    r.on_transition(alert("x", tier="critical"), T0)
+    assert len(r.tick(T0 + 900)) == 2        # level 1: pager and lead-chat
+    control.apply(Ack(fingerprint="x", by="ben", at=T0 + 1000))
+    acks = r.tick(T0 + 1000)
+    assert [(n.receiver, n.reason, n.escalation_level, n.group_key) for n in acks] == [
+        ("lead-chat", "ack", 1, "ack/x"), ("pager", "ack", 1, "ack/x"), ("team-chat", "ack", 1, "ack/x")]
+    assert r.tick(T0 + 1800) == []           # no level 2, no second ack
+
+
+def test_ack_of_an_alert_never_paged_sends_nothing() -> None:
+    control = ControlState()
+    r = Router(config(escalation=[]), control)
+    r.on_transition(alert("x", tier="critical"), T0)
+    control.apply(Ack(fingerprint="x", by="ann", at=T0 + 10))
+    assert r.tick(T0 + 10) == []
+
+
+def scripted_run(r: Router, steps: list[tuple[float, Any]]) -> list[tuple[str, str, float, str]]:
+    """Transitions (or ticks, for None) at their times; what was sent, with ids."""
+    out = []
+    for t, tr in steps:
+        out += r.on_transition(tr, t) if tr is not None else r.tick(t)
+    return [(n.receiver, n.reason, n.at, n.id) for n in out]
+
+
+def test_dump_and_load_continue_exactly_where_the_router_stopped() -> None:
+    first = [(T0, alert("x", tier="critical")), (T0 + 1, alert("a", user="alice")),
+             (T0 + 2, alert("lost", tier="critical", rule="gpu_lost", gpu="3")), (T0 + 31, None)]
+    later = [(T0 + 60, alert("x", tier="critical", state="resolved", ts=T0 + 50)),
+             (T0 + 61, alert("g", gpu="1")),                     # inhibited by "lost" (same node)
+             (T0 + 61, alert("a", user="alice")),                 # a redelivery: dropped
+             (T0 + 120, None), (T0 + 902, None), (T0 + 4000, None)]
+    expected = scripted_run(Router(config()), first + later)
+    before = Router(config())
+    got_first = scripted_run(before, first)
+    data = before.dump()
+    twin = Router(config())
+    scripted_run(twin, first)
+    assert twin.dump() == data                                   # deterministic
+    after = Router(config())
+    assert after.load(data) == [] and after.dump() == data
+    assert after.next_deadline() == before.next_deadline()
+    got_later = scripted_run(after, later)
+    assert got_first + got_later == expected
+    assert {(rcv, why) for rcv, why, *_ in got_later} >= {("pager", "resolved"), ("team-chat", "resolved"),
+                                                        ("lead-chat", "escalation"), ("team-chat", "repeat")}
+
+
+def test_load_refuses_what_is_not_a_router_dump_and_drops_groups_of_removed_routes() -> None:
+    r = Router(config())
+    r.on_transition(alert("a"), T0)
+    before = r.dump()
+    for bad in (b"{not json", b'{"version": 99}', b'{"version": 1}', b"[]"):
+        with pytest.raises(ValueError, match="router state"):
+            r.load(bad)
+    assert r.dump() == before
+    old = Router(config(route={"receiver": "team-chat", "routes": [{"matchers": ["node=node-01"], "receiver": "boss"}]}))
+    old.on_transition(alert("b"), T0)
+    new = Router(config(route={"receiver": "team-chat"}))
+    assert new.load(old.dump()) == ["group 0.0/boss/{}: route 0.0 is not in the routing tree now"]
+    assert new.groups == {} and new.tick(T0 + 3600) == []
