@@ -9,7 +9,8 @@ once and re-stamped (``ts``, ``seq``) each second, so producing costs little CPU
 Consumers: two worker subprocesses in one consumer group over 8 partitions.
 Every 5 s the consumer lag (end offsets minus the group's committed offsets on
 gpu.samples) is sampled. *Held* means the lag over the last half of the run is
-at most 10 s of input and not growing. If not held, the GPU count is stepped
+at most 10 s of input and not growing, and the producer kept the rate (it shares
+the machine with the broker and the workers). If not held, the GPU count is stepped
 down (× ``--step-down``, 60 s each) until a step holds: that is the ceiling.
 The last line is JSON (for bench/run_all.py).
 """
@@ -113,10 +114,11 @@ async def step(bs: str, gpus: int, seconds: float, tmp: Path) -> dict:
     per_s = len(tpl)
     tail = [lag_ for t, lag_ in series if t >= seconds / 2] or [series[-1][1]]
     growing = len(tail) > 2 and statistics.linear_regression(range(len(tail)), tail).slope > per_s * 0.5
-    held = max(tail) <= 10 * per_s and not growing and alive == 2
+    held = max(tail) <= 10 * per_s and not growing and alive == 2 and produced >= 0.95 * per_s * seconds
     consumed = produced - series[-1][1] if series else 0
     return {"gpus": len(tpl) * 8, "seconds": seconds, "target_gpu_samples_per_s": per_s * 8,
-            "produced_snapshots": produced, "sustained_gpu_samples_per_s": consumed * 8 / seconds,
+            "produced_snapshots": produced, "produced_gpu_samples_per_s": produced * 8 / seconds,
+            "sustained_gpu_samples_per_s": consumed * 8 / seconds,
             "max_lag_snapshots_last_half": max(tail), "lag_growing": growing, "held": held,
             "lag_series": [lag_ for _, lag_ in series]}
 
@@ -136,7 +138,8 @@ async def main() -> None:
             r = await step(bs, gpus, seconds, Path(d))
             runs.append(r)
             print(f"{r['gpus']:6d} GPUs at 1 Hz for {seconds:.0f} s: target {r['target_gpu_samples_per_s']} "
-                  f"GPU-samples/s, sustained {r['sustained_gpu_samples_per_s']:.0f}/s, max lag (last half) "
+                  f"GPU-samples/s, produced {r['produced_gpu_samples_per_s']:.0f}/s, consumed (sustained) "
+                  f"{r['sustained_gpu_samples_per_s']:.0f}/s, max lag (last half) "
                   f"{r['max_lag_snapshots_last_half']} snapshots, growing {r['lag_growing']} → "
                   f"{'HELD' if r['held'] else 'NOT HELD'}", flush=True)
             print(f"    lag every {SAMPLE_S:.0f} s: {r['lag_series']}", flush=True)

@@ -9,6 +9,8 @@ Loaded from tests/conftest.py via ``pytest_plugins = ["tests.kafka_support"]``.
 * ``kafka_scram`` (session fixture, ``ScramBroker``): a second broker with a
   SASL_PLAINTEXT/SCRAM-SHA-256 listener (``scripts/kafka-local start --scram``),
   or ``$KAFKA_SCRAM_BOOTSTRAP`` + ``$KAFKA_SCRAM_USERNAME`` + ``$KAFKA_SCRAM_PASSWORD``.
+* ``own_broker`` (function fixture, ``OwnBroker``): a broker of the test's own, which it may
+  ``.run("kill")`` (SIGKILL) and ``.run("restart")`` (same port and data).
 * helpers: ``unique_topic``, ``create_topic``, ``produce``, ``consume_all``,
   ``list_topics``, ``topic_config``; the async ones pass ``**client_kw`` to aiokafka
   (e.g. ``**kafka_scram.client_kwargs()``).
@@ -67,6 +69,32 @@ def kafka_bootstrap() -> Iterator[str]:
     finally:
         if not was_running:
             kafka_local("stop", timeout=60)
+
+
+@dataclass(frozen=True)
+class OwnBroker:
+    """A broker of one test's own (``KAFKA_LOCAL_DIR=<tmp>``): it may be killed and restarted."""
+
+    bootstrap: str
+    env: dict[str, str]
+
+    def run(self, command: str) -> None:
+        """``kafka-local kill`` (SIGKILL, data kept) or ``restart`` (same port and data)."""
+        proc = kafka_local(command, env=self.env, timeout=180)
+        assert proc.returncode == 0, f"kafka-local {command}: {proc.stderr.strip()}"
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[OwnBroker]:
+    """A separate broker for a test that kills it; stopped afterwards."""
+    env = {"KAFKA_LOCAL_DIR": str(tmp_path / "kafka")}
+    proc = kafka_local("start", env=env)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        _start_failed(proc, "start (own broker)")
+    try:
+        yield OwnBroker(proc.stdout.strip().splitlines()[-1], env)
+    finally:
+        kafka_local("stop", env=env, timeout=60)
 
 
 def kafka_local_address(*flags: str) -> str | None:

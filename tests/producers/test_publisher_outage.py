@@ -18,26 +18,9 @@ from gpuwarden.contract import NodeSnapshot, Topics, decode
 from gpuwarden.spool import Spool
 from producers.publisher import Publisher
 from producers.simulator import Simulator
-from tests.kafka_support import create_topic, kafka_local
+from tests.kafka_support import OwnBroker, create_topic
 
 OUTAGE_S = 20.0
-
-
-@pytest.fixture
-def own_broker(tmp_path):
-    env = {"KAFKA_LOCAL_DIR": str(tmp_path / "kafka")}
-    proc = kafka_local("start", env=env)
-    if proc.returncode != 0:
-        pytest.fail(f"could not start a second broker: {proc.stderr.strip()}", pytrace=False)
-    try:
-        yield {"bootstrap": proc.stdout.strip().splitlines()[-1], "env": env}
-    finally:
-        kafka_local("stop", env=env, timeout=60)
-
-
-def _kafka_local(broker: dict, command: str) -> None:
-    proc = kafka_local(command, env=broker["env"], timeout=120)
-    assert proc.returncode == 0, proc.stderr
 
 
 async def _consume_all(bootstrap: str, topic: str, expect: int, timeout: float = 60) -> list:
@@ -59,8 +42,8 @@ async def _consume_all(bootstrap: str, topic: str, expect: int, timeout: float =
 
 
 @pytest.mark.kafka
-async def test_outage_loses_nothing_and_backfills_in_order(own_broker, tmp_path):
-    bootstrap = own_broker["bootstrap"]
+async def test_outage_loses_nothing_and_backfills_in_order(own_broker: OwnBroker, tmp_path):
+    bootstrap = own_broker.bootstrap
     topics = Topics(prefix=f"outage-{uuid.uuid4().hex[:8]}.")
     for t in (topics.samples, topics.events, topics.metrics):
         await create_topic(bootstrap, t)
@@ -82,11 +65,11 @@ async def test_outage_loses_nothing_and_backfills_in_order(own_broker, tmp_path)
     try:
         await tick_for(5)
         assert pub.published > 0
-        _kafka_local(own_broker, "kill")
+        own_broker.run("kill")
         await tick_for(OUTAGE_S)  # sampling goes on; the spool grows
         pending_during_outage = spool.pending_count()
         assert pending_during_outage > 0 and pub.failures > 0
-        _kafka_local(own_broker, "restart")
+        own_broker.run("restart")
         await tick_for(5)
         end = time.monotonic() + 90
         while spool.pending_count() and time.monotonic() < end:

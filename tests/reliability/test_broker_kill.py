@@ -28,31 +28,19 @@ from gpuwarden.spool import Spool
 from producers.publisher import Publisher
 from producers.simulator import Simulator
 from streams.engine import Engine
-from tests.kafka_support import consume_all, create_topic, kafka_local
+from tests.kafka_support import OwnBroker, consume_all, create_topic
 from tests.reliability.notify_support import notify
 
 pytestmark = pytest.mark.kafka
-
-
-@pytest.fixture
-def own_broker(tmp_path):
-    env = {"KAFKA_LOCAL_DIR": str(tmp_path / "kafka")}
-    proc = kafka_local("start", env=env)
-    if proc.returncode != 0:
-        pytest.fail(f"could not start a broker: {proc.stderr.strip()}", pytrace=False)
-    try:
-        yield proc.stdout.strip().splitlines()[-1], env
-    finally:
-        kafka_local("stop", env=env, timeout=60)
 
 
 def ids(transitions) -> list[tuple[str, str, float]]:
     return [(t.fingerprint, t.state, t.started_at) for t in transitions]
 
 
-async def test_broker_killed_under_load_loses_nothing(own_broker, tmp_path, monkeypatch, reliability_report,
+async def test_broker_killed_under_load_loses_nothing(own_broker: OwnBroker, tmp_path, monkeypatch, reliability_report,
                                                      kafka_report):
-    bootstrap, env = own_broker
+    bootstrap = own_broker.bootstrap
     topics = Topics(prefix=f"kill-{uuid.uuid4().hex[:8]}.")
     for t in (topics.samples, topics.events, topics.metrics, topics.alerts):
         await create_topic(bootstrap, t)
@@ -78,12 +66,10 @@ async def test_broker_killed_under_load_loses_nothing(own_broker, tmp_path, monk
                 await agent.pump()
                 await alerts.pump()
                 if n == len(chunks) // 3:
-                    killed = kafka_local("kill", env=env, timeout=60)
-                    assert killed.returncode == 0, killed.stderr
+                    own_broker.run("kill")
                 if n == 2 * len(chunks) // 3:
                     waiting = agent_spool.pending_count() + alert_spool.pending_count()
-                    restarted = await asyncio.to_thread(kafka_local, "restart", env=env, timeout=180)
-                    assert restarted.returncode == 0, restarted.stderr
+                    await asyncio.to_thread(own_broker.run, "restart")
                 await asyncio.sleep(0.3)
             end = time.monotonic() + 90
             while (agent_spool.pending_count() or alert_spool.pending_count()) and time.monotonic() < end:

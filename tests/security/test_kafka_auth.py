@@ -26,7 +26,7 @@ from gpuwarden.kafka import KafkaConnectError, broker_credentials, client_kwargs
 from gpuwarden.spool import Spool
 from producers.publisher import Publisher
 from producers.simulator import Simulator
-from tests.kafka_support import ScramBroker, consume_all, create_topic, unique_topic
+from tests.kafka_support import ScramBroker, consume_all, create_topic
 
 WRONG = "definitely-not-the-password"
 
