@@ -202,3 +202,23 @@ async def test_smtp_down_spools(clock, spool):
     finally:
         await d.aclose()
     assert out.status == "spooled" and d.pending("mail") == 1
+
+
+async def test_a_queued_pagerduty_ack_is_sent_as_acknowledge_not_merged_into_a_digest(monkeypatch, clock, spool):
+    from dataclasses import replace
+
+    with FakePagerDuty(clock) as fake:
+        fake.down_until = clock() + 120
+        monkeypatch.setenv("PD_KEY", "R0UT1NGKEY0123456789abcdefABCDEF")
+        r = Receiver(name="pd", pagerduty={"routing_key": {"env": "PD_KEY"}, "url": fake.base + "/v2/enqueue"})
+        d = Delivery([r], spool=spool, clock=clock, sleep=clock.sleep, max_attempts=2)
+        try:
+            trigger = note("pd", 3, tier=Tier.CRITICAL)
+            ack = replace(trigger, reason="ack", group_key="ack/g3", id="n3-ack")
+            outs = [await d.deliver(trigger), await d.deliver(ack)]
+            await d.wait_idle()
+        finally:
+            await d.aclose()
+    assert [o.status for o in outs] == ["spooled", "spooled"]
+    assert [(q.json["event_action"], q.json["dedup_key"]) for q in fake.accepted] == [
+        ("trigger", "fp00003" + "a" * 11), ("acknowledge", "fp00003" + "a" * 11)]
