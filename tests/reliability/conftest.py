@@ -26,7 +26,7 @@ def reliability_report(record_property) -> Callable[..., None]:
 
 def pytest_terminal_summary(terminalreporter) -> None:
     rows = [(outcome, json.loads(value))
-            for outcome in ("passed", "failed")
+            for outcome in ("passed", "failed", "xfailed")
             for report in terminalreporter.stats.get(outcome, [])
             if getattr(report, "when", "call") == "call"
             for key, value in getattr(report, "user_properties", []) if key == KEY]
@@ -35,8 +35,11 @@ def pytest_terminal_summary(terminalreporter) -> None:
     tr = terminalreporter
     tr.section("Reliability (faults injected, records lost, duplicate notifications)")
     for outcome, r in rows:
-        tr.write_line(f"{'ok  ' if outcome == 'passed' else 'FAIL'} {r['fault']}: injected {r['injected']}, "
+        mark = {"passed": "ok   ", "failed": "FAIL ", "xfailed": "XFAIL"}[outcome]
+        tr.write_line(f"{mark} {r['fault']}: injected {r['injected']}, "
                       f"lost {r['lost']}, duplicates {r['duplicates']}" + (f" — {r['detail']}" if r["detail"] else ""))
-    tr.write_line(f"total: {sum(r['injected'] for _, r in rows)} faults injected, "
-                  f"{sum(r['lost'] for _, r in rows)} records lost, "
-                  f"{sum(r['duplicates'] for _, r in rows)} duplicate notifications")
+    held = [r for outcome, r in rows if outcome != "xfailed"]
+    tr.write_line(f"total: {sum(r['injected'] for r in held)} faults injected, "
+                  f"{sum(r['lost'] for r in held)} records lost, "
+                  f"{sum(r['duplicates'] for r in held)} duplicate notifications"
+                  + (f" (not counted: {len(rows) - len(held)} known-open XFAIL above)" if len(held) < len(rows) else ""))
