@@ -110,6 +110,9 @@ class ClassStage:
     def load(self, task_class: str, data: bytes) -> None:
         self._classes[task_class] = statecodec.loads(data)
 
+    def drop(self, task_class: str) -> None:
+        self._classes.pop(task_class, None)
+
     def learning(self, cls: ClassState, now: float) -> bool:
         return now - cls.first_ts < self.cfg.observation_period or \
             len(cls.values["util_gpu"]) < self.cfg.baseline_min_samples and not cls.cache
@@ -146,6 +149,8 @@ class ClassStage:
         job = cls.jobs.get(key)
         if job is None:
             job = cls.jobs[key] = JobState(summary.task_id, summary.node, self._maxlen)
+        elif t <= job.last_ts:
+            return []  # a summary stage 1 produced again after a restart (they come in ts order)
         job.last_ts = max(job.last_ts, t)
         job.labels = {"node": summary.node, "task": summary.task_id, "task_class": summary.task,
                       **{k: v for k, v in summary.labels.items() if k in ("user", "project")}}

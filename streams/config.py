@@ -16,9 +16,11 @@ class EngineConfig(Section):
     """A task class raises no deviation alerts (shows "learning") for this long after first seen."""
     allowed_lateness: Duration = 30.0
     """Records up to this much older than the newest of their node are reordered; older ones dropped."""
-    max_source_skew: Duration = Field(default=3600.0, ge=0)
-    """faust only: how long a node's records wait for an input topic that is still catching up
-    (so a lagging topic's records are not dropped as late); past this the topic is ignored."""
+    max_source_skew: Duration = Field(default=6 * 3600.0, ge=0)
+    """faust only: how far (event time) a node's records wait for an input topic that has records
+    not yet read (so they are not dropped as late while catching up); past this it is ignored."""
+    checkpoint_interval: Duration = Field(default=5.0, ge=0)
+    """faust only: wall time between writes of changed keys' state to the changelog (0: every batch)."""
     bucket: Duration = Field(default=15.0, gt=0)
     """Width of the event-time buckets windows are made of; also the rule evaluation cadence."""
     eval_interval: Duration = Field(default=30.0, gt=0)

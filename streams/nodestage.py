@@ -272,6 +272,9 @@ class NodeStage:
             t.win.keep = self.keep_task
         self._nodes[node] = st
 
+    def drop(self, node: str) -> None:
+        self._nodes.pop(node, None)
+
     def counters(self) -> dict[str, int]:
         return {"late": sum(s.late for s in self._nodes.values()),
                 "duplicates": sum(s.duplicates for s in self._nodes.values())}

@@ -7,7 +7,9 @@ to ``alerts`` (key fingerprint) and task summaries to ``task.summaries`` (key
 task class: the repartition for stage 2). Stage 2 (key task class) reads
 ``task.summaries`` and runs :class:`streams.engine.ClassStage` for the
 per-class baselines. Each stage keeps a faust Table (compacted changelog) of
-per-key envelopes (see :mod:`streams.keyed`), written once per batch per key.
+per-key envelopes (see :mod:`streams.keyed`), written for the keys that changed
+every ``engine.checkpoint_interval`` of wall time; input offsets are acknowledged
+(so committed) only after the checkpoint that covers them.
 
 faust costs ~130 µs per record, so values stay raw bytes (no faust.Record)
 and agents take records in batches (``take_events``).
@@ -16,11 +18,13 @@ and agents take records in batches (``take_events``).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import faust
+from faust.types import TP
 
 from gpuwarden.contract import (
     ContractError,
@@ -34,6 +38,8 @@ from gpuwarden.contract import (
 from gpuwarden.kafka import broker_credentials
 from streams.dlq import Inbound, Limits, Outbound, decode_inbound, to_dlq
 from streams.keyed import KeyedRunner, Source
+
+log = logging.getLogger("gpuwarden.streams")
 
 BATCH_MAX = 2000
 BATCH_WITHIN_S = 0.1
@@ -136,19 +142,63 @@ def build_app(
         if wait and futs:
             await asyncio.gather(*futs)
 
+    held: dict[str, list[Any]] = {"node-state": [], "class-state": []}
+
     async def apply(runner: KeyedRunner, table: faust.Table, events: list[Any]) -> None:
+        """One batch; its offsets are held (not committable) until a checkpoint covers them."""
+        waiting = held[table.name]
+        # faust may still hand over records it fetched before a rebalance took their partition
+        # away: the new owner applies them; here they would run on state this worker gave up.
+        assigned = app.consumer.assignment()
+        events = [e for e in events if e.message.tp in assigned]
+        for e in events:
+            e.message.incref()  # take_events' own ack then leaves the offset uncommitted
+        waiting.extend(e.message for e in events)
         res = runner.run([inbound(e) for e in events], lambda key: table.get(key.encode()))
         # Outputs must be on the broker before the state that says they were made.
         await send_all(res.out, wait=True)
-        for key, envelope in res.state.items():
-            table[key.encode()] = envelope
+        if res.state:
+            # Not ``table[key] = ...``: faust buffers that send and its pre-commit flush may
+            # return before the buffer drained. Await delivery, then let the offsets commit.
+            futs = []
+            for key, envelope in res.state.items():
+                table.data[key.encode()] = envelope
+                futs.append(await table.changelog_topic.send(
+                    key=key.encode(), value=envelope, key_serializer="raw", value_serializer="raw"))
+            await asyncio.gather(*futs)
+            for m in waiting:
+                m.ack(app.consumer)
+            waiting.clear()
+            log.debug("%s checkpoint: %d keys, %d bytes, %s", table.name, len(res.state),
+                     sum(map(len, res.state.values())), getattr(runner.stage, "counters", dict)())
 
-    def emit_node(record: Any) -> list[Outbound]:
-        out = node_stage.process(record)
+    ranks = {topics.samples: 0, topics.events: 1, by_node: 2}
+
+    def behind(partition: int) -> frozenset:
+        """Source ranks whose partition (the node's, inputs are co-partitioned) has records
+        this worker has not processed yet: while catching up, the node waits for them."""
+        consumer = app.consumer
+        out = set()
+        for topic, rank in ranks.items():
+            tp = f"{topic}:{partition}"
+            high = consumer.highwater(TP(topic, partition))
+            if high is not None and tp in node_runner.position and high > node_runner.position[tp]:
+                out.add(rank)
+        if 2 not in out:  # task metrics also wait in task.metrics, before the re-key hop
+            for tp in consumer.assignment():
+                if tp.topic == topics.metrics:
+                    high = consumer.highwater(tp)
+                    if high is not None and high > rekey_position.get(tp.partition, high):
+                        out.add(2)
+                        break
+        return frozenset(out)
+
+    def emit_node(record: Any, msg: Inbound) -> list[Outbound]:
+        out = node_stage.process(record, behind(msg.partition))
         return [*(Outbound(topics.alerts, t.fingerprint.encode(), encode(t)) for t in out.transitions),
                 *(Outbound(topics.summaries, s.task.encode(), encode(s)) for s in out.summaries)]
 
-    def emit_class(summary: TaskSummary) -> list[Outbound]:
+    def emit_class(summary: TaskSummary, msg: Inbound) -> list[Outbound]:
         return [Outbound(topics.alerts, t.fingerprint.encode(), encode(t))
                 for t in class_stage.process(summary)]
 
@@ -162,10 +212,25 @@ def build_app(
         topics.samples: Source(NodeSnapshot, node_of, Topics.dlq(topics.samples)),
         topics.events: Source(GpuEvent, node_of, Topics.dlq(topics.events)),
         by_node: Source(TaskMetric, node_of, Topics.dlq(topics.metrics)),
-    }, emit_node, limits)
+    }, emit_node, limits, float(settings.engine.checkpoint_interval))
     class_runner = KeyedRunner(class_stage, {
         topics.summaries: Source(TaskSummary, class_of, Topics.dlq(topics.summaries)),
-    }, emit_class, limits)
+    }, emit_class, limits, float(settings.engine.checkpoint_interval))
+    rekey_position: dict[int, int] = {}
+    previous: set[TP] = set()
+
+    @app.on_rebalance_complete.connect
+    async def reassigned(sender: Any, **_: Any) -> None:
+        """Keys of partitions this worker kept stay in memory; the others re-sync from the
+        restored changelog. Held offsets of the old assignment are read again."""
+        assigned = app.consumer.assignment()
+        retained = frozenset(f"{tp.topic}:{tp.partition}" for tp in assigned & previous)
+        previous.clear()
+        previous.update(assigned)
+        for runner in (node_runner, class_runner):
+            runner.reassigned(retained)
+        for waiting in held.values():
+            waiting.clear()
 
     @app.agent(raw_topic(topics.metrics), name="metrics-by-node")
     async def rekey_metrics(stream: faust.StreamT) -> None:
@@ -174,14 +239,15 @@ def build_app(
             out = []
             for e in events:
                 msg = inbound(e)
+                rekey_position[msg.partition] = msg.offset + 1
                 try:
                     record = decode_inbound(msg, TaskMetric, limits)
                 except ContractError as err:
                     out.append(to_dlq(msg, str(err)))
                 else:
                     out.append(Outbound(by_node, record.node.encode(), msg.value or b""))
-            # Not awaited: faust flushes the producer before it commits offsets.
-            await send_all(out, wait=False)
+            # Awaited: faust's pre-commit flush can return before its send buffer drained.
+            await send_all(out, wait=True)
 
     @app.agent(raw_topic(topics.samples, topics.events, by_node), name="node-stage")
     async def node_agent(stream: faust.StreamT) -> None:

@@ -30,7 +30,7 @@ class StandinNodeStage:
         self.every = every
         self.state: dict[str, dict] = {}
 
-    def process(self, record: object) -> Output:
+    def process(self, record: object, behind: frozenset = frozenset()) -> Output:
         st = self.state.setdefault(record.node, {"snapshots": 0, "seen": []})
         out = Output()
         if isinstance(record, NodeSnapshot):
@@ -50,6 +50,9 @@ class StandinNodeStage:
     def load(self, node: str, data: bytes) -> None:
         self.state[node] = json.loads(data)
 
+    def drop(self, node: str) -> None:
+        self.state.pop(node, None)
+
 
 class StandinClassStage:
     def __init__(self, after: int = 3) -> None:
@@ -65,3 +68,6 @@ class StandinClassStage:
 
     def load(self, task_class: str, data: bytes) -> None:
         self.counts[task_class] = int(data)
+
+    def drop(self, task_class: str) -> None:
+        self.counts.pop(task_class, None)

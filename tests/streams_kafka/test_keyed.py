@@ -17,8 +17,8 @@ TOPIC = "p.gpu.samples"
 EVENTS = "p.gpu.events"
 
 
-def runner(stage: StandinNodeStage) -> KeyedRunner:
-    def emit(record: object) -> list[Outbound]:
+def runner(stage: StandinNodeStage, checkpoint_s: float = 0.0) -> KeyedRunner:
+    def emit(record: object, msg: Inbound) -> list[Outbound]:
         out = stage.process(record)
         return [Outbound("alerts", t.fingerprint.encode(), encode(t)) for t in out.transitions] + \
                [Outbound("summaries", s.task.encode(), encode(s)) for s in out.summaries]
@@ -26,7 +26,7 @@ def runner(stage: StandinNodeStage) -> KeyedRunner:
     return KeyedRunner(stage, {
         TOPIC: Source(NodeSnapshot, lambda r: r.node, TOPIC + ".dlq"),
         EVENTS: Source(GpuEvent, lambda r: r.node, EVENTS + ".dlq"),
-    }, emit, Limits())
+    }, emit, Limits(), checkpoint_s)
 
 
 def msg(record: object, offset: int, topic: str = TOPIC, partition: int = 0) -> Inbound:
@@ -49,7 +49,7 @@ def test_batch_writes_one_envelope_per_key_with_last_offsets() -> None:
     assert res.applied == 5 and res.dead == 0 and res.skipped == 0
     assert set(res.state) == {"a", "b"}
     assert unpack(res.state["a"]) == ({f"{TOPIC}:0": 13}, json.dumps({"snapshots": 4, "seen": []}).encode())
-    assert res.state["a"].startswith(b"GWS2")
+    assert res.state["a"].startswith(b"GWS3")
     assert [o.topic for o in res.out] == ["summaries", "summaries"]
 
 
@@ -73,13 +73,14 @@ def test_state_moved_on_elsewhere_is_loaded_before_the_next_record() -> None:
     r = runner(stage)
     r.run([msg(snapshot("a", 0, T0), 0)], lambda k: None, now=T0)
     elsewhere = pack({f"{TOPIC}:0": 50}, json.dumps({"snapshots": 51, "seen": [79]}).encode())
+    r.reassigned()
     res = r.run([msg(snapshot("a", 51, T0 + 51), 51)], {"a": elsewhere}.get, now=T0)
     assert stage.state["a"]["snapshots"] == 52 and res.applied == 1
 
 
 def test_bad_records_become_dead_letters_and_the_batch_goes_on() -> None:
     class Exploding(StandinNodeStage):
-        def process(self, record: object):  # type: ignore[no-untyped-def]
+        def process(self, record: object, behind: frozenset = frozenset()):  # type: ignore[no-untyped-def]
             if record.seq == 1:
                 raise ZeroDivisionError("boom")
             return super().process(record)
@@ -97,3 +98,35 @@ def test_bad_records_become_dead_letters_and_the_batch_goes_on() -> None:
     assert dead[3].error.startswith("ts: ") and "in the future" in dead[3].error
     assert base64.b64decode(dead[0].key_b64) == b"a"
     assert res.dead == 4 and res.applied == 2  # the engine failure still moves the offset on
+
+
+def test_checkpoints_at_most_every_interval_cover_every_key_changed_since() -> None:
+    r = runner(StandinNodeStage(every=100), checkpoint_s=5.0)
+    first = r.run([msg(snapshot("a", 0, T0), 0)], lambda k: None, now=T0, wall=100.0)
+    assert set(first.state) == {"a"}  # the first batch checkpoints
+    between = r.run([msg(snapshot("a", 1, T0 + 1), 1), msg(snapshot("b", 0, T0), 0, partition=1)],
+                    lambda k: None, now=T0, wall=102.0)
+    assert between.state == {} and between.applied == 2  # 2 s later: no write
+    late = r.run([msg(snapshot("a", 2, T0 + 2), 2)], lambda k: None, now=T0, wall=105.5)
+    assert set(late.state) == {"a", "b"}  # every key changed since the last checkpoint
+    assert unpack(late.state["a"])[0] == {f"{TOPIC}:0": 2} and unpack(late.state["b"])[0] == {f"{TOPIC}:1": 0}
+    assert r.run([], lambda k: None, now=T0, wall=200.0).state == {}  # nothing changed: nothing written
+
+
+def test_after_a_rebalance_keys_reload_their_checkpoint_or_start_afresh_unless_kept() -> None:
+    stage = StandinNodeStage(every=100)
+    r = runner(stage, checkpoint_s=60.0)
+    ckpt = r.run([msg(snapshot("a", 0, T0), 0), msg(xid("c", 0, T0, 79), 0, EVENTS)],
+                 lambda k: None, now=T0, wall=0.0).state
+    r.run([msg(snapshot("a", 1, T0 + 1), 1), msg(snapshot("b", 0, T0), 0, partition=1),
+           msg(xid("c", 1, T0 + 1, 13), 1, EVENTS)], lambda k: None, now=T0, wall=1.0)
+    assert stage.state["a"]["snapshots"] == 2 and "b" in stage.state
+    # Rebalance: this worker keeps only the events partition; the others resume at the
+    # last checkpoint's commit, and "b" was never stored.
+    r.reassigned(frozenset({f"{EVENTS}:0"}))
+    res = r.run([msg(snapshot("a", 0, T0), 0), msg(snapshot("a", 1, T0 + 1), 1),
+                 msg(snapshot("b", 0, T0), 0, partition=1), msg(xid("c", 1, T0 + 1, 13), 1, EVENTS)],
+                {"a": ckpt["a"], "c": ckpt["c"]}.get, now=T0, wall=2.0)
+    assert res.applied == 2 and res.skipped == 2
+    assert stage.state["a"]["snapshots"] == 2 and stage.state["b"]["snapshots"] == 1  # not 3 and 2
+    assert stage.state["c"]["seen"] == [79, 13]  # kept in memory, not reloaded from its checkpoint
