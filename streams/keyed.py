@@ -120,7 +120,8 @@ class KeyedRunner:
         self.position = {tp: o for tp, o in self.position.items() if tp in retained}
 
     def run(self, batch: Iterable[Inbound], stored: Callable[[str], bytes | None],
-            now: float | None = None, wall: float | None = None) -> BatchResult:
+            now: float | None = None, wall: float | None = None, force: bool = False) -> BatchResult:
+        """Apply a batch; checkpoint when ``checkpoint_s`` has passed, or when ``force``d."""
         now = time.time() if now is None else now
         res = BatchResult()
         for msg in batch:
@@ -150,7 +151,7 @@ class KeyedRunner:
             self._dirty.add(key)
             res.applied += 1
         wall = time.monotonic() if wall is None else wall
-        if self._dirty and wall - self._last_checkpoint >= self.checkpoint_s:
+        if self._dirty and (force or wall - self._last_checkpoint >= self.checkpoint_s):
             self._last_checkpoint = wall
             res.state = {k: pack(self._applied[k], self.stage.dump(k)) for k in sorted(self._dirty)}
             self._dirty.clear()

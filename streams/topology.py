@@ -49,6 +49,10 @@ BATCH_WITHIN_S = 0.1
 SESSION_TIMEOUT_S = 10.0
 HEARTBEAT_INTERVAL_S = 2.0
 COMMIT_INTERVAL_S = 1.0
+#: Unacknowledged records held for the next checkpoint before one is forced: faust stops
+#: delivering a stream whose buffer (``stream_buffer_maxsize``, 4096) holds unacked records,
+#: so HOLD_MAX + BATCH_MAX must stay below it.
+HOLD_MAX = 1500
 BY_NODE_SUFFIX = ".by-node"
 #: Producer and changelog-topic record size limit: a busy node's state envelope
 #: is ~200 kB compressed, above a few hundred kB faust's 1 MB default gets close.
@@ -154,7 +158,8 @@ def build_app(
         for e in events:
             e.message.incref()  # take_events' own ack then leaves the offset uncommitted
         waiting.extend(e.message for e in events)
-        res = runner.run([inbound(e) for e in events], lambda key: table.get(key.encode()))
+        res = runner.run([inbound(e) for e in events], lambda key: table.get(key.encode()),
+                         force=len(waiting) >= HOLD_MAX)
         # Outputs must be on the broker before the state that says they were made.
         await send_all(res.out, wait=True)
         if res.state:
@@ -174,9 +179,17 @@ def build_app(
 
     ranks = {topics.samples: 0, topics.events: 1, by_node: 2}
 
+    behind_now: dict[int, frozenset] = {}  # per batch: partition -> ranks behind
+
     def behind(partition: int) -> frozenset:
         """Source ranks whose partition (the node's, inputs are co-partitioned) has records
         this worker has not processed yet: while catching up, the node waits for them."""
+        got = behind_now.get(partition)
+        if got is None:
+            got = behind_now[partition] = _behind(partition)
+        return got
+
+    def _behind(partition: int) -> frozenset:
         consumer = app.consumer
         out = set()
         for topic, rank in ranks.items():
@@ -252,6 +265,7 @@ def build_app(
     @app.agent(raw_topic(topics.samples, topics.events, by_node), name="node-stage")
     async def node_agent(stream: faust.StreamT) -> None:
         async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
+            behind_now.clear()
             await apply(node_runner, node_table, events)
 
     @app.agent(raw_topic(topics.summaries), name="class-stage")

@@ -118,3 +118,20 @@ def test_application_xid_is_attention_and_repeats_escalate_to_critical() -> None
     assert ("xid-repeated", "critical") in [(t.rule, t.tier.value) for t in third]
     driver = e.process(_xid(3, T0 + 130, 0, gpu=None, kind="driver"))  # type: ignore[arg-type]
     assert [(t.rule, t.tier.value) for t in driver] == [("driver-error", "critical")]
+
+
+def test_xids_across_the_gpus_of_one_node_escalate_to_the_node() -> None:
+    # xid-node-repeated: 4 warning/fatal XIDs within 1 h on one node, none repeated on a GPU.
+    e = Engine(config=EngineConfig(allowed_lateness=0))
+    out = [t for i in range(3) for t in e.process(_xid(i, T0 + 300 * i, 13, gpu=i))]
+    assert "xid-node-repeated" not in {t.rule for t in out}
+    assert "xid-repeated" not in {t.rule for t in out}  # one XID per GPU: no per-GPU repeat
+    fourth = e.process(_xid(3, T0 + 900, 31, gpu=3))
+    node = [t for t in fourth if t.rule == "xid-node-repeated"]
+    assert [(t.tier.value, t.labels["node"], t.evidence.count) for t in node] == [("critical", "n1", 4)]
+    assert "gpu" not in node[0].labels
+    # Outside the window the node has calmed down: a fifth XID two hours on is not a repeat.
+    later = Engine(config=EngineConfig(allowed_lateness=0))
+    for i in range(3):
+        later.process(_xid(i, T0 + 300 * i, 13, gpu=i))
+    assert "xid-node-repeated" not in {t.rule for t in later.process(_xid(3, T0 + 7200, 31, gpu=3))}

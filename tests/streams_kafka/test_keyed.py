@@ -107,9 +107,12 @@ def test_checkpoints_at_most_every_interval_cover_every_key_changed_since() -> N
     between = r.run([msg(snapshot("a", 1, T0 + 1), 1), msg(snapshot("b", 0, T0), 0, partition=1)],
                     lambda k: None, now=T0, wall=102.0)
     assert between.state == {} and between.applied == 2  # 2 s later: no write
-    late = r.run([msg(snapshot("a", 2, T0 + 2), 2)], lambda k: None, now=T0, wall=105.5)
+    forced = r.run([msg(snapshot("a", 2, T0 + 2), 2)], lambda k: None, now=T0, wall=102.5, force=True)
+    assert set(forced.state) == {"a", "b"}  # too many records held: checkpoint now
+    r.run([msg(snapshot("a", 3, T0 + 3), 3)], lambda k: None, now=T0, wall=103.0)
+    late = r.run([msg(snapshot("b", 1, T0 + 1), 1, partition=1)], lambda k: None, now=T0, wall=107.6)
     assert set(late.state) == {"a", "b"}  # every key changed since the last checkpoint
-    assert unpack(late.state["a"])[0] == {f"{TOPIC}:0": 2} and unpack(late.state["b"])[0] == {f"{TOPIC}:1": 0}
+    assert unpack(late.state["a"])[0] == {f"{TOPIC}:0": 3} and unpack(late.state["b"])[0] == {f"{TOPIC}:1": 1}
     assert r.run([], lambda k: None, now=T0, wall=200.0).state == {}  # nothing changed: nothing written
 
 

@@ -1,0 +1,298 @@
+"""Engine alone vs our faust topology on real Kafka vs a naive faust agent, side by side.
+
+Same simulated data for all three (seeded ``mixed``, 8-GPU nodes, 1 s ticks):
+
+(a) engine alone: ``bench/engine_throughput.py:measure`` (CPU time of this process);
+(b) end to end: one ``gpuwarden streams`` worker (subprocess); agent-style records (one
+    NodeSnapshot per node per tick, plus the GPU events: the information (c) gets) produced
+    to the input topics once the worker has joined its group; time from the first send to
+    the last task summary on ``task.summaries`` (Kafka record timestamps), i.e. until the
+    worker has consumed everything and emitted what the in-process engine emits;
+    (b+) the same with the task metrics too (~2.5 per snapshot, each re-keyed: two hops);
+(c) naive: a faust agent (subprocess) iterating one record per GPU sample (each GpuSample
+    its own Kafka record), decoding it with the contract model and keeping a per-GPU
+    rolling window with a threshold check; time from the first send to the agent's echo
+    of an end marker sent after the data on every partition.
+
+Wall time for (b) and (c) on a shared 2-core machine: the broker, the producer and the
+worker share the cores. Kafka: ``$KAFKA_BOOTSTRAP``, else ``scripts/kafka-local start``
+(stopped again only if this run started it).
+
+    .venv/bin/python bench/streams_throughput.py [--nodes 4] [--minutes 15] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
+
+PARTITIONS = 4
+TARGET_RATIO = 10.0
+END = b"END"
+
+
+def broker() -> tuple[str, bool]:
+    """(bootstrap, started here)."""
+    env = os.environ.get("KAFKA_BOOTSTRAP", "").strip()
+    if env:
+        return env, False
+    tool = str(REPO / "scripts" / "kafka-local")
+    status = subprocess.run([tool, "status"], capture_output=True, text=True, timeout=30)
+    if status.returncode == 0:
+        return status.stdout.split()[1], False
+    proc = subprocess.run([tool, "start"], capture_output=True, text=True, timeout=240)
+    if proc.returncode != 0:
+        raise SystemExit(f"scripts/kafka-local start failed: {proc.stderr.strip()}")
+    return proc.stdout.strip().splitlines()[-1].strip(), True
+
+
+async def create_topics(bootstrap: str, names: list[str]) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(n, PARTITIONS, 1) for n in names])
+    finally:
+        await admin.close()
+
+
+async def send(bootstrap: str, records: list[tuple[str, bytes | None, bytes, int | None]]) -> None:
+    """(topic, key, value, partition) in order, all acknowledged."""
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=1 << 20)
+    await producer.start()
+    try:
+        futs = [await producer.send(t, value=v, key=k, partition=p) for t, k, v, p in records]
+        await producer.flush()
+        for f in futs:
+            await f
+    finally:
+        await producer.stop()
+
+
+async def output_times(bootstrap: str, topic: str, want: Any, timeout: float) -> list[float]:
+    """Kafka timestamps (s) of the records in ``topic`` once ``want(values)`` holds."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    deadline = time.monotonic() + timeout
+    while True:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            end = await consumer.end_offsets(tps)
+            got: list[Any] = []
+            left = {tp for tp in tps if end[tp] > 0}
+            while left:
+                for tp, batch in (await consumer.getmany(*left, timeout_ms=500)).items():
+                    got.extend(batch)
+                    if batch[-1].offset + 1 >= end[tp]:
+                        left.discard(tp)
+        finally:
+            await consumer.stop()
+        if want([r.value for r in got]):
+            return sorted(r.timestamp / 1000.0 for r in got)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{topic}: {len(got)} records after {timeout:.0f} s")
+        await asyncio.sleep(0.5)
+
+
+async def group_joined(bootstrap: str, group: str, timeout: float = 90.0) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            (desc,) = await admin.describe_consumer_groups([group])
+        finally:
+            await admin.close()
+        members = desc.groups[0][5] if hasattr(desc, "groups") else desc[0][5]
+        if members:
+            await asyncio.sleep(3.0)  # assignment and (empty) changelog recovery
+            return
+        await asyncio.sleep(0.5)
+    raise TimeoutError(f"consumer group {group} not joined within {timeout:.0f} s")
+
+
+def worker(cmd: list[str], log: Path) -> subprocess.Popen:
+    out = log.open("wb")
+    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+async def topology_run(bootstrap: str, records: list[Any], tmp: Path) -> float:
+    """Seconds from the first send to the last task summary the engine gives, one worker."""
+    import yaml
+
+    from gpuwarden.config import validate_settings
+    from gpuwarden.contract import Topics, encode, record_key
+    from streams.engine import Engine
+    from streams.topology import app_id
+
+    prefix = f"bench-{uuid.uuid4().hex[:8]}."
+    settings = validate_settings({"kafka": {"bootstrap": bootstrap, "topic_prefix": prefix,
+                                            "partitions": PARTITIONS}})
+    topics = Topics(prefix)
+    probe = Engine(config=settings.engine)  # what the worker emits (no end-of-input flush)
+    probe.process_many(records)
+    summaries = probe.summaries
+    await create_topics(bootstrap, [topics.samples, topics.events, topics.metrics])
+    config = tmp / "gpuwarden.yaml"
+    config.write_text(yaml.safe_dump(settings.model_dump(mode="json", include={"kafka", "limits", "engine"})))
+    proc = worker([sys.executable, "-m", "gpuwarden.cli", "streams", "--config", str(config),
+                   "--worker-id", "bench", "--data-dir", str(tmp / "streams")], tmp / "streams.log")
+    try:
+        await group_joined(bootstrap, app_id(settings))
+        batch = [(topics.for_record(r), record_key(r).encode(), encode(r), None) for r in records]
+        t0 = time.time()
+        await send(bootstrap, batch)
+        times = await output_times(bootstrap, topics.summaries, lambda v: len(v) >= summaries, 600)
+        return times[-1] - t0
+    finally:
+        stop(proc)
+
+
+async def naive_run(bootstrap: str, records: list[Any], tmp: Path) -> float:
+    """Seconds from the first send to the naive agent's last end-marker echo."""
+    from gpuwarden.contract import NodeSnapshot
+
+    prefix = f"bench-{uuid.uuid4().hex[:8]}."
+    source, out = prefix + "naive.samples", prefix + "naive.out"
+    await create_topics(bootstrap, [source, out])
+    proc = worker([sys.executable, __file__, "--naive-worker", "--bootstrap", bootstrap, "--prefix", prefix],
+                  tmp / "naive.log")
+    try:
+        await group_joined(bootstrap, prefix + "naive")
+        batch: list[tuple[str, bytes | None, bytes, int | None]] = []
+        for r in records:
+            if isinstance(r, NodeSnapshot):
+                for g in r.gpus:
+                    value = json.dumps({"node": r.node, "ts": r.ts, "gpu": g.model_dump(mode="json")})
+                    batch.append((source, f"{r.node}/{g.index}".encode(), value.encode(), None))
+        batch += [(source, None, END, p) for p in range(PARTITIONS)]
+        t0 = time.time()
+        await send(bootstrap, batch)
+        times = await output_times(bootstrap, out, lambda v: v.count(END) >= PARTITIONS, 600)
+        return times[-1] - t0
+    finally:
+        stop(proc)
+
+
+def naive_worker(bootstrap: str, prefix: str) -> None:
+    """The naive path: one record per GPU sample, one faust iteration per record."""
+    import faust
+
+    from gpuwarden.contract import GpuSample
+
+    app = faust.App(prefix + "naive", broker=f"kafka://{bootstrap}", store="memory://",
+                    web_enabled=False, autodiscover=False, consumer_auto_offset_reset="earliest",
+                    topic_partitions=PARTITIONS, datadir=tempfile.mkdtemp(prefix="naive-"))
+    source = app.topic(prefix + "naive.samples", key_serializer="raw", value_serializer="raw")
+    out = app.topic(prefix + "naive.out", key_serializer="raw", value_serializer="raw")
+    windows: dict[tuple[str, int], deque] = {}
+
+    @app.agent(source)
+    async def per_sample(stream: Any) -> None:
+        async for value in stream:
+            if value == END:
+                await out.send(value=END)
+                continue
+            d = json.loads(value)
+            g = GpuSample.model_validate(d["gpu"])
+            w = windows.setdefault((d["node"], g.index), deque(maxlen=120))
+            w.append((d["ts"], g.util_gpu, g.mem_used_bytes))
+            if len(w) == w.maxlen and sum(u or 0.0 for _, u, _ in w) / len(w) < 5.0:
+                await out.send(key=f"{d['node']}/{g.index}".encode(), value=b"idle")
+
+    faust.Worker(app, loglevel="warning", quiet=True).execute_from_commandline()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--minutes", type=float, default=15)
+    ap.add_argument("--scenario", default="mixed")
+    ap.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
+    ap.add_argument("--naive-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    ap.add_argument("--prefix", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.naive_worker:
+        naive_worker(a.bootstrap, a.prefix)
+        return
+
+    from engine_throughput import measure, simulate
+
+    from gpuwarden.contract import TaskMetric
+
+    records = simulate(a.scenario, a.nodes, a.minutes)
+    samples_only = [r for r in records if not isinstance(r, TaskMetric)]  # what (c) carries too
+    alone = measure(records)
+    gpu_samples = alone["gpu_samples"]
+    bootstrap, started = broker()
+    try:
+        with tempfile.TemporaryDirectory(prefix="streams-bench-") as tmp:
+            e2e_s = asyncio.run(topology_run(bootstrap, samples_only, Path(tmp)))
+            full_s = asyncio.run(topology_run(bootstrap, records, Path(tmp)))
+            naive_s = asyncio.run(naive_run(bootstrap, records, Path(tmp)))
+    finally:
+        if started:
+            subprocess.run([str(REPO / "scripts" / "kafka-local"), "stop"], capture_output=True, timeout=120)
+    figures = {
+        "scenario": a.scenario, "nodes": a.nodes, "gpus_per_node": 8, "minutes": a.minutes,
+        "records": len(records), "records_without_task_metrics": len(samples_only), "gpu_samples": gpu_samples,
+        "engine_gpu_samples_per_s_core": round(alone["gpu_samples_per_s"]),
+        "e2e_seconds": round(e2e_s, 2), "e2e_gpu_samples_per_s": round(gpu_samples / e2e_s),
+        "e2e_with_task_metrics_seconds": round(full_s, 2),
+        "e2e_with_task_metrics_gpu_samples_per_s": round(gpu_samples / full_s),
+        "naive_seconds": round(naive_s, 2), "naive_gpu_samples_per_s": round(gpu_samples / naive_s),
+    }
+    figures["e2e_vs_naive"] = round(figures["e2e_gpu_samples_per_s"] / figures["naive_gpu_samples_per_s"], 2)
+    figures["e2e_with_task_metrics_vs_naive"] = round(
+        figures["e2e_with_task_metrics_gpu_samples_per_s"] / figures["naive_gpu_samples_per_s"], 2)
+    figures["e2e_vs_engine"] = round(figures["e2e_gpu_samples_per_s"] / figures["engine_gpu_samples_per_s_core"], 3)
+    print(f"streams throughput: {a.scenario}, {a.nodes} nodes x 8 GPUs, {a.minutes:g} min at 1 s ticks, "
+          f"{len(records):,} records, {gpu_samples:,} GPU-samples, {PARTITIONS} partitions")
+    print(f"  (a) engine alone (CPU, 1 core)   {figures['engine_gpu_samples_per_s_core']:>10,} GPU-samples/s")
+    print(f"  (b) faust topology, end to end   {figures['e2e_gpu_samples_per_s']:>10,} GPU-samples/s"
+          f"   ({e2e_s:.1f} s wall, 1 worker)")
+    print(f"  (b+) same, with task metrics     {figures['e2e_with_task_metrics_gpu_samples_per_s']:>10,} GPU-samples/s"
+          f"   ({full_s:.1f} s wall; {len(records):,} records, metrics re-keyed: two faust hops)")
+    print(f"  (c) naive faust, 1 rec/sample    {figures['naive_gpu_samples_per_s']:>10,} GPU-samples/s"
+          f"   ({naive_s:.1f} s wall, 1 worker)")
+    print(f"  (b)/(c) {figures['e2e_vs_naive']:.2f}x (target >= {TARGET_RATIO:g}x)   "
+          f"(b+)/(c) {figures['e2e_with_task_metrics_vs_naive']:.2f}x   (b)/(a) {figures['e2e_vs_engine']:.3f}")
+    if a.json:
+        print(json.dumps(figures, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
