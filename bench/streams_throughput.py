@@ -87,26 +87,11 @@ async def send(bootstrap: str, records: list[tuple[str, bytes | None, bytes, int
 
 async def output_times(bootstrap: str, topic: str, want: Any, timeout: float) -> list[float]:
     """Kafka timestamps (s) of the records in ``topic`` once ``want(values)`` holds."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from tests.streams_kafka.workers import read_to_end
 
     deadline = time.monotonic() + timeout
     while True:
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-        await consumer.start()
-        try:
-            tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-            consumer.assign(tps)
-            await consumer.seek_to_beginning(*tps)
-            end = await consumer.end_offsets(tps)
-            got: list[Any] = []
-            left = {tp for tp in tps if end[tp] > 0}
-            while left:
-                for tp, batch in (await consumer.getmany(*left, timeout_ms=500)).items():
-                    got.extend(batch)
-                    if batch[-1].offset + 1 >= end[tp]:
-                        left.discard(tp)
-        finally:
-            await consumer.stop()
+        got = await read_to_end(bootstrap, topic, PARTITIONS)
         if want([r.value for r in got]):
             return sorted(r.timestamp / 1000.0 for r in got)
         if time.monotonic() > deadline:
@@ -115,22 +100,13 @@ async def output_times(bootstrap: str, topic: str, want: Any, timeout: float) ->
 
 
 async def group_joined(bootstrap: str, group: str, timeout: float = 90.0) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient
+    from tests.streams_kafka.workers import group_members, wait_for
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-        await admin.start()
-        try:
-            (desc,) = await admin.describe_consumer_groups([group])
-        finally:
-            await admin.close()
-        members = desc.groups[0][5] if hasattr(desc, "groups") else desc[0][5]
-        if members:
-            await asyncio.sleep(3.0)  # assignment and (empty) changelog recovery
-            return
-        await asyncio.sleep(0.5)
-    raise TimeoutError(f"consumer group {group} not joined within {timeout:.0f} s")
+    async def joined() -> bool:
+        return await group_members(bootstrap, group) > 0
+
+    await wait_for(joined, timeout, f"consumer group {group} joined")
+    await asyncio.sleep(3.0)  # assignment and (empty) changelog recovery
 
 
 def worker(cmd: list[str], log: Path) -> subprocess.Popen:
