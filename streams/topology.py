@@ -193,9 +193,12 @@ def build_app(
         consumer = app.consumer
         out = set()
         for topic, rank in ranks.items():
-            tp = f"{topic}:{partition}"
-            high = consumer.highwater(TP(topic, partition))
-            if high is not None and tp in node_runner.position and high > node_runner.position[tp]:
+            key = TP(topic, partition)
+            high = consumer.highwater(key)
+            # Before this assignment delivered a record of the partition: faust's read offset
+            # (the committed one); no high-water mark yet (not fetched): assume behind.
+            pos = node_runner.position.get(f"{topic}:{partition}", consumer._read_offset.get(key))
+            if high is None or high > (pos or 0):
                 out.add(rank)
         if 2 not in out:  # task metrics also wait in task.metrics, before the re-key hop
             for tp in consumer.assignment():
