@@ -4,8 +4,8 @@ Two ``gpuwarden streams`` workers share 4 partitions; the simulated fleet has
 hardware faults (XID 79, double-bit ECC, thermal and power slowdowns, row remap)
 on 4 nodes. Halfway through, one worker is SIGKILLed (no shutdown, no commit, no
 changelog flush); the other takes its partitions over from the changelog and
-goes on. Hardware rules only (samples and events; no task metrics): the
-cross-topic case is the faust room's open item (tests/streams_kafka/test_failover.py).
+goes on. Hardware rules only (samples and events; task metrics and stage 2 are
+covered by tests/streams_kafka/test_failover.py).
 
 Expected: every transition of the in-process Engine on the same records is on the
 ``alerts`` topic (state recovered: firing alerts resolve, repeats do not re-fire),
@@ -36,10 +36,6 @@ PARTITIONS = 4
 FAULTS = ["xid-79", "ecc-dbe", "thermal-throttle", "power-cap", "row-remap-pending"]
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "OPEN, streams room (same as tests/streams_kafka/test_failover.py): after the takeover some transitions on "
-    "the topic differ from the in-process Engine's (measured: 4 of 13 firings with another started_at, 7 "
-    "unexpected); the summary line shows the counts of each run"))
 async def test_worker_sigkill_recovers_state_without_duplicate_notifications(
     kafka_bootstrap: str, tmp_path: Path, monkeypatch, reliability_report
 ) -> None:
