@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuwarden.contract import Topics, encode, record_key  # noqa: E402
 from gpuwarden.history import HistoryFile, export_history, import_to_spool  # noqa: E402
+from gpuwarden.kafka import produce_records  # noqa: E402
 from gpuwarden.spool import Spool  # noqa: E402
 from producers.simulator import Simulator  # noqa: E402
 from streams.engine import Engine  # noqa: E402
@@ -36,18 +37,7 @@ def timed(fn: Callable[[], int]) -> tuple[int, float]:
 
 
 async def to_kafka(bootstrap: str, prefix: str, records: list) -> None:
-    from aiokafka import AIOKafkaProducer
-
-    topics = Topics(prefix)
-    p = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=50)
-    await p.start()
-    try:
-        futs = [await p.send(topics.for_record(r), encode(r), key=record_key(r).encode(),
-                             timestamp_ms=int(r.ts * 1000)) for r in records]
-        for f in futs:
-            await f
-    finally:
-        await p.stop()
+    await produce_records(records, {"bootstrap_servers": bootstrap}, prefix, event_time=True)
 
 
 def main() -> None:

@@ -252,23 +252,9 @@ async def import_to_kafka(hf: HistoryFile, client_kw: dict[str, Any], topic_pref
     topics' time retention delete the imported history at once. Replay by time
     range still finds them (it filters on the records' own ``ts``).
     """
-    from aiokafka import AIOKafkaProducer
+    from gpuwarden.kafka import produce_records
 
-    from gpuwarden.kafka import start_client
-
-    topics, n = Topics(topic_prefix), 0
-    producer = AIOKafkaProducer(**client_kw, acks="all", enable_idempotence=True, linger_ms=20)
-    await start_client(producer, client_kw)
-    try:
-        for batch in _batches(hf.records()):
-            futs = [await producer.send(topics.for_record(r), key=record_key(r).encode(), value=encode(r))
-                    for r in batch]
-            for f in futs:
-                await f
-            n += len(batch)
-    finally:
-        await producer.stop()
-    return n
+    return await produce_records(hf.records(), client_kw, topic_prefix, batch=BATCH)
 
 
 # --------------------------------------------------------------------------- commands

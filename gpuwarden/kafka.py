@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Iterable
+from itertools import islice
 from typing import Any
 
 #: aiokafka connection kwargs; the rest are client-specific (acks, group_id, …).
@@ -100,3 +102,32 @@ async def start_client(client: Any, kw: dict[str, Any], timeout_s: float = 30.0)
             pass
         why = await diagnose(kw, min(timeout_s, 10.0)) or f"{type(e).__name__}: {e}"
         raise KafkaConnectError(f"Kafka {kw['bootstrap_servers']}: {why}") from None
+
+
+async def produce_records(records: Iterable[Any], client_kw: dict[str, Any], topic_prefix: str = "", *,
+                          event_time: bool = False, batch: int = 1000) -> int:
+    """Send contract records to their topics under their keys (acks=all, idempotent); returns how many.
+
+    ``event_time`` stamps each Kafka record with the record's own ``ts`` (as a live agent's
+    would be), so ``offsets_for_times`` finds it by event time; without it Kafka stamps the
+    send time, which keeps imported old history clear of time-based retention.
+    """
+    from aiokafka import AIOKafkaProducer
+
+    from gpuwarden.contract import Topics, encode, record_key
+
+    topics, n = Topics(topic_prefix), 0
+    producer = AIOKafkaProducer(**client_kw, acks="all", enable_idempotence=True, linger_ms=20)
+    await start_client(producer, client_kw)
+    try:
+        it = iter(records)
+        while chunk := list(islice(it, batch)):
+            futs = [await producer.send(topics.for_record(r), key=record_key(r).encode(), value=encode(r),
+                                        timestamp_ms=int(r.ts * 1000) if event_time else None)
+                    for r in chunk]
+            for f in futs:
+                await f
+            n += len(chunk)
+    finally:
+        await producer.stop()
+    return n

@@ -9,7 +9,8 @@ import re
 import pytest
 import yaml
 
-from gpuwarden.contract import Topics, decode, encode, record_key
+from gpuwarden.contract import decode, encode
+from gpuwarden.kafka import produce_records
 from streams.compare import compare, replay_both
 from streams.engine import Engine
 from streams.replay_sources import (
@@ -113,22 +114,11 @@ def _kafka_order(records: list) -> list:
 def test_replay_from_kafka_by_time_range(recorded, kafka_bootstrap, tmp_path):
     prefix = unique_topic("replay") + "."
     records = list(read_file(recorded["file"]))
-    topics = Topics(prefix)
 
     async def publish() -> None:
-        from aiokafka import AIOKafkaProducer
-
         for t in input_topics(prefix):
             await create_topic(kafka_bootstrap, t, partitions=1)
-        producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, linger_ms=20)
-        await producer.start()
-        try:
-            futs = [await producer.send(topics.for_record(r), encode(r), key=record_key(r).encode(),
-                                        timestamp_ms=int(r.ts * 1000)) for r in records]
-            for f in futs:
-                await f
-        finally:
-            await producer.stop()
+        await produce_records(records, {"bootstrap_servers": kafka_bootstrap}, prefix, event_time=True)
 
     asyncio.run(publish())
     since, until = records[0].ts + 1200, records[0].ts + 3000
