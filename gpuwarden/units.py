@@ -16,33 +16,30 @@ _SIZE_UNITS = {
 }
 
 
-def parse_duration(value: Any) -> float:
-    """Seconds from a number or a string such as ``"15m"``; raises ValueError otherwise."""
+def _parse(value: Any, pattern: re.Pattern[str], units: dict[str | None, float], kind: str,
+           examples: str, lower: bool = False) -> float:
+    """A non-negative number, or a number with one of ``units``; ValueError naming ``examples``."""
     if isinstance(value, bool):
-        raise ValueError("expected a duration such as 30s, 15m, 2h or 14d")
+        raise ValueError(f"expected a {kind} such as {examples}")
     if isinstance(value, (int, float)):
         if value < 0:
-            raise ValueError("expected a non-negative duration")
+            raise ValueError(f"expected a non-negative {kind}")
         return float(value)
-    m = _DUR.match(str(value))
+    m = pattern.match(str(value))
     if not m:
-        raise ValueError(f"expected a duration such as 30s, 15m, 2h or 14d, got {value!r}")
-    return float(m.group(1)) * _DUR_UNITS[m.group(2)]
+        raise ValueError(f"expected a {kind} such as {examples}, got {value!r}")
+    unit = m.group(2).lower() if lower and m.group(2) else m.group(2)
+    return float(m.group(1)) * units[unit]
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from a number or a string such as ``"15m"``; raises ValueError otherwise."""
+    return _parse(value, _DUR, _DUR_UNITS, "duration", "30s, 15m, 2h or 14d")
 
 
 def parse_size(value: Any) -> int:
     """Bytes from a number or a string such as ``"512MiB"``."""
-    if isinstance(value, bool):
-        raise ValueError("expected a size such as 512MiB or 2GB")
-    if isinstance(value, (int, float)):
-        if value < 0:
-            raise ValueError("expected a non-negative size")
-        return int(value)
-    m = _SIZE.match(str(value))
-    if not m:
-        raise ValueError(f"expected a size such as 512MiB or 2GB, got {value!r}")
-    unit = m.group(2).lower() if m.group(2) else None
-    return int(float(m.group(1)) * _SIZE_UNITS[unit])
+    return int(_parse(value, _SIZE, _SIZE_UNITS, "size", "512MiB or 2GB", lower=True))
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
