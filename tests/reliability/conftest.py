@@ -26,7 +26,7 @@ def reliability_report(record_property) -> Callable[..., None]:
 
 def pytest_terminal_summary(terminalreporter) -> None:
     rows = [(outcome, json.loads(value))
-            for outcome in ("passed", "failed", "xfailed")
+            for outcome in ("passed", "failed", "xfailed", "xpassed")
             for report in terminalreporter.stats.get(outcome, [])
             if getattr(report, "when", "call") == "call"
             for key, value in getattr(report, "user_properties", []) if key == KEY]
@@ -35,7 +35,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
     tr = terminalreporter
     tr.section("Reliability (faults injected, records lost, duplicate notifications)")
     for outcome, r in rows:
-        mark = {"passed": "ok   ", "failed": "FAIL ", "xfailed": "XFAIL"}[outcome]
+        mark = {"passed": "ok   ", "failed": "FAIL ", "xfailed": "XFAIL", "xpassed": "XPASS"}[outcome]
         tr.write_line(f"{mark} {r['fault']}: injected {r['injected']}, "
                       f"lost {r['lost']}, duplicates {r['duplicates']}" + (f" — {r['detail']}" if r["detail"] else ""))
     held = [r for outcome, r in rows if outcome != "xfailed"]
