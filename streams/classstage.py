@@ -6,14 +6,26 @@ has a deviation pending or firing (a degraded task must not teach the baseline
 that degraded is normal). A class is "learning" until ``observation_period``
 of event time has passed since its first summary and it has
 ``baseline_min_samples`` values: no deviation alerts meanwhile.
+
+Arrival order: a class's summaries come from several nodes, and in faust one
+node's may trail the others' (catching up after a takeover). A per-class reorder
+buffer applies them in content order (ts, node, task id): the head is released
+once every live contributor (task on a node) has sent a summary at least as new,
+or once it is ``summary_lateness`` behind the class's newest; a contributor that
+far behind is no longer live. So what a class applies does not depend on how its
+contributors were interleaved, within that bound. A summary older than the last
+applied one is applied at once and counted ``late``; one not newer than its
+contributor's newest (stage 1 re-emits after a restart) is dropped.
 """
 
 from __future__ import annotations
 
+from bisect import insort
 from collections import deque
+from heapq import heappop, heappush
 from typing import Any
 
-from gpuwarden.contract import AlertTransition, Baseline, TaskSummary
+from gpuwarden.contract import AlertTransition, Baseline, TaskSummary, decode, encode
 from streams import statecodec
 from streams.baseline import band, median_mad
 from streams.config import EngineConfig
@@ -41,18 +53,23 @@ class JobState:
 @state
 class ClassState:
     __slots__ = ("task", "first_ts", "max_ts", "values", "cache", "cache_ts", "jobs", "versions",
-                 "job_alerts")
+                 "job_alerts", "buffer", "received", "heap", "newest", "late")
 
     def __init__(self, task: str, first_ts: float, keep: int) -> None:
         self.task = task
         self.first_ts = first_ts
-        self.max_ts = first_ts
+        self.max_ts = float("-inf")  # newest applied
         self.values: dict = {k: deque(maxlen=keep) for k in CLASS_ROW}
         self.cache: dict = {}
         self.cache_ts: float | None = None
         self.jobs: dict = {}
         self.versions: dict = {}  # task_id -> {node: [driver, cuda, ts]}
         self.job_alerts: dict = {}  # task_id -> {fp: AlertSlot}
+        self.buffer: deque = deque()  # sorted (ts, node, task_id, summary) not yet applied
+        self.received: dict = {}  # (task_id, node) -> newest ts received, while live
+        self.heap: list = []  # (ts, task_id, node), lazily pruned: finds the slowest live contributor
+        self.newest = first_ts  # newest received
+        self.late = 0
 
 
 class _ClassCtx(Context):
@@ -100,15 +117,31 @@ class ClassStage:
         self._classes: dict[str, ClassState] = {}
         self._ctx = _ClassCtx(self)
         self._maxlen = int(config.history // config.summary_interval) + 1
+        self.lateness = float(config.summary_lateness)
 
     def classes(self) -> list[str]:
         return sorted(self._classes)
 
     def dump(self, task_class: str) -> bytes:
-        return statecodec.dumps(self._classes[task_class])
+        """The class's state; buffered summaries as their wire JSON (the heap is rebuilt on load)."""
+        cls = self._classes[task_class]
+        buf, heap = cls.buffer, cls.heap
+        cls.buffer = [encode(item[-1]).decode() for item in buf]  # type: ignore[assignment]
+        cls.heap = []
+        try:
+            return statecodec.dumps(cls)
+        finally:
+            cls.buffer, cls.heap = buf, heap
 
     def load(self, task_class: str, data: bytes) -> None:
-        self._classes[task_class] = statecodec.loads(data)
+        try:
+            cls: ClassState = statecodec.loads(data)
+        except KeyError as e:
+            raise ValueError(f"state of task class {task_class!r} lacks {e} (written before the stage-2 "
+                             "reorder buffer): start with fresh state") from None
+        cls.buffer = deque(_order(decode(r)) for r in cls.buffer)
+        cls.heap = sorted((ts, *who) for who, ts in cls.received.items())
+        self._classes[task_class] = cls
 
     def drop(self, task_class: str) -> None:
         self._classes.pop(task_class, None)
@@ -128,6 +161,10 @@ class ClassStage:
             out[k] = Baseline(median=med, mad=mad, low=lo, high=hi, samples=n)
         return out
 
+    def counters(self) -> dict[str, int]:
+        """``late``: summaries applied after a newer one of their class (past ``summary_lateness``)."""
+        return {"late": sum(c.late for c in self._classes.values())}
+
     def open_slots(self) -> list[tuple[str, Any]]:
         out = []
         for c in self.classes():
@@ -137,12 +174,65 @@ class ClassStage:
         return out
 
     def process(self, summary: TaskSummary) -> list[AlertTransition]:
+        """Take one summary; returns the transitions of the summaries this releases (which may be
+        earlier ones of the class, or none while it waits for a slower contributor)."""
         if not isinstance(summary, TaskSummary):
             return []
         t = summary.ts
         cls = self._classes.get(summary.task)
         if cls is None:
             cls = self._classes[summary.task] = ClassState(summary.task, t, self.cfg.baseline_samples)
+        who = (summary.task_id, summary.node)
+        if t <= cls.received.get(who, float("-inf")):
+            return []  # a summary stage 1 produced again after a restart (they come in ts order)
+        cls.received[who] = t
+        heappush(cls.heap, (t, *who))
+        if t > cls.newest:
+            cls.newest = t
+        out: list[AlertTransition] = []
+        if t < cls.max_ts:
+            cls.late += 1
+            out = self._apply(cls, summary)
+        else:
+            item = _order(summary)
+            buf = cls.buffer
+            if not buf or item[:3] > buf[-1][:3]:
+                buf.append(item)
+            else:
+                insort(buf, item, key=_content)
+        floor = max(self._slowest(cls), cls.newest - self.lateness)
+        buf = cls.buffer
+        while buf and buf[0][0] <= floor:
+            out += self._apply(cls, buf.popleft()[-1])
+        return out
+
+    def flush(self) -> list[AlertTransition]:
+        """Apply every buffered summary (end of a finite input), classes in name order."""
+        out: list[AlertTransition] = []
+        for c in self.classes():
+            buf = self._classes[c].buffer
+            while buf:
+                out += self._apply(self._classes[c], buf.popleft()[-1])
+        return out
+
+    def _slowest(self, cls: ClassState) -> float:
+        """Newest ts of the class's slowest live contributor (inf: none); forgets the others."""
+        heap, received = cls.heap, cls.received
+        dead = cls.newest - self.lateness
+        while heap:
+            ts, tid, node = heap[0]
+            got = received.get((tid, node))
+            if got == ts and ts > dead:
+                return ts
+            heappop(heap)
+            if got == ts:
+                del received[(tid, node)]  # not live: it no longer holds the class back
+        return float("inf")
+
+    def _apply(self, cls: ClassState, summary: TaskSummary) -> list[AlertTransition]:
+        t = summary.ts
+        if cls.max_ts == float("-inf"):
+            cls.first_ts = t
         if t > cls.max_ts:
             cls.max_ts = t
         key = f"{summary.task_id}@{summary.node}"
@@ -150,7 +240,7 @@ class ClassStage:
         if job is None:
             job = cls.jobs[key] = JobState(summary.task_id, summary.node, self._maxlen)
         elif t <= job.last_ts:
-            return []  # a summary stage 1 produced again after a restart (they come in ts order)
+            return []  # a copy of one applied after its contributor was forgotten
         job.last_ts = max(job.last_ts, t)
         job.labels = {"node": summary.node, "task": summary.task_id, "task_class": summary.task,
                       **{k: v for k, v in summary.labels.items() if k in ("user", "project")}}
@@ -194,3 +284,12 @@ class ClassStage:
                 out += resolve_all(cls.job_alerts.pop(tid, {}), t)
                 del cls.versions[tid]
         return out
+
+
+def _order(summary: TaskSummary) -> tuple:
+    """A buffer item: the content key (ts, node, task id), then the summary."""
+    return (summary.ts, summary.node, summary.task_id, summary)
+
+
+def _content(item: tuple) -> tuple:
+    return item[:3]

@@ -19,6 +19,11 @@ class EngineConfig(Section):
     max_source_skew: Duration = Field(default=6 * 3600.0, ge=0)
     """faust only: how far (event time) a node's records wait for an input topic that has records
     not yet read (so they are not dropped as late while catching up); past this it is ignored."""
+    summary_lateness: Duration = Field(default=300.0, ge=0)
+    """Stage 2 holds a task class's summaries until each of its contributors (task on a node) has
+    sent one as new, so results do not depend on which node's summaries arrive first (faust: one
+    node catching up after a takeover); a contributor this far behind the class's newest no longer
+    holds it (0: apply on arrival)."""
     checkpoint_interval: Duration = Field(default=5.0, ge=0)
     """faust only: wall time between writes of changed keys' state to the changelog (0: every batch)."""
     bucket: Duration = Field(default=15.0, gt=0)

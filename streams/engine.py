@@ -68,8 +68,9 @@ class Engine:
         return trs
 
     def flush(self) -> list[AlertTransition]:
-        """End of a finite input: release the reorder buffers (see NodeStage)."""
-        return self._stage2(self.nodes.flush())
+        """End of a finite input: release the reorder buffers, stage 1's first (its summaries
+        go through stage 2), then stage 2's (see NodeStage, ClassStage)."""
+        return self._stage2(self.nodes.flush()) + self.classes.flush()
 
     def dump_all(self) -> bytes:
         state = {"nodes": {n: self.nodes.dump(n).decode() for n in self.nodes.nodes()},
@@ -89,4 +90,6 @@ class Engine:
         return [transition(s.rule, fp, s, "firing", s.firing_since, s.firing_since) for fp, s in slots]
 
     def counters(self) -> dict[str, int]:
-        return {**self.nodes.counters(), "summaries": self.summaries}
+        """Stage 1's ``late`` and ``duplicates`` records, summaries, stage 2's ``summaries_late``."""
+        return {**self.nodes.counters(), "summaries": self.summaries,
+                "summaries_late": self.classes.counters()["late"]}
