@@ -8,14 +8,15 @@ Same simulated data for all three (seeded ``mixed``, 8-GPU nodes, 1 s ticks):
     to the input topics once the worker has joined its group; time from the first send to
     the last task summary on ``task.summaries`` (Kafka record timestamps), i.e. until the
     worker has consumed everything and emitted what the in-process engine emits;
-    (b+) the same with the task metrics too (~2.5 per snapshot, each re-keyed: two hops);
+    (b+) the same with the task metrics too (~2.5 per snapshot, keyed by node like the rest);
 (c) naive: a faust agent (subprocess) iterating one record per GPU sample (each GpuSample
     its own Kafka record), decoding it with the contract model and keeping a per-GPU
     rolling window with a threshold check; time from the first send to the agent's echo
     of an end marker sent after the data on every partition.
 
-Wall time for (b) and (c) on a shared 2-core machine: the broker, the producer and the
-worker share the cores. Kafka: ``$KAFKA_BOOTSTRAP``, else ``scripts/kafka-local start``
+Wall time for (b) and (c) on a shared 2-core machine: the broker, this script's producer
+and the worker share the cores; the worker's own CPU time over the same span is printed
+beside it (all its threads, from /proc/<pid>/task/*/schedstat). Kafka: ``$KAFKA_BOOTSTRAP``, else ``scripts/kafka-local start``
 (stopped again only if this run started it).
 
     .venv/bin/python bench/streams_throughput.py [--nodes 4] [--minutes 15] [--json]
@@ -109,6 +110,17 @@ async def group_joined(bootstrap: str, group: str, timeout: float = 90.0) -> Non
     await asyncio.sleep(3.0)  # assignment and (empty) changelog recovery
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds the process has run so far, all its threads (scheduler nanoseconds)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended meanwhile
+    return total / 1e9
+
+
 def worker(cmd: list[str], log: Path) -> subprocess.Popen:
     out = log.open("wb")
     return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
@@ -124,8 +136,9 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
 
 
-async def topology_run(bootstrap: str, records: list[Any], tmp: Path) -> float:
-    """Seconds from the first send to the last task summary the engine gives, one worker."""
+async def topology_run(bootstrap: str, records: list[Any], tmp: Path) -> tuple[float, float]:
+    """(wall seconds from the first send to the last task summary the engine gives, the
+    worker's CPU seconds meanwhile), one worker."""
     import yaml
 
     from gpuwarden.config import validate_settings
@@ -148,16 +161,17 @@ async def topology_run(bootstrap: str, records: list[Any], tmp: Path) -> float:
     try:
         await group_joined(bootstrap, app_id(settings))
         batch = [(topics.for_record(r), record_key(r).encode(), encode(r), None) for r in records]
-        t0 = time.time()
+        t0, c0 = time.time(), cpu_s(proc.pid)
         await send(bootstrap, batch)
         times = await output_times(bootstrap, topics.summaries, lambda v: len(v) >= summaries, 600)
-        return times[-1] - t0
+        return times[-1] - t0, cpu_s(proc.pid) - c0
     finally:
         stop(proc)
 
 
-async def naive_run(bootstrap: str, records: list[Any], tmp: Path) -> float:
-    """Seconds from the first send to the naive agent's last end-marker echo."""
+async def naive_run(bootstrap: str, records: list[Any], tmp: Path) -> tuple[float, float]:
+    """(wall seconds from the first send to the naive agent's last end-marker echo, its
+    CPU seconds meanwhile)."""
     from gpuwarden.contract import NodeSnapshot
 
     prefix = f"bench-{uuid.uuid4().hex[:8]}."
@@ -174,10 +188,10 @@ async def naive_run(bootstrap: str, records: list[Any], tmp: Path) -> float:
                     value = json.dumps({"node": r.node, "ts": r.ts, "gpu": g.model_dump(mode="json")})
                     batch.append((source, f"{r.node}/{g.index}".encode(), value.encode(), None))
         batch += [(source, None, END, p) for p in range(PARTITIONS)]
-        t0 = time.time()
+        t0, c0 = time.time(), cpu_s(proc.pid)
         await send(bootstrap, batch)
         times = await output_times(bootstrap, out, lambda v: v.count(END) >= PARTITIONS, 600)
-        return times[-1] - t0
+        return times[-1] - t0, cpu_s(proc.pid) - c0
     finally:
         stop(proc)
 
@@ -236,9 +250,9 @@ def main() -> None:
     bootstrap, started = broker()
     try:
         with tempfile.TemporaryDirectory(prefix="streams-bench-") as tmp:
-            e2e_s = asyncio.run(topology_run(bootstrap, samples_only, Path(tmp)))
-            full_s = asyncio.run(topology_run(bootstrap, records, Path(tmp)))
-            naive_s = asyncio.run(naive_run(bootstrap, records, Path(tmp)))
+            e2e_s, e2e_cpu = asyncio.run(topology_run(bootstrap, samples_only, Path(tmp)))
+            full_s, full_cpu = asyncio.run(topology_run(bootstrap, records, Path(tmp)))
+            naive_s, naive_cpu = asyncio.run(naive_run(bootstrap, records, Path(tmp)))
     finally:
         if started:
             subprocess.run([str(REPO / "scripts" / "kafka-local"), "stop"], capture_output=True, timeout=120)
@@ -250,22 +264,26 @@ def main() -> None:
         "e2e_with_task_metrics_seconds": round(full_s, 2),
         "e2e_with_task_metrics_gpu_samples_per_s": round(gpu_samples / full_s),
         "naive_seconds": round(naive_s, 2), "naive_gpu_samples_per_s": round(gpu_samples / naive_s),
+        "e2e_worker_cpu_s": round(e2e_cpu, 3), "e2e_with_task_metrics_worker_cpu_s": round(full_cpu, 3),
+        "naive_worker_cpu_s": round(naive_cpu, 3),
     }
     figures["e2e_vs_naive"] = round(figures["e2e_gpu_samples_per_s"] / figures["naive_gpu_samples_per_s"], 2)
     figures["e2e_with_task_metrics_vs_naive"] = round(
         figures["e2e_with_task_metrics_gpu_samples_per_s"] / figures["naive_gpu_samples_per_s"], 2)
     figures["e2e_vs_engine"] = round(figures["e2e_gpu_samples_per_s"] / figures["engine_gpu_samples_per_s_core"], 3)
+    figures["e2e_vs_naive_worker_cpu"] = round(naive_cpu / e2e_cpu, 2)
     print(f"streams throughput: {a.scenario}, {a.nodes} nodes x 8 GPUs, {a.minutes:g} min at 1 s ticks, "
           f"{len(records):,} records, {gpu_samples:,} GPU-samples, {PARTITIONS} partitions")
     print(f"  (a) engine alone (CPU, 1 core)   {figures['engine_gpu_samples_per_s_core']:>10,} GPU-samples/s")
     print(f"  (b) faust topology, end to end   {figures['e2e_gpu_samples_per_s']:>10,} GPU-samples/s"
-          f"   ({e2e_s:.1f} s wall, 1 worker)")
+          f"   ({e2e_s:.2f} s wall, 1 worker: {e2e_cpu:.2f} CPU-s)")
     print(f"  (b+) same, with task metrics     {figures['e2e_with_task_metrics_gpu_samples_per_s']:>10,} GPU-samples/s"
-          f"   ({full_s:.1f} s wall; {len(records):,} records, metrics re-keyed: two faust hops)")
+          f"   ({full_s:.2f} s wall, {full_cpu:.2f} CPU-s; {len(records):,} records)")
     print(f"  (c) naive faust, 1 rec/sample    {figures['naive_gpu_samples_per_s']:>10,} GPU-samples/s"
-          f"   ({naive_s:.1f} s wall, 1 worker)")
+          f"   ({naive_s:.2f} s wall, 1 worker: {naive_cpu:.2f} CPU-s)")
     print(f"  (b)/(c) {figures['e2e_vs_naive']:.2f}x (target >= {TARGET_RATIO:g}x)   "
-          f"(b+)/(c) {figures['e2e_with_task_metrics_vs_naive']:.2f}x   (b)/(a) {figures['e2e_vs_engine']:.3f}")
+          f"(b+)/(c) {figures['e2e_with_task_metrics_vs_naive']:.2f}x   (b)/(a) {figures['e2e_vs_engine']:.3f}   "
+          f"worker CPU per GPU-sample (c)/(b) {figures['e2e_vs_naive_worker_cpu']:.2f}x")
     if a.json:
         print(json.dumps(figures, sort_keys=True))
 

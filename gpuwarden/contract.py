@@ -217,7 +217,12 @@ class TaskMetricKind(StrEnum):
 
 
 class TaskMetric(_TimedRecord):
-    """task.metrics, key ``task_id``: what the training/inference code says about itself."""
+    """task.metrics, key ``node``: what the training/inference code says about itself.
+
+    Keyed by node (the design first said task id): the node agent publishes them, and
+    stage 1 joins them with the node's snapshots, so on the node's partition they need
+    no re-keying hop and a worker sees every input of a node it owns (deterministic
+    takeovers). One task's records from one node stay in order either way."""
 
     schema_: Literal["task_metric/1"] = Field(default="task_metric/1", alias="schema")
     node: Label
@@ -520,10 +525,8 @@ class Topics:
 
 def record_key(record: BaseModel) -> str:
     """The partition key the design gives each record kind."""
-    if isinstance(record, (NodeSnapshot, GpuEvent)):
+    if isinstance(record, (NodeSnapshot, GpuEvent, TaskMetric)):
         return record.node
-    if isinstance(record, TaskMetric):
-        return record.task_id
     if isinstance(record, TaskSummary):
         return record.task
     if isinstance(record, AlertTransition):

@@ -1,25 +1,27 @@
 """The faust topology: two keyed stages over Kafka, state in changelog tables.
 
-Stage 1 (key node) reads ``gpu.samples`` and ``gpu.events`` (keyed by node) and
-``task.metrics.by-node`` (``task.metrics`` re-keyed from task id to node by a
-small agent), runs :class:`streams.engine.NodeStage`, and produces transitions
-to ``alerts`` (key fingerprint) and task summaries to ``task.summaries`` (key
-task class: the repartition for stage 2). Stage 2 (key task class) reads
-``task.summaries`` and runs :class:`streams.engine.ClassStage` for the
-per-class baselines. Each stage keeps a faust Table (compacted changelog) of
-per-key envelopes (see :mod:`streams.keyed`), written for the keys that changed
+Stage 1 (key node) reads ``gpu.samples``, ``gpu.events`` and ``task.metrics``
+(all keyed by node, so co-partitioned), runs :class:`streams.engine.NodeStage`,
+and produces transitions to ``alerts`` (key fingerprint) and task summaries to
+``task.summaries`` (key task class: the repartition for stage 2). Stage 2 (key
+task class) reads ``task.summaries`` and runs :class:`streams.engine.ClassStage`
+for the per-class baselines. Each stage keeps a faust Table (compacted changelog)
+of per-key envelopes (see :mod:`streams.keyed`), written for the keys that changed
 every ``engine.checkpoint_interval`` of wall time; input offsets are acknowledged
 (so committed) only after the checkpoint that covers them.
 
-faust costs ~130 µs per record, so values stay raw bytes (no faust.Record)
-and agents take records in batches (``take_events``).
+faust costs ~130-200 µs per record on its Stream path, so the input topics are
+not read by agents: :mod:`streams.batchconsumer` hands each fetch to
+:func:`build_app`'s handler in one call, and values stay raw bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,6 @@ import faust
 from faust.types import TP
 
 from gpuwarden.contract import (
-    ContractError,
     GpuEvent,
     NodeSnapshot,
     TaskMetric,
@@ -36,31 +37,28 @@ from gpuwarden.contract import (
     encode,
 )
 from gpuwarden.kafka import broker_credentials
-from streams.dlq import Inbound, Limits, Outbound, decode_inbound, to_dlq
+from streams.batchconsumer import batch_consumer
+from streams.dlq import Inbound, Limits, Outbound
 from streams.keyed import KeyedRunner, Source
 
 log = logging.getLogger("gpuwarden.streams")
 
-BATCH_MAX = 2000
-BATCH_WITHIN_S = 0.1
 #: Quick takeover when a worker dies, yet tolerant of a slow batch (heartbeats
 #: run on the same event loop). The broker's group.min.session.timeout.ms
 #: (default 6 s) is the floor.
 SESSION_TIMEOUT_S = 10.0
 HEARTBEAT_INTERVAL_S = 2.0
 COMMIT_INTERVAL_S = 1.0
-#: Unacknowledged records held for the next checkpoint before one is forced: faust stops
-#: delivering a stream whose buffer (``stream_buffer_maxsize``, 4096) holds unacked records,
-#: so HOLD_MAX + BATCH_MAX must stay below it.
-HOLD_MAX = 1500
-BY_NODE_SUFFIX = ".by-node"
+#: Records held unacknowledged for the next checkpoint before one is forced (bounds
+#: what a takeover reads again).
+HOLD_MAX = 20000
 #: Producer and changelog-topic record size limit: a busy node's state envelope
 #: is ~200 kB compressed, above a few hundred kB faust's 1 MB default gets close.
 MAX_RECORD_BYTES = 16 << 20
-#: Per-partition fetch size. faust merges its source topics in fetch order, not
-#: event time; small fetches bound how far one topic runs ahead of another
-#: while catching up on a backlog (see docs/streams-faust.md).
-FETCH_BYTES = 256 << 10
+#: Per-partition fetch size. A fetch's records are merged by their Kafka timestamps,
+#: but one topic's fetch can run ahead of another's while catching up on a backlog;
+#: small fetches bound how far (see docs/streams-faust.md).
+FETCH_BYTES = 4 << 20
 
 
 def app_id(settings: Any) -> str:
@@ -77,9 +75,8 @@ def default_stages(settings: Any) -> tuple[Any, Any]:
     return NodeStage(rules, settings.engine), ClassStage(rules, settings.engine)
 
 
-def inbound(event: Any) -> Inbound:
-    m = event.message
-    return Inbound(m.topic, m.partition, m.offset, m.key, m.value)
+def inbound(rec: Any) -> Inbound:
+    return Inbound(rec.topic, rec.partition, rec.offset, rec.key, rec.value)
 
 
 def build_app(
@@ -91,7 +88,6 @@ def build_app(
         node_stage, class_stage = default_stages(settings)
     k = settings.kafka
     topics = Topics(k.topic_prefix)
-    by_node = topics.metrics + BY_NODE_SUFFIX
     limits = Limits(int(settings.limits.max_record_bytes), float(settings.limits.max_future_skew))
     app = faust.App(
         app_id(settings),
@@ -107,7 +103,6 @@ def build_app(
         broker_session_timeout=SESSION_TIMEOUT_S,
         broker_heartbeat_interval=HEARTBEAT_INTERVAL_S,
         broker_commit_interval=COMMIT_INTERVAL_S,
-        stream_wait_empty=False,
         table_standby_replicas=0,
         producer_acks=-1,
         producer_max_request_size=MAX_RECORD_BYTES,
@@ -130,38 +125,34 @@ def build_app(
 
     outputs = {
         name: raw_topic(name)
-        for name in (topics.alerts, topics.summaries, by_node,
+        for name in (topics.alerts, topics.summaries,
                      *(Topics.dlq(t) for t in (topics.samples, topics.events, topics.metrics,
                                                topics.summaries)))
     }
     node_table, class_table = state_table("node-state"), state_table("class-state")
     declared: list[bool] = []
 
-    async def send_all(out: Iterable[Outbound], wait: bool) -> None:
+    async def send_all(out: Iterable[Outbound]) -> None:
+        """Produce in order and wait for the broker's acks (faust's pre-commit flush can
+        return before its send buffer drained)."""
         if not declared:
             for t in outputs.values():
                 await t.maybe_declare()
             declared.append(True)
         futs = [await outputs[o.topic].send(key=o.key, value=o.value, force=True) for o in out]
-        if wait and futs:
+        if futs:
             await asyncio.gather(*futs)
 
-    held: dict[str, list[Any]] = {"node-state": [], "class-state": []}
+    held: dict[str, list[tuple[TP, int]]] = {"node-state": [], "class-state": []}
 
-    async def apply(runner: KeyedRunner, table: faust.Table, events: list[Any]) -> None:
+    async def apply(runner: KeyedRunner, table: faust.Table, records: list[Any]) -> None:
         """One batch; its offsets are held (not committable) until a checkpoint covers them."""
         waiting = held[table.name]
-        # faust may still hand over records it fetched before a rebalance took their partition
-        # away: the new owner applies them; here they would run on state this worker gave up.
-        assigned = app.consumer.assignment()
-        events = [e for e in events if e.message.tp in assigned]
-        for e in events:
-            e.message.incref()  # take_events' own ack then leaves the offset uncommitted
-        waiting.extend(e.message for e in events)
-        res = runner.run([inbound(e) for e in events], lambda key: table.get(key.encode()),
+        waiting.extend((TP(r.topic, r.partition), r.offset) for r in records)
+        res = runner.run([inbound(r) for r in records], lambda key: table.get(key.encode()),
                          force=len(waiting) >= HOLD_MAX)
         # Outputs must be on the broker before the state that says they were made.
-        await send_all(res.out, wait=True)
+        await send_all(res.out)
         if res.state:
             # Not ``table[key] = ...``: faust buffers that send and its pre-commit flush may
             # return before the buffer drained. Await delivery, then let the offsets commit.
@@ -171,43 +162,35 @@ def build_app(
                 futs.append(await table.changelog_topic.send(
                     key=key.encode(), value=envelope, key_serializer="raw", value_serializer="raw"))
             await asyncio.gather(*futs)
-            for m in waiting:
-                m.ack(app.consumer)
+            app.consumer.ack_offsets(waiting)
             waiting.clear()
             log.debug("%s checkpoint: %d keys, %d bytes, %s", table.name, len(res.state),
-                     sum(map(len, res.state.values())), getattr(runner.stage, "counters", dict)())
+                      sum(map(len, res.state.values())), getattr(runner.stage, "counters", dict)())
 
-    ranks = {topics.samples: 0, topics.events: 1, by_node: 2}
-
-    behind_now: dict[int, frozenset] = {}  # per batch: partition -> ranks behind
+    ranks = {topics.samples: 0, topics.events: 1, topics.metrics: 2}
+    behind_now: dict[int, frozenset] = {}  # per fetch: partition -> ranks behind
 
     def behind(partition: int) -> frozenset:
-        """Source ranks whose partition (the node's, inputs are co-partitioned) has records
-        this worker has not processed yet: while catching up, the node waits for them."""
-        got = behind_now.get(partition)
-        if got is None:
-            got = behind_now[partition] = _behind(partition)
-        return got
+        return behind_now.get(partition, frozenset())
 
-    def _behind(partition: int) -> frozenset:
+    def find_behind(fetched: Mapping[TP, list[Any]]) -> None:
+        """Per partition of this fetch (a node's inputs are co-partitioned): the source ranks
+        with records past the fetch, not read yet. While catching up, the node waits for them."""
         consumer = app.consumer
-        out = set()
-        for topic, rank in ranks.items():
-            key = TP(topic, partition)
-            high = consumer.highwater(key)
-            # Before this assignment delivered a record of the partition: faust's read offset
-            # (the committed one); no high-water mark yet (not fetched): assume behind.
-            pos = node_runner.position.get(f"{topic}:{partition}", consumer._read_offset.get(key))
-            if high is None or high > (pos or 0):
-                out.add(rank)
-        if 2 not in out:  # task metrics also wait in task.metrics, before the re-key hop
-            for tp in consumer.assignment():
-                if tp.topic == topics.metrics:
-                    high = consumer.highwater(tp)
-                    if high is not None and high > rekey_position.get(tp.partition, high):
-                        out.add(2)
-                        break
-        return frozenset(out)
+        behind_now.clear()
+        for partition in {tp.partition for tp in fetched if tp.topic in ranks}:
+            out = set()
+            for topic, rank in ranks.items():
+                tp = TP(topic, partition)
+                high = consumer.highwater(tp)
+                recs = fetched.get(tp)
+                # Read up to: this fetch's end, else this worker's position, else faust's read
+                # offset (the committed one). No high-water mark yet (not fetched): behind.
+                pos = recs[-1].offset + 1 if recs else node_runner.position.get(
+                    f"{topic}:{partition}", consumer._read_offset.get(tp))
+                if high is None or high > (pos or 0):
+                    out.add(rank)
+            behind_now[partition] = frozenset(out)
 
     def emit_node(record: Any, msg: Inbound) -> list[Outbound]:
         out = node_stage.process(record, behind(msg.partition))
@@ -227,12 +210,11 @@ def build_app(
     node_runner = KeyedRunner(node_stage, {
         topics.samples: Source(NodeSnapshot, node_of, Topics.dlq(topics.samples)),
         topics.events: Source(GpuEvent, node_of, Topics.dlq(topics.events)),
-        by_node: Source(TaskMetric, node_of, Topics.dlq(topics.metrics)),
+        topics.metrics: Source(TaskMetric, node_of, Topics.dlq(topics.metrics)),
     }, emit_node, limits, float(settings.engine.checkpoint_interval))
     class_runner = KeyedRunner(class_stage, {
         topics.summaries: Source(TaskSummary, class_of, Topics.dlq(topics.summaries)),
     }, emit_class, limits, float(settings.engine.checkpoint_interval))
-    rekey_position: dict[int, int] = {}
     previous: set[TP] = set()
 
     @app.on_rebalance_complete.connect
@@ -248,32 +230,22 @@ def build_app(
         for waiting in held.values():
             waiting.clear()
 
-    @app.agent(raw_topic(topics.metrics), name="metrics-by-node")
-    async def rekey_metrics(stream: faust.StreamT) -> None:
-        """task.metrics arrive keyed by task id; stage 1 needs them on the node's partition."""
-        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
-            out = []
-            for e in events:
-                msg = inbound(e)
-                rekey_position[msg.partition] = msg.offset + 1
-                try:
-                    record = decode_inbound(msg, TaskMetric, limits)
-                except ContractError as err:
-                    out.append(to_dlq(msg, str(err)))
-                else:
-                    out.append(Outbound(by_node, record.node.encode(), msg.value or b""))
-            # Awaited: faust's pre-commit flush can return before its send buffer drained.
-            await send_all(out, wait=True)
+    async def handle(fetched: Mapping[TP, list[Any]]) -> None:
+        """One fetch: stage-1 records merged in Kafka timestamp order (the order agents sent
+        them), then stage 2's."""
+        assigned = app.consumer.assignment()
+        node_lists = [recs for tp, recs in fetched.items() if tp.topic in ranks and tp in assigned]
+        if node_lists:
+            find_behind(fetched)
+            merged = node_lists[0] if len(node_lists) == 1 else \
+                list(heapq.merge(*node_lists, key=attrgetter("timestamp")))
+            await apply(node_runner, node_table, merged)
+        summaries = [r for tp, recs in fetched.items() if tp.topic == topics.summaries and tp in assigned
+                     for r in recs]
+        if summaries:
+            await apply(class_runner, class_table, summaries)
 
-    @app.agent(raw_topic(topics.samples, topics.events, by_node), name="node-stage")
-    async def node_agent(stream: faust.StreamT) -> None:
-        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
-            behind_now.clear()
-            await apply(node_runner, node_table, events)
-
-    @app.agent(raw_topic(topics.summaries), name="class-stage")
-    async def class_agent(stream: faust.StreamT) -> None:
-        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
-            await apply(class_runner, class_table, events)
-
+    inputs = (topics.samples, topics.events, topics.metrics, topics.summaries)
+    app.transport.Consumer = batch_consumer(inputs, handle)
+    app.topics.add(raw_topic(*inputs))  # subscribes them; their records never reach a Stream
     return app

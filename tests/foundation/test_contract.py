@@ -186,7 +186,7 @@ def test_topics_prefix_and_keys():
     assert [t.for_record(r) for r in ALL_RECORDS[:5]] == [
         t.samples, t.events, t.metrics, t.summaries, t.alerts]
     assert [record_key(r) for r in ALL_RECORDS[:5]] == [
-        "node-00", "node-00", "slurm-12345", "llama-pretrain", "fp1"]
+        "node-00", "node-00", "node-00", "llama-pretrain", "fp1"]
 
 
 @settings(max_examples=200, deadline=None)

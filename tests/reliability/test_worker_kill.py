@@ -36,21 +36,18 @@ PARTITIONS = 4
 FAULTS = ["xid-79", "ecc-dbe", "thermal-throttle", "power-cap", "row-remap-pending"]
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "OPEN BUG (issues #4/#7): intermittent. After a SIGKILL takeover the surviving worker sometimes emits "
-    "stage-1 firings with another started_at than the in-process Engine (nothing lost; seen in 1 of 3 "
-    "clean-clone CI runs on 2026-11-30). Passes most runs; kept visible, not skipped, until fixed."))
 async def test_worker_sigkill_recovers_state_without_duplicate_notifications(
     kafka_bootstrap: str, tmp_path: Path, monkeypatch, reliability_report
 ) -> None:
-    settings = settings_for(kafka_bootstrap, partitions=PARTITIONS)
+    # Event time runs ~1500x faster than wall time (see produce_records): the lateness covers it.
+    settings = settings_for(kafka_bootstrap, partitions=PARTITIONS, allowed_lateness="10m")
     topics = Topics(settings.kafka.topic_prefix)
     for t in (topics.samples, topics.events):
         await create_topic(kafka_bootstrap, t, partitions=PARTITIONS)
     sim = Simulator(FAULTS, nodes=4, gpus=4, seed=4, start_ts=time.time() - 2 * 3600, tick_s=10.0, onset_s=900)
     records = [r for r in sim.run(3600) if isinstance(r, (NodeSnapshot, GpuEvent))]
     engine = Engine(config=settings.engine)
-    reference = engine.process_many(records) + engine.flush()
+    reference = engine.process_many(records)  # a live worker never sees the end of its input: no flush
     expected = set(transition_ids([encode(t) for t in reference]))
     assert len(expected) >= 5, expected
     config = write_config(tmp_path / "gpuwarden.yaml", settings)
