@@ -171,5 +171,11 @@ class KeyedRunner:
             return
         if applied != self._applied.get(key):
             log.info("key %s: stored state at %s loaded (in memory: %s)", key, applied, self._applied.get(key))
-            self.stage.load(key, state)
+            try:
+                self.stage.load(key, state)
+            except ValueError as e:  # written by another version: the key starts afresh
+                log.warning("key %s: stored state not loaded (%s)", key, e)
+                self.stage.drop(key)
+                self._applied.pop(key, None)
+                return
             self._applied[key] = applied

@@ -152,7 +152,16 @@ class Runner:
             print(f"gpuwarden run: saved engine state reaches {until - start_ts:.0f} s past this run's "
                   "start; starting with fresh state", file=sys.stderr)
             return
-        self.engine.load_all(state)
+        try:
+            self.engine.load_all(state)
+        except ValueError as e:  # written by another version
+            print(f"gpuwarden run: saved engine state not loaded ({e}); starting with fresh state",
+                  file=sys.stderr)
+            for n in self.engine.nodes.nodes():
+                self.engine.nodes.drop(n)
+            for c in self.engine.classes.classes():
+                self.engine.classes.drop(c)
+            return
         self.now = until
 
 

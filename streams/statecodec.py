@@ -67,7 +67,7 @@ def _key(k: Any) -> Any:
 
 
 #: Bumped when the layout of state changes; older state is refused with a clear error.
-FORMAT = 2
+FORMAT = 3  # 3: stage 2's per-class reorder buffer
 
 
 def dumps(obj: Any) -> bytes:

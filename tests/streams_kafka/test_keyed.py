@@ -133,3 +133,12 @@ def test_after_a_rebalance_keys_reload_their_checkpoint_or_start_afresh_unless_k
     assert res.applied == 2 and res.skipped == 2
     assert stage.state["a"]["snapshots"] == 2 and stage.state["b"]["snapshots"] == 1  # not 3 and 2
     assert stage.state["c"]["seen"] == [79, 13]  # kept in memory, not reloaded from its checkpoint
+
+
+def test_stored_state_of_another_version_starts_the_key_afresh_and_keeps_going() -> None:
+    stage = StandinNodeStage(every=2)
+    r = runner(stage)
+    envelope = pack({f"{TOPIC}:0": 1}, b"\x00 not this version's state")  # the stage's load raises ValueError
+    res = r.run([msg(snapshot("a", i, T0 + i), i) for i in range(4)], lambda key: envelope, now=T0)
+    assert res.applied == 4 and res.skipped == 0 and res.dead == 0  # nothing skipped: no state held them
+    assert unpack(res.state["a"])[0] == {f"{TOPIC}:0": 3}
