@@ -95,8 +95,9 @@ class BatchConsumer(AIOKafkaConsumer):
                     self.log.exception("batch handler raised: %r", exc)
                     await self.app.crash(exc)
                     return
-                for tp, recs in batch.items():
-                    read_offset[tp] = recs[-1].offset
+                if generation == self.app.consumer_generation_id:  # else a rebalance seeked them back
+                    for tp, recs in batch.items():
+                        read_offset[tp] = recs[-1].offset
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
                 return
