@@ -24,12 +24,11 @@ import pytest
 from gpuwarden.contract import GpuEvent, NodeSnapshot, Topics, decode, encode
 from producers.simulator import Simulator
 from streams.engine import Engine
-from streams.topology import app_id
 from tests.kafka_support import create_topic
 from tests.reliability.notify_support import notify
 from tests.streams_kafka.records import settings_for, transition_ids
-from tests.streams_kafka.test_failover import produce_records
-from tests.streams_kafka.workers import group_members, read_to_end, wait_for, workers, write_config
+from tests.streams_kafka.test_failover import run_with_one_killed
+from tests.streams_kafka.workers import read_to_end, wait_for, workers, write_config
 
 pytestmark = pytest.mark.kafka
 PARTITIONS = 4
@@ -51,24 +50,12 @@ async def test_worker_sigkill_recovers_state_without_duplicate_notifications(
     expected = set(transition_ids([encode(t) for t in reference]))
     assert len(expected) >= 5, expected
     config = write_config(tmp_path / "gpuwarden.yaml", settings)
-    half = len(records) // 2
 
     async def alerts() -> list:
         return await read_to_end(kafka_bootstrap, topics.alerts, PARTITIONS)
 
     with workers(config, tmp_path, "w1", "w2") as (w1, w2):
-        async def both_in_group() -> bool:
-            return await group_members(kafka_bootstrap, app_id(settings)) == 2
-
-        await wait_for(both_in_group, 90, "two workers in the consumer group")
-        await produce_records(kafka_bootstrap, topics, records[:half])
-
-        async def some_alerts() -> bool:
-            return len(await alerts()) > 0
-
-        await wait_for(some_alerts, 90, "first alerts")
-        w1.kill()
-        await produce_records(kafka_bootstrap, topics, records[half:])
+        await run_with_one_killed(kafka_bootstrap, settings, records, w1, 90)
 
         async def all_alerts() -> bool:
             return expected <= set(transition_ids([r.value for r in await alerts()]))
