@@ -23,6 +23,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+from aiokafka.structs import TopicPartition
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
 from faust.types import TP
@@ -46,6 +47,27 @@ class BatchConsumer(AIOKafkaConsumer):
 
     batch_topics: frozenset[str] = frozenset()
     handle: BatchHandler
+    _seeks = 0  # seeks so far: read offsets set by one must not be overwritten
+
+    async def seek(self, partition: TP, offset: int) -> None:
+        self._seeks += 1
+        await super().seek(partition, offset)
+
+    async def perform_seek(self) -> None:
+        """faust's seek to the committed offsets, plus: a partition of ours with nothing
+        committed yet goes back to its beginning (``auto_offset_reset`` earliest). faust leaves
+        such a partition where the fetcher stood, past records it dropped in a rebalance (it
+        drops every fetch made while the flow is stopped), so those records were lost."""
+        self._seeks += 1
+        await super().perform_seek()
+        if self.app.conf.consumer_auto_offset_reset != "earliest":
+            return
+        fresh = [tp for tp in self.assignment()
+                 if tp.topic in self.batch_topics and not self._committed_offset.get(tp)]
+        if fresh:
+            await self._thread.seek_to_beginning(*(TopicPartition(tp.topic, tp.partition) for tp in fresh))
+            for tp in fresh:
+                self._read_offset[tp] = None
 
     def ack_offsets(self, acked: Iterable[tuple[TP, int]]) -> None:
         """Mark these records processed: faust commits each partition up to its first gap."""
@@ -66,7 +88,7 @@ class BatchConsumer(AIOKafkaConsumer):
                 if not self.flow_active:  # a rebalance began: faust seeks back to committed offsets
                     await self.perform_seek()
                     continue
-                generation = self.app.consumer_generation_id
+                generation, seeks = self.app.consumer_generation_id, self._seeks
                 batch: dict[TP, list[Any]] = {}
                 for tp, recs in records.items():
                     if active is not None and tp not in active and tp not in self._buffered_partitions:
@@ -95,7 +117,9 @@ class BatchConsumer(AIOKafkaConsumer):
                     self.log.exception("batch handler raised: %r", exc)
                     await self.app.crash(exc)
                     return
-                if generation == self.app.consumer_generation_id:  # else a rebalance seeked them back
+                # A rebalance or a seek during the handler set positions back to the committed
+                # offsets: read those again (the runner skips what a key's state already holds).
+                if generation == self.app.consumer_generation_id and seeks == self._seeks:
                     for tp, recs in batch.items():
                         read_offset[tp] = recs[-1].offset
         except self.consumer_stopped_errors:

@@ -61,6 +61,10 @@ def unpack(data: bytes) -> tuple[dict[str, int], bytes]:
     return json.loads(data[_HEAD.size:head_end]), zlib.decompress(data[head_end:])
 
 
+#: After a batch: change state without a record; returns the keys changed and what to produce.
+Settle = Callable[[], tuple[Iterable[str], Iterable[Outbound]]]
+
+
 @dataclass(frozen=True)
 class Source:
     """How to read one input topic: the contract model and the key the state is kept under."""
@@ -119,9 +123,16 @@ class KeyedRunner:
         self._dirty &= self._synced
         self.position = {tp: o for tp, o in self.position.items() if tp in retained}
 
+    def synced(self, key: str) -> bool:
+        """Whether ``key``'s in-memory state is current (else it re-syncs at its next record)."""
+        return key in self._synced
+
     def run(self, batch: Iterable[Inbound], stored: Callable[[str], bytes | None],
-            now: float | None = None, wall: float | None = None, force: bool = False) -> BatchResult:
-        """Apply a batch; checkpoint when ``checkpoint_s`` has passed, or when ``force``d."""
+            now: float | None = None, wall: float | None = None, force: bool = False,
+            settle: Settle | None = None) -> BatchResult:
+        """Apply a batch; checkpoint when ``checkpoint_s`` has passed, or when ``force``d.
+        ``settle()``, after the records, changes state without a record (the keys it returns)
+        and gives what to produce."""
         now = time.time() if now is None else now
         res = BatchResult()
         for msg in batch:
@@ -150,6 +161,10 @@ class KeyedRunner:
             offsets[tp] = msg.offset
             self._dirty.add(key)
             res.applied += 1
+        if settle is not None:
+            keys, out = settle()
+            self._dirty.update(keys)
+            res.out.extend(out)
         wall = time.monotonic() if wall is None else wall
         if self._dirty and (force or wall - self._last_checkpoint >= self.checkpoint_s):
             self._last_checkpoint = wall

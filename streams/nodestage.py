@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from bisect import insort
 from collections import deque
+from collections.abc import Set as AbstractSet
 from math import ceil
 from operator import attrgetter
 from typing import Any
 
 from gpuwarden.contract import (
-    AlertTransition,
     GpuEvent,
     NodeSnapshot,
     TaskMetric,
@@ -289,7 +289,7 @@ class NodeStage:
 
     # ------------------------------------------------------------------ input
 
-    def process(self, record: NodeSnapshot | GpuEvent | TaskMetric, behind: frozenset = frozenset(),
+    def process(self, record: NodeSnapshot | GpuEvent | TaskMetric, behind: AbstractSet[int] = frozenset(),
                 out: Any = None) -> Any:
         """Take one record; ``behind``: source ranks (see ``RANKS``) whose input is still
         catching up, so their newest ts holds this node's watermark back (faust only).
@@ -332,6 +332,22 @@ class NodeStage:
             buf.append(item)
         else:
             insort(buf, item)
+        self._release(st, behind, out)
+        return out
+
+    def advance(self, node: str, behind: AbstractSet[int], out: Any) -> bool:
+        """Release what ``node``'s watermark allows now that fewer inputs are ``behind`` than
+        when its last record came (faust: at the end of a fetch). True if anything was."""
+        st = self._nodes.get(node)
+        if st is None or not st.buffer:
+            return False
+        before = len(st.buffer)
+        self._release(st, behind, out)
+        return len(st.buffer) < before
+
+    def _release(self, st: NodeState, behind: AbstractSet[int], out: Any) -> None:
+        """Hand buffered records up to the watermark to ``_handle``, in content order."""
+        buf = st.buffer
         water = st.max_ts
         if behind:
             held = min(st.src_max[r] for r in behind)
@@ -341,7 +357,6 @@ class NodeStage:
             item = buf.popleft()
             st.released = item[0]
             self._handle(st, item[-1], item[1], out)
-        return out
 
     def flush(self) -> Any:
         """Release every buffered record (end of a finite input) and close the open buckets."""

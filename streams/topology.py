@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import faust
+from aiokafka.errors import IllegalStateError
+from aiokafka.structs import TopicPartition
 from faust.types import TP
 
 from gpuwarden.contract import (
@@ -37,9 +39,11 @@ from gpuwarden.contract import (
     encode,
 )
 from gpuwarden.kafka import broker_credentials
+from streams.backlog import Backlog
 from streams.batchconsumer import batch_consumer
 from streams.dlq import Inbound, Limits, Outbound
-from streams.keyed import KeyedRunner, Source
+from streams.engine import StageOutput
+from streams.keyed import KeyedRunner, Settle, Source
 
 log = logging.getLogger("gpuwarden.streams")
 
@@ -145,12 +149,13 @@ def build_app(
 
     held: dict[str, list[tuple[TP, int]]] = {"node-state": [], "class-state": []}
 
-    async def apply(runner: KeyedRunner, table: faust.Table, records: list[Any]) -> None:
+    async def apply(runner: KeyedRunner, table: faust.Table, records: list[Any],
+                    settle: Settle | None = None) -> None:
         """One batch; its offsets are held (not committable) until a checkpoint covers them."""
         waiting = held[table.name]
         waiting.extend((TP(r.topic, r.partition), r.offset) for r in records)
         res = runner.run([inbound(r) for r in records], lambda key: table.get(key.encode()),
-                         force=len(waiting) >= HOLD_MAX)
+                         force=len(waiting) >= HOLD_MAX, settle=settle)
         # Outputs must be on the broker before the state that says they were made.
         await send_all(res.out)
         if res.state:
@@ -168,34 +173,70 @@ def build_app(
                       sum(map(len, res.state.values())), getattr(runner.stage, "counters", dict)())
 
     ranks = {topics.samples: 0, topics.events: 1, topics.metrics: 2}
-    behind_now: dict[int, frozenset] = {}  # per fetch: partition -> ranks behind
+    backlog = Backlog(ranks)
 
-    def behind(partition: int) -> frozenset:
-        return behind_now.get(partition, frozenset())
-
-    def find_behind(fetched: Mapping[TP, list[Any]]) -> None:
+    async def find_behind(fetched: Mapping[TP, list[Any]], assigned: set[TP]) -> None:
         """Per partition of this fetch (a node's inputs are co-partitioned): the source ranks
-        with records past the fetch, not read yet. While catching up, the node waits for them."""
-        consumer = app.consumer
-        behind_now.clear()
-        for partition in {tp.partition for tp in fetched if tp.topic in ranks}:
+        with records in or past the fetch, not applied yet. While catching up, the node waits
+        for them."""
+        last, beyond = {}, {}
+        for partition in {tp.partition for tp in fetched if tp.topic in ranks and tp in assigned}:
             out = set()
             for topic, rank in ranks.items():
-                tp = TP(topic, partition)
-                high = consumer.highwater(tp)
-                recs = fetched.get(tp)
-                # Read up to: this fetch's end, else this worker's position, else faust's read
-                # offset (the committed one). No high-water mark yet (not fetched): behind.
-                pos = recs[-1].offset + 1 if recs else node_runner.position.get(
-                    f"{topic}:{partition}", consumer._read_offset.get(tp))
-                if high is None or high > (pos or 0):
+                recs = fetched.get(TP(topic, partition))
+                if recs:
+                    last[topic, partition] = recs[-1].offset
+                if await unread(TP(topic, partition), recs, assigned):
                     out.add(rank)
-            behind_now[partition] = frozenset(out)
+            beyond[partition] = out
+        backlog.start(last, beyond)
+
+    async def unread(tp: TP, recs: list[Any] | None, assigned: set[TP]) -> bool:
+        """Whether ``tp`` has records past this fetch. Read up to: the fetch's end, else what
+        this worker applied, else where the fetcher stands; the broker is asked what is not
+        known yet (just after a rebalance), since a guess either way loses records (released
+        past them) or stalls a node. Unknowable (not ours, revoked meanwhile): behind."""
+        consumer = app.consumer
+        pos = recs[-1].offset + 1 if recs else node_runner.position.get(f"{tp.topic}:{tp.partition}")
+        high = consumer.highwater(tp)
+        if pos is not None and high is not None:
+            return high > pos
+        if tp not in assigned:
+            return True
+        ktp = TopicPartition(tp.topic, tp.partition)
+        try:
+            if pos is None:
+                pos = await consumer.position(ktp)
+            if high is None:
+                high = (await consumer.highwaters(ktp))[ktp]
+        except IllegalStateError:
+            return True
+        return pos is None or high is None or high > pos
+
+    nodes_at: dict[int, set[str]] = {}  # partition -> nodes read from it
 
     def emit_node(record: Any, msg: Inbound) -> list[Outbound]:
-        out = node_stage.process(record, behind(msg.partition))
+        out = node_stage.process(record, backlog.behind(msg.topic, msg.partition, msg.offset))
+        nodes_at.setdefault(msg.partition, set()).add(record.node)
+        return node_outbound(out)
+
+    def node_outbound(out: Any) -> list[Outbound]:
         return [*(Outbound(topics.alerts, t.fingerprint.encode(), encode(t)) for t in out.transitions),
                 *(Outbound(topics.summaries, s.task.encode(), encode(s)) for s in out.summaries)]
+
+    def settle_nodes(partitions: Iterable[int]) -> Settle:
+        """After a fetch: the nodes of its partitions release what their inputs' final state
+        allows. A node held back by an input behind at its last record would otherwise wait for
+        its next record (a sample period live, forever at the end of a replayed topic)."""
+        def settle() -> tuple[list[str], list[Outbound]]:
+            out, changed = StageOutput([], []), []
+            for p in partitions:
+                behind = backlog.behind_at_end(p)
+                for node in sorted(nodes_at.get(p, ())):
+                    if node_runner.synced(node) and node_stage.advance(node, behind, out):
+                        changed.append(node)
+            return changed, node_outbound(out)
+        return settle
 
     def emit_class(summary: TaskSummary, msg: Inbound) -> list[Outbound]:
         return [Outbound(topics.alerts, t.fingerprint.encode(), encode(t))
@@ -227,6 +268,9 @@ def build_app(
         previous.update(assigned)
         for runner in (node_runner, class_runner):
             runner.reassigned(retained)
+        for p in list(nodes_at):
+            if f"{topics.samples}:{p}" not in retained:
+                del nodes_at[p]
         for waiting in held.values():
             waiting.clear()
 
@@ -236,10 +280,11 @@ def build_app(
         assigned = app.consumer.assignment()
         node_lists = [recs for tp, recs in fetched.items() if tp.topic in ranks and tp in assigned]
         if node_lists:
-            find_behind(fetched)
+            await find_behind(fetched, assigned)
             merged = node_lists[0] if len(node_lists) == 1 else \
                 list(heapq.merge(*node_lists, key=attrgetter("timestamp")))
-            await apply(node_runner, node_table, merged)
+            await apply(node_runner, node_table, merged,
+                        settle_nodes({tp.partition for tp in fetched if tp.topic in ranks}))
         summaries = [r for tp, recs in fetched.items() if tp.topic == topics.summaries and tp in assigned
                      for r in recs]
         if summaries:

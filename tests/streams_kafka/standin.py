@@ -44,6 +44,9 @@ class StandinNodeStage:
             out.transitions.append(_alert(f"{record.node}:xid{record.code}", "xid", record.ts))
         return out
 
+    def advance(self, node: str, behind: object, out: object) -> bool:
+        return False  # no reorder buffer: every record is applied as it comes
+
     def dump(self, node: str) -> bytes:
         return json.dumps(self.state[node]).encode()
 

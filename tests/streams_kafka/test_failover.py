@@ -69,11 +69,6 @@ async def run_with_one_killed(bootstrap: str, settings: Any, records: list[Any],
     await produce_records(bootstrap, topics, records[half:])
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "OPEN BUG (issue #4): after the session-2 fix (task.metrics keyed by node, batch consumer) nothing is "
-    "lost and stage 2 is exact, but in ~1 of 5 runs the survivor adds a stage-1 'resolved' one bucket "
-    "after a firing (thermal-slowdown / memory-leak on a taken-over node), where the in-process Engine "
-    "keeps firing. Kept visible, not skipped, until fixed; tests/reliability/test_worker_kill.py is strict."))
 async def test_worker_killed_mid_run_no_transition_lost_or_duplicated(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:

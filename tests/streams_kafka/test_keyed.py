@@ -142,3 +142,16 @@ def test_stored_state_of_another_version_starts_the_key_afresh_and_keeps_going()
     res = r.run([msg(snapshot("a", i, T0 + i), i) for i in range(4)], lambda key: envelope, now=T0)
     assert res.applied == 4 and res.skipped == 0 and res.dead == 0  # nothing skipped: no state held them
     assert unpack(res.state["a"])[0] == {f"{TOPIC}:0": 3}
+
+
+def test_settle_changes_keys_without_a_record_and_their_next_checkpoint_holds_them() -> None:
+    r = runner(StandinNodeStage(every=100), checkpoint_s=10.0)
+    first = r.run([msg(snapshot("a", 0, T0), 0)], lambda k: None, now=T0, wall=0.0)
+    assert set(first.state) == {"a"}
+    settled = Outbound("alerts", b"fp", b"{}")
+    res = r.run([msg(snapshot("b", 0, T0), 0, partition=1)], lambda k: None, now=T0, wall=5.0,
+                settle=lambda: (["a"], [settled]))
+    assert res.out[-1] is settled and not res.state  # no checkpoint due yet
+    assert r.synced("a") and r.synced("b") and not r.synced("c")
+    later = r.run([], lambda k: None, now=T0, wall=11.0)
+    assert set(later.state) == {"a", "b"}  # "a" changed by the settle, with no record of its own
