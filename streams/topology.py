@@ -178,40 +178,46 @@ def build_app(
     async def find_behind(fetched: Mapping[TP, list[Any]], assigned: set[TP]) -> None:
         """Per partition of this fetch (a node's inputs are co-partitioned): the source ranks
         with records in or past the fetch, not applied yet. While catching up, the node waits
-        for them."""
+        for them. Read up to: the fetch's end, else what this worker applied, else where the
+        fetcher stands; high-water mark from the last fetch response."""
+        consumer = app.consumer
         last, beyond = {}, {}
         for partition in {tp.partition for tp in fetched if tp.topic in ranks and tp in assigned}:
             out = set()
             for topic, rank in ranks.items():
-                recs = fetched.get(TP(topic, partition))
+                tp = TP(topic, partition)
+                recs = fetched.get(tp)
                 if recs:
-                    last[topic, partition] = recs[-1].offset
-                if await unread(TP(topic, partition), recs, assigned):
+                    pos = last[topic, partition] = recs[-1].offset
+                    pos += 1
+                else:
+                    pos = node_runner.position.get(f"{topic}:{partition}", asked.get(tp))
+                high = consumer.highwater(tp)
+                if pos is None or high is None:
+                    pos, high = await ask(tp, pos, high, assigned)
+                if pos is None or high is None or high > pos:
                     out.add(rank)
             beyond[partition] = out
         backlog.start(last, beyond)
 
-    async def unread(tp: TP, recs: list[Any] | None, assigned: set[TP]) -> bool:
-        """Whether ``tp`` has records past this fetch. Read up to: the fetch's end, else what
-        this worker applied, else where the fetcher stands; the broker is asked what is not
-        known yet (just after a rebalance), since a guess either way loses records (released
-        past them) or stalls a node. Unknowable (not ours, revoked meanwhile): behind."""
-        consumer = app.consumer
-        pos = recs[-1].offset + 1 if recs else node_runner.position.get(f"{tp.topic}:{tp.partition}")
-        high = consumer.highwater(tp)
-        if pos is not None and high is not None:
-            return high > pos
+    asked: dict[TP, int] = {}  # fetcher positions of partitions that delivered nothing yet
+
+    async def ask(tp: TP, pos: int | None, high: int | None,
+                  assigned: set[TP]) -> tuple[int | None, int | None]:
+        """Position and high-water mark not known yet (just after a rebalance), from the
+        consumer and the broker: a guess either way loses records (released past them) or
+        stalls a node. None when unknowable (not ours, revoked meanwhile): counts as behind."""
         if tp not in assigned:
-            return True
+            return None, None
         ktp = TopicPartition(tp.topic, tp.partition)
         try:
-            if pos is None:
-                pos = await consumer.position(ktp)
+            if pos is None:  # kept until a rebalance: only a fetch (or a rebalance's seek) moves it
+                pos = asked[tp] = await app.consumer.position(ktp)
             if high is None:
-                high = (await consumer.highwaters(ktp))[ktp]
+                high = (await app.consumer.highwaters(ktp))[ktp]
         except IllegalStateError:
-            return True
-        return pos is None or high is None or high > pos
+            return None, None
+        return pos, high
 
     nodes_at: dict[int, set[str]] = {}  # partition -> nodes read from it
 
@@ -268,6 +274,7 @@ def build_app(
         previous.update(assigned)
         for runner in (node_runner, class_runner):
             runner.reassigned(retained)
+        asked.clear()
         for p in list(nodes_at):
             if f"{topics.samples}:{p}" not in retained:
                 del nodes_at[p]

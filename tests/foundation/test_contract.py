@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -17,7 +16,6 @@ from gpuwarden.contract import (
     Baseline,
     CatalogueEntry,
     ContractError,
-    DeadLetter,
     EventKind,
     Evidence,
     GpuEvent,
