@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import statistics
 import sys
 import tempfile
 import time

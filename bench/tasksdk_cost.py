@@ -43,7 +43,6 @@ def main() -> None:
         got = 0
 
         def send_and_drain():
-            nonlocal got
             live.report_step(0.5, data_wait_s=0.01)
         t = time.perf_counter()
         for i in range(m):

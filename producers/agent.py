@@ -93,7 +93,7 @@ def build_source(args: Any, settings: Any, start_ts: float) -> tuple[Source, lis
         return Simulator(scenarios, nodes=args.nodes or 1, gpus=args.gpus or 8, seed=args.seed,
                          start_ts=start_ts, tick_s=cfg.fast_interval), []
     from producers.attrib import Attributor
-    from producers.events import EventLog, KmsgWatcher, NvmlEventWatcher
+    from producers.events import KmsgWatcher, NvmlEventWatcher
     from producers.nvml import NvmlCollector, load_nvml
     from producers.taskrecv import TaskReceiver
 
