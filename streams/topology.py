@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from operator import attrgetter
 from pathlib import Path
@@ -175,21 +176,21 @@ def build_app(
     ranks = {topics.samples: 0, topics.events: 1, topics.metrics: 2}
     backlog = Backlog(ranks)
 
-    async def find_behind(fetched: Mapping[TP, list[Any]], assigned: set[TP]) -> None:
+    async def find_behind(fetched: Mapping[TP, list[Any]], partitions: set[int], assigned: set[TP]) -> None:
         """Per partition of this fetch (a node's inputs are co-partitioned): the source ranks
         with records in or past the fetch, not applied yet. While catching up, the node waits
         for them. Read up to: the fetch's end, else what this worker applied, else where the
         fetcher stands; high-water mark from the last fetch response."""
         consumer = app.consumer
         last, beyond = {}, {}
-        for partition in {tp.partition for tp in fetched if tp.topic in ranks and tp in assigned}:
+        for partition in partitions:
             out = set()
             for topic, rank in ranks.items():
                 tp = TP(topic, partition)
                 recs = fetched.get(tp)
                 if recs:
-                    pos = last[topic, partition] = recs[-1].offset
-                    pos += 1
+                    last[topic, partition] = recs[-1].offset
+                    pos = recs[-1].offset + 1
                 else:
                     pos = node_runner.position.get(f"{topic}:{partition}", asked.get(tp))
                 high = consumer.highwater(tp)
@@ -219,11 +220,11 @@ def build_app(
             return None, None
         return pos, high
 
-    nodes_at: dict[int, set[str]] = {}  # partition -> nodes read from it
+    nodes_at: defaultdict[int, set[str]] = defaultdict(set)  # partition -> nodes read from it
 
     def emit_node(record: Any, msg: Inbound) -> list[Outbound]:
         out = node_stage.process(record, backlog.behind(msg.topic, msg.partition, msg.offset))
-        nodes_at.setdefault(msg.partition, set()).add(record.node)
+        nodes_at[msg.partition].add(record.node)
         return node_outbound(out)
 
     def node_outbound(out: Any) -> list[Outbound]:
@@ -287,11 +288,11 @@ def build_app(
         assigned = app.consumer.assignment()
         node_lists = [recs for tp, recs in fetched.items() if tp.topic in ranks and tp in assigned]
         if node_lists:
-            await find_behind(fetched, assigned)
+            partitions = {tp.partition for tp in fetched if tp.topic in ranks and tp in assigned}
+            await find_behind(fetched, partitions, assigned)
             merged = node_lists[0] if len(node_lists) == 1 else \
                 list(heapq.merge(*node_lists, key=attrgetter("timestamp")))
-            await apply(node_runner, node_table, merged,
-                        settle_nodes({tp.partition for tp in fetched if tp.topic in ranks}))
+            await apply(node_runner, node_table, merged, settle_nodes(partitions))
         summaries = [r for tp, recs in fetched.items() if tp.topic == topics.summaries and tp in assigned
                      for r in recs]
         if summaries:
