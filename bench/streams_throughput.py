@@ -3,21 +3,28 @@
 Same simulated data for all three (seeded ``mixed``, 8-GPU nodes, 1 s ticks):
 
 (a) engine alone: ``bench/engine_throughput.py:measure`` (CPU time of this process);
-(b) end to end: one ``gpuwarden streams`` worker (subprocess); agent-style records (one
-    NodeSnapshot per node per tick, plus the GPU events: the information (c) gets) produced
-    to the input topics once the worker has joined its group; time from the first send to
-    the last task summary on ``task.summaries`` (Kafka record timestamps), i.e. until the
-    worker has consumed everything and emitted what the in-process engine emits;
+(b) end to end: one ``gpuwarden streams`` worker (subprocess) started on input topics
+    loaded beforehand with agent-style records (one NodeSnapshot per node per tick, plus
+    the GPU events: the information (c) gets); time from its first fetch (its log line)
+    to the last task summary on ``task.summaries`` (Kafka record timestamp), i.e. until
+    the worker has consumed everything and emitted what the in-process engine emits;
     (b+) the same with the task metrics too (~2.5 per snapshot, keyed by node like the rest);
 (c) naive: a faust agent (subprocess) iterating one record per GPU sample (each GpuSample
     its own Kafka record), decoding it with the contract model and keeping a per-GPU
-    rolling window with a threshold check; time from the first send to the agent's echo
-    of an end marker sent after the data on every partition.
+    rolling window with a threshold check; time from its first record to its echo of an
+    end marker loaded after the data on every partition.
 
-Wall time for (b) and (c) on a shared 2-core machine: the broker, this script's producer
-and the worker share the cores; the worker's own CPU time over the same span is printed
-beside it (all its threads, from /proc/<pid>/task/*/schedstat). Kafka: ``$KAFKA_BOOTSTRAP``, else ``scripts/kafka-local start``
-(stopped again only if this run started it).
+Both read a backlog (a worker catching up after an outage, or a replay): while the input
+is still being produced, a worker that catches up with the producer judges a topic's
+backlog from high-water marks that may be older than another topic's records, so with a
+producer far faster than real time it can release a node past records not yet fetched
+and drop them as late (see docs/streams-faust.md); agents publishing in real time stay
+within the allowed lateness. ``bench/scale_run.py`` measures the live case. Wall time on
+a shared 2-core machine (broker and worker share the cores); the worker's own CPU time
+over the same span is printed beside it (all its threads, from
+/proc/<pid>/task/*/schedstat, read when its first-fetch line appears: polled every 5 ms).
+Kafka: ``$KAFKA_BOOTSTRAP``, else ``scripts/kafka-local start`` (stopped again only if
+this run started it).
 
     .venv/bin/python bench/streams_throughput.py [--nodes 4] [--minutes 15] [--json]
 """
@@ -75,7 +82,8 @@ async def send(bootstrap: str, records: list[tuple[str, bytes | None, bytes, int
     """(topic, key, value, partition) in order, all acknowledged."""
     from aiokafka import AIOKafkaProducer
 
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=1 << 20)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=1 << 20,
+                                compression_type="gzip")
     await producer.start()
     try:
         futs = [await producer.send(t, value=v, key=k, partition=p) for t, k, v, p in records]
@@ -100,14 +108,26 @@ async def output_times(bootstrap: str, topic: str, want: Any, timeout: float) ->
         await asyncio.sleep(0.5)
 
 
-async def group_joined(bootstrap: str, group: str, timeout: float = 90.0) -> None:
-    from tests.streams_kafka.workers import group_members, wait_for
+async def started(proc: subprocess.Popen, log: Path, marker: str, timeout: float = 120.0) -> tuple[float, float]:
+    """(wall time in the worker's ``marker`` log line, the worker's CPU seconds when it appeared)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in log.read_text(errors="replace").splitlines():
+            if marker in line:
+                return line_time(line), cpu_s(proc.pid)
+        if proc.poll() is not None:
+            raise RuntimeError(f"worker exited with {proc.returncode}: see {log}")
+        await asyncio.sleep(0.005)
+    raise TimeoutError(f"no {marker!r} in {log} after {timeout:.0f} s")
 
-    async def joined() -> bool:
-        return await group_members(bootstrap, group) > 0
 
-    await wait_for(joined, timeout, f"consumer group {group} joined")
-    await asyncio.sleep(3.0)  # assignment and (empty) changelog recovery
+def line_time(line: str) -> float:
+    """Epoch seconds of a worker log line: mode's ``[YYYY-mm-dd HH:MM:SS,mmm]`` (local time) or
+    the naive agent's ``at <epoch>``."""
+    if " at " in line and line.rsplit(" at ", 1)[1].strip().replace(".", "").isdigit():
+        return float(line.rsplit(" at ", 1)[1])
+    stamp = line[line.index("[") + 1:line.index("]")]
+    return time.mktime(time.strptime(stamp[:19], "%Y-%m-%d %H:%M:%S")) + int(stamp[20:23]) / 1000.0
 
 
 def cpu_s(pid: int) -> float:
@@ -137,14 +157,13 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 async def topology_run(bootstrap: str, records: list[Any], tmp: Path) -> tuple[float, float]:
-    """(wall seconds from the first send to the last task summary the engine gives, the
-    worker's CPU seconds meanwhile), one worker."""
+    """(wall seconds from the worker's first fetch to the last task summary the engine
+    gives, its CPU seconds meanwhile), one worker."""
     import yaml
 
     from gpuwarden.config import validate_settings
     from gpuwarden.contract import Topics, encode, record_key
     from streams.engine import Engine
-    from streams.topology import app_id
 
     prefix = f"bench-{uuid.uuid4().hex[:8]}."
     settings = validate_settings({"kafka": {"bootstrap": bootstrap, "topic_prefix": prefix,
@@ -154,15 +173,14 @@ async def topology_run(bootstrap: str, records: list[Any], tmp: Path) -> tuple[f
     probe.process_many(records)
     summaries = probe.summaries
     await create_topics(bootstrap, [topics.samples, topics.events, topics.metrics])
+    await send(bootstrap, [(topics.for_record(r), record_key(r).encode(), encode(r), None) for r in records])
     config = tmp / "gpuwarden.yaml"
     config.write_text(yaml.safe_dump(settings.model_dump(mode="json", include={"kafka", "limits", "engine"})))
-    proc = worker([sys.executable, "-m", "gpuwarden.cli", "streams", "--config", str(config),
-                   "--worker-id", "bench", "--data-dir", str(tmp / "streams")], tmp / "streams.log")
+    log = tmp / "streams.log"
+    proc = worker([sys.executable, "-m", "gpuwarden.cli", "-v", "streams", "--config", str(config),
+                   "--worker-id", "bench", "--data-dir", str(tmp / "streams")], log)
     try:
-        await group_joined(bootstrap, app_id(settings))
-        batch = [(topics.for_record(r), record_key(r).encode(), encode(r), None) for r in records]
-        t0, c0 = time.time(), cpu_s(proc.pid)
-        await send(bootstrap, batch)
+        t0, c0 = await started(proc, log, "first fetch")  # streams/batchconsumer.py, at INFO (-v)
         times = await output_times(bootstrap, topics.summaries, lambda v: len(v) >= summaries, 600)
         return times[-1] - t0, cpu_s(proc.pid) - c0
     finally:
@@ -170,26 +188,25 @@ async def topology_run(bootstrap: str, records: list[Any], tmp: Path) -> tuple[f
 
 
 async def naive_run(bootstrap: str, records: list[Any], tmp: Path) -> tuple[float, float]:
-    """(wall seconds from the first send to the naive agent's last end-marker echo, its
+    """(wall seconds from the naive agent's first record to its last end-marker echo, its
     CPU seconds meanwhile)."""
     from gpuwarden.contract import NodeSnapshot
 
     prefix = f"bench-{uuid.uuid4().hex[:8]}."
     source, out = prefix + "naive.samples", prefix + "naive.out"
     await create_topics(bootstrap, [source, out])
-    proc = worker([sys.executable, __file__, "--naive-worker", "--bootstrap", bootstrap, "--prefix", prefix],
-                  tmp / "naive.log")
+    batch: list[tuple[str, bytes | None, bytes, int | None]] = []
+    for r in records:
+        if isinstance(r, NodeSnapshot):
+            for g in r.gpus:
+                value = json.dumps({"node": r.node, "ts": r.ts, "gpu": g.model_dump(mode="json")})
+                batch.append((source, f"{r.node}/{g.index}".encode(), value.encode(), None))
+    batch += [(source, None, END, p) for p in range(PARTITIONS)]
+    await send(bootstrap, batch)
+    log = tmp / "naive.log"
+    proc = worker([sys.executable, __file__, "--naive-worker", "--bootstrap", bootstrap, "--prefix", prefix], log)
     try:
-        await group_joined(bootstrap, prefix + "naive")
-        batch: list[tuple[str, bytes | None, bytes, int | None]] = []
-        for r in records:
-            if isinstance(r, NodeSnapshot):
-                for g in r.gpus:
-                    value = json.dumps({"node": r.node, "ts": r.ts, "gpu": g.model_dump(mode="json")})
-                    batch.append((source, f"{r.node}/{g.index}".encode(), value.encode(), None))
-        batch += [(source, None, END, p) for p in range(PARTITIONS)]
-        t0, c0 = time.time(), cpu_s(proc.pid)
-        await send(bootstrap, batch)
+        t0, c0 = await started(proc, log, "naive: first record at")
         times = await output_times(bootstrap, out, lambda v: v.count(END) >= PARTITIONS, 600)
         return times[-1] - t0, cpu_s(proc.pid) - c0
     finally:
@@ -201,6 +218,7 @@ def naive_worker(bootstrap: str, prefix: str) -> None:
     import faust
 
     from gpuwarden.contract import GpuSample
+    from streams.worker import quiet_worker  # the same worker runtime as (b)
 
     app = faust.App(prefix + "naive", broker=f"kafka://{bootstrap}", store="memory://",
                     web_enabled=False, autodiscover=False, consumer_auto_offset_reset="earliest",
@@ -208,10 +226,14 @@ def naive_worker(bootstrap: str, prefix: str) -> None:
     source = app.topic(prefix + "naive.samples", key_serializer="raw", value_serializer="raw")
     out = app.topic(prefix + "naive.out", key_serializer="raw", value_serializer="raw")
     windows: dict[tuple[str, int], deque] = {}
+    first: list[float] = []
 
     @app.agent(source)
     async def per_sample(stream: Any) -> None:
         async for value in stream:
+            if not first:
+                first.append(time.time())
+                print(f"naive: first record at {first[0]:.6f}", flush=True)
             if value == END:
                 await out.send(value=END)
                 continue
@@ -222,7 +244,7 @@ def naive_worker(bootstrap: str, prefix: str) -> None:
             if len(w) == w.maxlen and sum(u or 0.0 for _, u, _ in w) / len(w) < 5.0:
                 await out.send(key=f"{d['node']}/{g.index}".encode(), value=b"idle")
 
-    faust.Worker(app, loglevel="warning", quiet=True).execute_from_commandline()
+    quiet_worker(app, loglevel="warning").execute_from_commandline()
 
 
 def main() -> None:

@@ -48,6 +48,7 @@ class BatchConsumer(AIOKafkaConsumer):
     batch_topics: frozenset[str] = frozenset()
     handle: BatchHandler
     _seeks = 0  # seeks so far: read offsets set by one must not be overwritten
+    _started = -1  # the generation whose first fetch was logged
 
     async def seek(self, partition: TP, offset: int) -> None:
         self._seeks += 1
@@ -111,6 +112,10 @@ class BatchConsumer(AIOKafkaConsumer):
                 await self.app.flow_control.acquire()
                 if generation != self.app.consumer_generation_id or not self.flow_active:
                     continue  # fetched before a rebalance: read again from the committed offsets
+                if generation != self._started:
+                    self._started = generation
+                    self.log.info("generation %s: first fetch, %d records from %d partitions", generation,
+                                  sum(map(len, batch.values())), len(batch))
                 try:
                     await self.handle(batch)
                 except Exception as exc:  # stop the worker: a fetch loop that died would stall silently
