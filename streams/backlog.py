@@ -29,8 +29,9 @@ class Backlog:
 
     def start(self, last: Mapping[tuple[str, int], int], beyond: Mapping[int, Iterable[int]]) -> None:
         """A new fetch: ``last`` is the last offset fetched per (topic, partition); ``beyond``
-        the ranks per partition with records past what was fetched."""
-        self._beyond = {p: frozenset(r) for p, r in beyond.items()}
+        the ranks per partition with records past what was fetched. Partitions not in
+        ``beyond`` keep what their last fetch left (a node there may still be held)."""
+        self._beyond.update((p, frozenset(r)) for p, r in beyond.items())
         self._pending = {p: set(r) for p, r in beyond.items()}
         self._last = {}
         for (topic, p), offset in last.items():

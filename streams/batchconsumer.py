@@ -24,12 +24,15 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from aiokafka.structs import TopicPartition
+from faust.exceptions import ConsumerNotStarted
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
 from faust.types import TP
 
 #: ``handle(records)``: the records of one fetch, per partition in offset order.
 BatchHandler = Callable[[Mapping[TP, list[Any]]], Awaitable[None]]
+#: ``idle()``: a fetch came back empty (about once a second while there is nothing to read).
+IdleHandler = Callable[[], Awaitable[None]]
 
 
 class _Acked:
@@ -47,6 +50,7 @@ class BatchConsumer(AIOKafkaConsumer):
 
     batch_topics: frozenset[str] = frozenset()
     handle: BatchHandler
+    idle: IdleHandler | None = None
     _seeks = 0  # seeks so far: read offsets set by one must not be overwritten
     _started = -1  # the generation whose first fetch was logged
 
@@ -70,10 +74,31 @@ class BatchConsumer(AIOKafkaConsumer):
             for tp in fresh:
                 self._read_offset[tp] = None
 
+    def polled(self, tp: TP) -> tuple[int | None, int | None]:
+        """(high-water mark, wall time in ms the fetcher read it); Nones until the first fetch
+        response for ``tp`` (or when it is not assigned). The fetcher asks for a partition only
+        while it holds no records of it, so one partition's mark can be older than another's
+        records."""
+        try:
+            return self.highwater(tp), self._thread._ensure_consumer().last_poll_timestamp(tp)
+        except (AssertionError, ConsumerNotStarted):
+            return None, None
+
     def ack_offsets(self, acked: Iterable[tuple[TP, int]]) -> None:
         """Mark these records processed: faust commits each partition up to its first gap."""
         for tp, offset in acked:
             self.ack(_Acked(tp, offset))  # type: ignore[arg-type]
+
+    async def _call(self, handler: Callable[..., Awaitable[None]], *args: Any) -> bool:
+        """Run a handler; False (and the worker stops) if it raised: a fetch loop that died
+        would stall silently."""
+        try:
+            await handler(*args)
+        except Exception as exc:
+            self.log.exception("batch handler raised: %r", exc)
+            await self.app.crash(exc)
+            return False
+        return True
 
     async def _drain_messages(self, fetcher: Any) -> None:  # noqa: C901 - mirrors faust's loop
         callback, batch_topics = self.callback, self.batch_topics
@@ -84,7 +109,11 @@ class BatchConsumer(AIOKafkaConsumer):
                 self.diag.set_flag(CONSUMER_FETCHING)
                 records, active = await self._wait_next_records(timeout=1.0)
                 await self.sleep(0)
-                if not records or self.should_stop:
+                if self.should_stop:
+                    continue
+                if not records:
+                    if self.idle is not None and self.flow_active:
+                        await self._call(self.idle)
                     continue
                 if not self.flow_active:  # a rebalance began: faust seeks back to committed offsets
                     await self.perform_seek()
@@ -116,11 +145,7 @@ class BatchConsumer(AIOKafkaConsumer):
                     self._started = generation
                     self.log.info("generation %s: first fetch, %d records from %d partitions", generation,
                                   sum(map(len, batch.values())), len(batch))
-                try:
-                    await self.handle(batch)
-                except Exception as exc:  # stop the worker: a fetch loop that died would stall silently
-                    self.log.exception("batch handler raised: %r", exc)
-                    await self.app.crash(exc)
+                if not await self._call(self.handle, batch):
                     return
                 # A rebalance or a seek during the handler set positions back to the committed
                 # offsets: read those again (the runner skips what a key's state already holds).
@@ -137,7 +162,9 @@ class BatchConsumer(AIOKafkaConsumer):
             raise
 
 
-def batch_consumer(topics: Iterable[str], handle: BatchHandler) -> type[BatchConsumer]:
+def batch_consumer(topics: Iterable[str], handle: BatchHandler,
+                   idle: IdleHandler | None = None) -> type[BatchConsumer]:
     """A :class:`BatchConsumer` class for one app (``app.transport.Consumer = ...``)."""
     return type("BatchConsumer", (BatchConsumer,), {"batch_topics": frozenset(topics),
-                                                     "handle": staticmethod(handle)})
+                                                     "handle": staticmethod(handle),
+                                                     "idle": staticmethod(idle) if idle else None})

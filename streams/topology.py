@@ -180,11 +180,19 @@ def build_app(
         """Per partition of this fetch (a node's inputs are co-partitioned): the source ranks
         with records in or past the fetch, not applied yet. While catching up, the node waits
         for them. Read up to: the fetch's end, else what this worker applied, else where the
-        fetcher stands; high-water mark from the last fetch response."""
+        fetcher stands; high-water mark from the last fetch response. A mark read before the
+        newest records in hand were fetched may miss records sent before them (the fetcher
+        skips a partition while it holds records of it): its topic counts as behind until a
+        later read (next fetch, or :func:`idle`). Without this, a worker that had caught up
+        with a producer sending faster than real time (a spool drained after an outage)
+        released a node past records not read yet and dropped them as late."""
         consumer = app.consumer
         last, beyond = {}, {}
         for partition in partitions:
             out = set()
+            marks = {tp: consumer.polled(tp) for tp in (TP(t, partition) for t in ranks)}
+            fresh = max((marks[tp][1] or 0 for tp in marks if fetched.get(tp)), default=0)
+            fresh = fresh_at[partition] = max(fresh, fresh_at.get(partition, 0))
             for topic, rank in ranks.items():
                 tp = TP(topic, partition)
                 recs = fetched.get(tp)
@@ -193,13 +201,18 @@ def build_app(
                     pos = recs[-1].offset + 1
                 else:
                     pos = node_runner.position.get(f"{topic}:{partition}", asked.get(tp))
-                high = consumer.highwater(tp)
+                high, read_at = marks[tp]
                 if pos is None or high is None:
-                    pos, high = await ask(tp, pos, high, assigned)
+                    pos, high = await ask(tp, pos, high, assigned)  # from the broker: current
+                elif read_at is not None and read_at < fresh:
+                    out.add(rank)
+                    continue
                 if pos is None or high is None or high > pos:
                     out.add(rank)
             beyond[partition] = out
         backlog.start(last, beyond)
+
+    fresh_at: dict[int, int] = {}  # partition -> when (ms) the newest records applied were fetched
 
     asked: dict[TP, int] = {}  # fetcher positions of partitions that delivered nothing yet
 
@@ -276,6 +289,7 @@ def build_app(
         for runner in (node_runner, class_runner):
             runner.reassigned(retained)
         asked.clear()
+        fresh_at.clear()
         for p in list(nodes_at):
             if f"{topics.samples}:{p}" not in retained:
                 del nodes_at[p]
@@ -298,7 +312,18 @@ def build_app(
         if summaries:
             await apply(class_runner, class_table, summaries)
 
+    async def idle() -> None:
+        """Nothing came: nodes held by an input judged behind (a backlog, or a high-water mark
+        older than the records applied) are judged again with what the fetcher read since,
+        and settled. Otherwise they would wait for the next record (at the end of a replayed
+        topic: forever)."""
+        assigned = app.consumer.assignment()
+        held = {p for p in nodes_at if backlog.behind_at_end(p) and TP(topics.samples, p) in assigned}
+        if held:
+            await find_behind({}, held, assigned)
+            await apply(node_runner, node_table, [], settle_nodes(held))
+
     inputs = (topics.samples, topics.events, topics.metrics, topics.summaries)
-    app.transport.Consumer = batch_consumer(inputs, handle)
+    app.transport.Consumer = batch_consumer(inputs, handle, idle)
     app.topics.add(raw_topic(*inputs))  # subscribes them; their records never reach a Stream
     return app
