@@ -129,3 +129,15 @@ def test_backlog_drops_an_input_at_its_last_fetched_record_unless_more_is_past_t
     assert backlog.behind("metrics", 0, 4) == {2}  # metrics have more past the fetch
     assert backlog.behind_at_end(0) == {2}
     assert backlog.behind("samples", 1, 0) == set() and backlog.behind_at_end(3) == set()
+
+
+def test_a_partition_left_out_of_a_fetch_keeps_what_its_last_fetch_left() -> None:
+    """Its nodes may still be held (an input behind at its end): the idle re-judgement in
+    streams/topology.py looks for them after later fetches of other partitions."""
+    backlog = Backlog(RANKS)
+    backlog.start({("samples", 3): 7}, {3: {1}})
+    backlog.start({("samples", 0): 2}, {0: set()})  # a later fetch without partition 3
+    assert backlog.behind_at_end(3) == {1}
+    assert backlog.behind_at_end(0) == set()
+    backlog.start({}, {3: set()})  # judged again: caught up
+    assert backlog.behind_at_end(3) == set()
