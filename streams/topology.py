@@ -318,10 +318,10 @@ def build_app(
         and settled. Otherwise they would wait for the next record (at the end of a replayed
         topic: forever)."""
         assigned = app.consumer.assignment()
-        held = {p for p in nodes_at if backlog.behind_at_end(p) and TP(topics.samples, p) in assigned}
-        if held:
-            await find_behind({}, held, assigned)
-            await apply(node_runner, node_table, [], settle_nodes(held))
+        waiting = {p for p in nodes_at if backlog.behind_at_end(p) and TP(topics.samples, p) in assigned}
+        if waiting:
+            await find_behind({}, waiting, assigned)
+            await apply(node_runner, node_table, [], settle_nodes(waiting))
 
     inputs = (topics.samples, topics.events, topics.metrics, topics.summaries)
     app.transport.Consumer = batch_consumer(inputs, handle, idle)
