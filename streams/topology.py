@@ -178,8 +178,8 @@ def build_app(
 
     async def find_behind(fetched: Mapping[TP, list[Any]], partitions: set[int], assigned: set[TP]) -> None:
         """Per partition of this fetch (a node's inputs are co-partitioned): the source ranks
-        with records in or past the fetch, not applied yet. While catching up, the node waits
-        for them. Read up to: the fetch's end, else what this worker applied, else where the
+        with records past the fetch, and per node (record key) those with records later in the
+        fetch, not applied yet. While catching up, the node waits for them. Read up to: the fetch's end, else what this worker applied, else where the
         fetcher stands; high-water mark from the last fetch response. A mark read before the
         newest records in hand were fetched may miss records sent before them (the fetcher
         skips a partition while it holds records of it): its topic counts as behind until a
@@ -197,7 +197,8 @@ def build_app(
                 tp = TP(topic, partition)
                 recs = fetched.get(tp)
                 if recs:
-                    last[topic, partition] = recs[-1].offset
+                    for r in recs:
+                        last[topic, partition, r.key] = r.offset
                     pos = recs[-1].offset + 1
                 else:
                     pos = node_runner.position.get(f"{topic}:{partition}", asked.get(tp))
@@ -236,7 +237,7 @@ def build_app(
     nodes_at: defaultdict[int, set[str]] = defaultdict(set)  # partition -> nodes read from it
 
     def emit_node(record: Any, msg: Inbound) -> list[Outbound]:
-        out = node_stage.process(record, backlog.behind(msg.topic, msg.partition, msg.offset))
+        out = node_stage.process(record, backlog.behind(msg.topic, msg.partition, msg.offset, msg.key))
         nodes_at[msg.partition].add(record.node)
         return node_outbound(out)
 

@@ -59,23 +59,33 @@ def _by_topic(records: tuple[Any, ...]) -> dict[str, list[Any]]:
 
 
 def _fetched(records: tuple[Any, ...], fetches: list[dict[str, int]], *, per_record: bool = True,
-             settle: bool = True) -> tuple[dict[str, list[bytes]], NodeStage]:
-    """Feed ``records`` as fetches: each maps topic -> how many of its records it reaches."""
+             settle: bool = True, keyed: bool = True,
+             held: dict[str, int] | None = None) -> tuple[dict[str, list[bytes]], NodeStage]:
+    """Feed ``records`` as fetches: each maps topic -> how many of its records it reaches.
+    ``keyed=False`` gives every record the same key (judged per partition, as before);
+    ``held`` collects each node's largest reorder buffer."""
     topics = _by_topic(records)
     stage, out, backlog = NodeStage(RULES, CONFIG), StageOutput([], []), Backlog(RANKS)
     read = dict.fromkeys(RANKS, 0)
+
+    def key(r: Any) -> bytes | None:
+        return r.node.encode() if keyed else None
+
     for upto in fetches:
         parts, last = [], {}
         for t, n in upto.items():
             if n > read[t]:
                 parts.append([(r.ts, t, off, r) for off, r in enumerate(topics[t][read[t]:n], read[t])])
-                last[t, 0] = n - 1
+                for off in range(read[t], n):
+                    last[t, 0, key(topics[t][off])] = off
                 read[t] = n
         beyond = {RANKS[t] for t in RANKS if read[t] < len(topics[t])}
         backlog.start(last, {0: beyond})
         for _, t, off, r in heapq.merge(*parts, key=lambda x: x[0]):
-            behind = backlog.behind(t, 0, off) if per_record else backlog.behind_at_end(0)
+            behind = backlog.behind(t, 0, off, key(r)) if per_record else backlog.behind_at_end(0)
             stage.process(r, behind, out=out)
+            if held is not None:
+                held[r.node] = max(held.get(r.node, 0), len(stage._nodes[r.node].buffer))
         if settle:
             for node in stage.nodes():
                 stage.advance(node, backlog.behind_at_end(0), out)
@@ -121,22 +131,46 @@ def test_a_node_held_by_another_nodes_backlog_is_released_at_the_fetch_end() -> 
     assert len(unsettled.get("node-01", [])) < len(got["node-01"])  # node-01 would wait for its next record
 
 
+def test_a_node_is_not_held_by_its_partition_mates_records_later_in_the_fetch() -> None:
+    # One fetch of everything; node-01 has no GPU events. Judged per partition, node-00's
+    # events later in the fetch held node-01 at the max source skew: its whole backlog sat in
+    # its reorder buffer. Judged per key, it is held by its own inputs only (the lateness).
+    records = _records(events_of="node-00")
+    topics = _by_topic(records)
+    fetch = [{t: len(rs) for t, rs in topics.items()}]
+    keyed, shared = {}, {}
+    got, stage = _fetched(records, fetch, held=keyed)
+    assert got == _in_process(records) and stage.counters()["late"] == 0
+    old, _ = _fetched(records, fetch, keyed=False, held=shared)
+    assert old == got
+    alone, lateness_only = NodeStage(RULES, CONFIG), 0  # in process: held for the lateness only
+    for r in records:
+        alone.process(r, out=StageOutput([], []))
+        if r.node == "node-01":
+            lateness_only = max(lateness_only, len(alone._nodes["node-01"].buffer))
+    assert keyed["node-01"] <= lateness_only + 1
+    assert shared["node-01"] > 2 * lateness_only
+
+
 def test_backlog_drops_an_input_at_its_last_fetched_record_unless_more_is_past_the_fetch() -> None:
     backlog = Backlog(RANKS)
-    backlog.start({("samples", 0): 10, ("metrics", 0): 4}, {0: {2}, 1: set()})
-    assert backlog.behind("samples", 0, 9) == {0, 2}
-    assert backlog.behind("samples", 0, 10) == {2}  # samples caught up with their last record
-    assert backlog.behind("metrics", 0, 4) == {2}  # metrics have more past the fetch
+    backlog.start({("samples", 0, b"a"): 10, ("metrics", 0, b"a"): 4, ("events", 0, b"b"): 6},
+                  {0: {2}, 1: set()})
+    assert backlog.behind("samples", 0, 9, b"a") == {0, 2}
+    assert backlog.behind("samples", 0, 10, b"a") == {2}  # samples caught up with their last record
+    assert backlog.behind("metrics", 0, 4, b"a") == {2}  # metrics have more past the fetch
+    assert backlog.behind("events", 0, 5, b"b") == {1, 2}  # b's events only: a's are not b's
+    assert backlog.behind("events", 0, 6, b"b") == {2}
     assert backlog.behind_at_end(0) == {2}
-    assert backlog.behind("samples", 1, 0) == set() and backlog.behind_at_end(3) == set()
+    assert backlog.behind("samples", 1, 0, b"a") == set() and backlog.behind_at_end(3) == set()
 
 
 def test_a_partition_left_out_of_a_fetch_keeps_what_its_last_fetch_left() -> None:
     """Its nodes may still be held (an input behind at its end): the idle re-judgement in
     streams/topology.py looks for them after later fetches of other partitions."""
     backlog = Backlog(RANKS)
-    backlog.start({("samples", 3): 7}, {3: {1}})
-    backlog.start({("samples", 0): 2}, {0: set()})  # a later fetch without partition 3
+    backlog.start({("samples", 3, b"a"): 7}, {3: {1}})
+    backlog.start({("samples", 0, b"b"): 2}, {0: set()})  # a later fetch without partition 3
     assert backlog.behind_at_end(3) == {1}
     assert backlog.behind_at_end(0) == set()
     backlog.start({}, {3: set()})  # judged again: caught up
