@@ -34,6 +34,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the harness lives under tests/
 
 from gpuwarden.contract import Topics, encode  # noqa: E402
+from producers.publisher import COMPRESSION  # noqa: E402
 from producers.simulator import Simulator  # noqa: E402
 from streams.topology import app_id  # noqa: E402
 from tests.kafka_support import create_topic  # noqa: E402
@@ -81,7 +82,7 @@ async def step(bs: str, gpus: int, seconds: float, tmp: Path) -> dict:
         await create_topic(bs, t, partitions=PARTITIONS)
     tpl = templates(gpus)
     config = write_config(tmp / f"gw-{gpus}.yaml", settings)
-    producer = AIOKafkaProducer(bootstrap_servers=bs, linger_ms=20, compression_type="gzip", acks=1,
+    producer = AIOKafkaProducer(bootstrap_servers=bs, linger_ms=20, compression_type=COMPRESSION, acks=1,
                                 max_request_size=16 << 20)
     admin = AIOKafkaAdminClient(bootstrap_servers=bs)
     probe = AIOKafkaConsumer(bootstrap_servers=bs)

@@ -14,9 +14,9 @@ Same simulated data for all three (seeded ``mixed``, 8-GPU nodes, 1 s ticks):
     rolling window with a threshold check; time from its first record to its echo of an
     end marker loaded after the data on every partition.
 
-Both read a backlog (a worker catching up after an outage, or a replay), loaded gzip-compressed
-as the agent's publisher sends it: timed from the first send instead, the worker raced this
-script's producer for the same 2 cores. ``bench/scale_run.py`` measures the live case. Wall time on
+Both read a backlog (a worker catching up after an outage, or a replay), loaded compressed as
+the agent's publisher sends it (``producers.publisher.COMPRESSION``): timed from the first send
+instead, the worker raced this script's producer for the same 2 cores. ``bench/scale_run.py`` measures the live case. Wall time on
 a shared 2-core machine (broker and worker share the cores); the worker's own CPU time
 over the same span is printed beside it (all its threads, from
 /proc/<pid>/task/*/schedstat, read when its first-fetch line appears: polled every 5 ms).
@@ -79,8 +79,10 @@ async def send(bootstrap: str, records: list[tuple[str, bytes | None, bytes, int
     """(topic, key, value, partition) in order, all acknowledged."""
     from aiokafka import AIOKafkaProducer
 
+    from producers.publisher import COMPRESSION  # as the agents send
+
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=1 << 20,
-                                compression_type="gzip")
+                                compression_type=COMPRESSION)
     await producer.start()
     try:
         futs = [await producer.send(t, value=v, key=k, partition=p) for t, k, v, p in records]

@@ -18,6 +18,7 @@ import faust
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from producers.publisher import COMPRESSION
 from tests.kafka_support import (
     consume_all,
     create_topic,
@@ -40,7 +41,7 @@ async def test_idempotent_produce_and_group_consume_in_order(
     group = unique_topic("it-group")
     await create_topic(kafka_bootstrap, topic, partitions=1)
     records = [(b"k%d" % (i % 7), b"value-%06d" % i) for i in range(n)]
-    producer_kw = {"acks": "all", "enable_idempotence": True, "compression_type": "gzip"}
+    producer_kw = {"acks": "all", "enable_idempotence": True, "compression_type": COMPRESSION}
     await produce(kafka_bootstrap, topic, records, **producer_kw)
 
     consumer = AIOKafkaConsumer(
@@ -73,7 +74,7 @@ async def test_idempotent_produce_and_group_consume_in_order(
     assert [r.offset for r in resumed] == list(range(n, n + len(more)))
     assert [r.value for r in resumed] == [v for _, v in more]
     kafka_report(f"kafka: produced {n} / consumed {len(got)} via {kafka_bootstrap} "
-          f"(acks=all, idempotent, gzip; group resumed at offset {committed})")
+          f"(acks=all, idempotent, {COMPRESSION}; group resumed at offset {committed})")
 
 
 async def test_faust_agent_counts_into_table_with_changelog(
