@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpuwarden.contract import ContractError
-from streams.dlq import Inbound, Limits, Outbound, decode_inbound, to_dlq
+from streams.dlq import Consumed, Limits, Outbound, decode_inbound, to_dlq
 
 log = logging.getLogger("gpuwarden.streams")
 
@@ -100,7 +100,7 @@ class KeyedRunner:
         self,
         stage: Stage,
         sources: dict[str, Source],
-        emit: Callable[[Any, Inbound], Iterable[Outbound]],
+        emit: Callable[[Any, Consumed], Iterable[Outbound]],
         limits: Limits,
         checkpoint_s: float = 0.0,
     ) -> None:
@@ -127,7 +127,7 @@ class KeyedRunner:
         """Whether ``key``'s in-memory state is current (else it re-syncs at its next record)."""
         return key in self._synced
 
-    def run(self, batch: Iterable[Inbound], stored: Callable[[str], bytes | None],
+    def run(self, batch: Iterable[Consumed], stored: Callable[[str], bytes | None],
             now: float | None = None, wall: float | None = None, force: bool = False,
             settle: Settle | None = None) -> BatchResult:
         """Apply a batch; checkpoint when ``checkpoint_s`` has passed, or when ``force``d.

@@ -30,9 +30,10 @@ class StandinNodeStage:
         self.every = every
         self.state: dict[str, dict] = {}
 
-    def process(self, record: object, behind: frozenset = frozenset()) -> Output:
+    def process(self, record: object, behind: frozenset = frozenset(), out: Output | None = None) -> Output:
+        """Outputs are appended to ``out`` (a new one when None), as ``NodeStage.process`` does."""
         st = self.state.setdefault(record.node, {"snapshots": 0, "seen": []})
-        out = Output()
+        out = Output() if out is None else out
         if isinstance(record, NodeSnapshot):
             st["snapshots"] += 1
             if st["snapshots"] % self.every == 0:
