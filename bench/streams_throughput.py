@@ -23,7 +23,11 @@ over the same span is printed beside it (all its threads, from
 Kafka: ``$KAFKA_BOOTSTRAP``, else ``scripts/kafka-local start`` (stopped again only if
 this run started it).
 
-    .venv/bin/python bench/streams_throughput.py [--nodes 4] [--minutes 15] [--json]
+This machine's speed drifts by up to 2x within minutes (a shared VM: the same worker run took
+0.84 to 1.59 s in one session), so (b), (b+) and (c) run ``--rounds`` times, alternating, and
+the figures are the medians; each round's (b)/(c) is printed too.
+
+    .venv/bin/python bench/streams_throughput.py [--nodes 4] [--minutes 15] [--rounds 3] [--json]
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -250,6 +255,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--minutes", type=float, default=15)
     ap.add_argument("--scenario", default="mixed")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating runs of (b), (b+), (c); medians reported")
     ap.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
     ap.add_argument("--naive-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
@@ -268,14 +274,27 @@ def main() -> None:
     alone = measure(records)
     gpu_samples = alone["gpu_samples"]
     bootstrap, started = broker()
+    rounds: list[dict[str, tuple[float, float]]] = []
     try:
         with tempfile.TemporaryDirectory(prefix="streams-bench-") as tmp:
-            e2e_s, e2e_cpu = asyncio.run(topology_run(bootstrap, samples_only, Path(tmp)))
-            full_s, full_cpu = asyncio.run(topology_run(bootstrap, records, Path(tmp)))
-            naive_s, naive_cpu = asyncio.run(naive_run(bootstrap, records, Path(tmp)))
+            for i in range(a.rounds):
+                r = {"b": asyncio.run(topology_run(bootstrap, samples_only, Path(tmp))),
+                     "b+": asyncio.run(topology_run(bootstrap, records, Path(tmp))),
+                     "c": asyncio.run(naive_run(bootstrap, records, Path(tmp)))}
+                rounds.append(r)
+                print(f"  round {i + 1}: (b) {r['b'][0]:.2f} s / {r['b'][1]:.2f} CPU-s, (b+) {r['b+'][0]:.2f} s / "
+                      f"{r['b+'][1]:.2f} CPU-s, (c) {r['c'][0]:.2f} s / {r['c'][1]:.2f} CPU-s, "
+                      f"(b)/(c) {r['c'][0] / r['b'][0]:.2f}x", flush=True)
     finally:
         if started:
             subprocess.run([str(REPO / "scripts" / "kafka-local"), "stop"], capture_output=True, timeout=120)
+
+    def median(run: str, i: int) -> float:
+        return statistics.median(r[run][i] for r in rounds)
+
+    e2e_s, e2e_cpu, full_s, full_cpu = median("b", 0), median("b", 1), median("b+", 0), median("b+", 1)
+    naive_s, naive_cpu = median("c", 0), median("c", 1)
+    per_round = [r["c"][0] / r["b"][0] for r in rounds]
     figures = {
         "scenario": a.scenario, "nodes": a.nodes, "gpus_per_node": 8, "minutes": a.minutes,
         "records": len(records), "records_without_task_metrics": len(samples_only), "gpu_samples": gpu_samples,
@@ -285,7 +304,8 @@ def main() -> None:
         "e2e_with_task_metrics_gpu_samples_per_s": round(gpu_samples / full_s),
         "naive_seconds": round(naive_s, 2), "naive_gpu_samples_per_s": round(gpu_samples / naive_s),
         "e2e_worker_cpu_s": round(e2e_cpu, 3), "e2e_with_task_metrics_worker_cpu_s": round(full_cpu, 3),
-        "naive_worker_cpu_s": round(naive_cpu, 3),
+        "naive_worker_cpu_s": round(naive_cpu, 3), "rounds": a.rounds,
+        "e2e_vs_naive_per_round": [round(x, 2) for x in per_round],
     }
     figures["e2e_vs_naive"] = round(figures["e2e_gpu_samples_per_s"] / figures["naive_gpu_samples_per_s"], 2)
     figures["e2e_with_task_metrics_vs_naive"] = round(
@@ -293,7 +313,8 @@ def main() -> None:
     figures["e2e_vs_engine"] = round(figures["e2e_gpu_samples_per_s"] / figures["engine_gpu_samples_per_s_core"], 3)
     figures["e2e_vs_naive_worker_cpu"] = round(naive_cpu / e2e_cpu, 2)
     print(f"streams throughput: {a.scenario}, {a.nodes} nodes x 8 GPUs, {a.minutes:g} min at 1 s ticks, "
-          f"{len(records):,} records, {gpu_samples:,} GPU-samples, {PARTITIONS} partitions")
+          f"{len(records):,} records, {gpu_samples:,} GPU-samples, {PARTITIONS} partitions; "
+          f"medians of {a.rounds} alternating rounds")
     print(f"  (a) engine alone (CPU, 1 core)   {figures['engine_gpu_samples_per_s_core']:>10,} GPU-samples/s")
     print(f"  (b) faust topology, end to end   {figures['e2e_gpu_samples_per_s']:>10,} GPU-samples/s"
           f"   ({e2e_s:.2f} s wall, 1 worker: {e2e_cpu:.2f} CPU-s)")
@@ -304,6 +325,7 @@ def main() -> None:
     print(f"  (b)/(c) {figures['e2e_vs_naive']:.2f}x (target >= {TARGET_RATIO:g}x)   "
           f"(b+)/(c) {figures['e2e_with_task_metrics_vs_naive']:.2f}x   (b)/(a) {figures['e2e_vs_engine']:.3f}   "
           f"worker CPU per GPU-sample (c)/(b) {figures['e2e_vs_naive_worker_cpu']:.2f}x")
+    print(f"  (b)/(c) per round: {', '.join(f'{x:.2f}x' for x in per_round)}")
     if a.json:
         print(json.dumps(figures, sort_keys=True))
 
