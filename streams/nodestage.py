@@ -288,6 +288,7 @@ class NodeStage:
         self.lateness = float(config.allowed_lateness)
         self.max_skew = float(config.max_source_skew)
         self._nodes: dict[str, NodeState] = {}
+        self._lines: dict[str, dict[int, bytes]] = {}  # node -> arrival -> its buffer line in a dump
         self._ctx = _NodeCtx(self.bucket_s)
         gpu_rules = rules.by_scope["gpu"]
         self._event_rules_gpu = [r for r in gpu_rules if _counts_events(r)]
@@ -307,27 +308,48 @@ class NodeStage:
         return sorted(self._nodes)
 
     def dump(self, node: str) -> bytes:
+        """The node's state (JSON), then a line per record in its reorder buffer: ``<arrival>
+        S<Snap>`` or ``<arrival> R<record JSON>``. The buffer (the allowed lateness of input) is
+        most of a node's state, and a record waits through several checkpoints: its line is
+        made once (``_lines``)."""
         st = self._nodes[node]
-        buf = st.buffer
-        st.buffer = [[item[-2], item[-1] if type(item[-1]) is Snap else encode(item[-1]).decode()]  # type: ignore[assignment]
-                     for item in buf]
+        buf, made, lines = st.buffer, self._lines.get(node, {}), {}
+        for item in buf:
+            n, rec = item[-2], item[-1]
+            line = made.get(n)
+            if line is None:
+                line = (b"%d S%s" % (n, statecodec.dumps_value(rec)) if type(rec) is Snap
+                        else b"%d R%s" % (n, encode(rec)))
+            lines[n] = line
+        self._lines[node] = lines
+        st.buffer = []  # type: ignore[assignment] - written as the lines
         try:
-            return statecodec.dumps(st)
+            head = statecodec.dumps(st)
         finally:
             st.buffer = buf
+        return b"\n".join((head, *lines.values()))
 
     def load(self, node: str, data: bytes) -> None:
-        st: NodeState = statecodec.loads(data)
-        st.buffer = deque(sorted(_order(_held(r), n) for n, r in st.buffer))
+        """Inverse of :meth:`dump`; formats 3 and 4 kept the buffer in the document as
+        [arrival, Snap or record JSON] pairs."""
+        head, *lines = data.split(b"\n")
+        st: NodeState = statecodec.loads(head)
+        held = [(n, r) for n, r in st.buffer]
+        for line in lines:
+            n, _, saved = line.partition(b" ")
+            held.append((int(n), statecodec.loads_value(saved[1:]) if saved[:1] == b"S" else saved[1:]))
+        st.buffer = deque(sorted(_order(_held(r), n) for n, r in held))
         st.win.keep = self.keep_node
         for gs in st.gpus.values():
             gs.win.keep = self.keep_gpu
         for t in st.tasks.values():
             t.win.keep = self.keep_task
         self._nodes[node] = st
+        self._lines.pop(node, None)
 
     def drop(self, node: str) -> None:
         self._nodes.pop(node, None)
+        self._lines.pop(node, None)
 
     def counters(self) -> dict[str, int]:
         return {"late": sum(s.late for s in self._nodes.values()),
@@ -687,7 +709,7 @@ def _ids(record: Any) -> tuple | None:
 
 def _held(saved: Any) -> Any:
     """A reorder-buffer record as a dump saved it: a Snap, else a record's JSON (a snapshot
-    in state written before snapshots were reduced on arrival is reduced now)."""
+    in state of format 3, before snapshots were reduced on arrival, is reduced now)."""
     if type(saved) is Snap:
         return saved
     record = decode(saved)

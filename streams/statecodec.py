@@ -76,12 +76,22 @@ def _key(k: Any) -> Any:
 
 #: Bumped when the layout of state changes; state of a format not in READS is refused with a
 #: clear error.
-FORMAT = 4  # 3: stage 2's per-class reorder buffer; 4: stage 1 buffers reduced snapshots
-READS = frozenset({3, 4})  # 3 still loads: its buffered snapshots are reduced when loaded
+FORMAT = 5  # 3: stage 2's per-class reorder buffer; 4: stage 1 buffers reduced snapshots;
+#            5: stage 1's buffer as lines after the document
+READS = frozenset({3, 4, 5})  # 3 and 4 still load: their buffered snapshots are reduced when loaded
 
 
 def dumps(obj: Any) -> bytes:
     return json.dumps({"gws": FORMAT, "s": _enc(obj)}, sort_keys=True, separators=(",", ":")).encode()
+
+
+def dumps_value(v: Any) -> bytes:
+    """One value (no format header), for a caller that lays out several."""
+    return json.dumps(_enc(v), sort_keys=True, separators=(",", ":")).encode()
+
+
+def loads_value(data: bytes) -> Any:
+    return _dec(json.loads(data))
 
 
 def loads(data: bytes) -> Any:

@@ -49,7 +49,7 @@ class BucketWindow:
     columns cover the raw row only. Lists keep the newest ``maxlen`` buckets.
     """
 
-    __slots__ = ("rows", "t", "mean", "max", "maxlen", "keep")
+    __slots__ = ("rows", "t", "mean", "max", "maxlen", "keep", "_packed")
 
     def __init__(self, maxlen: int, keep: tuple | None = None) -> None:
         self.rows: list = []
@@ -60,6 +60,7 @@ class BucketWindow:
         # ((buckets per mean column), (per max column)) a dump keeps; a max column with 0 is
         # never read, so not computed. None: everything.
         self.keep = keep
+        self._packed: tuple | None = None  # (key, packed closed buckets) until the next close
 
     def add(self, row: Sequence[float | None]) -> None:
         self.rows.append(row)
@@ -128,18 +129,29 @@ class BucketWindow:
         """Every mean of the newest closed bucket (the live view's one row per GPU)."""
         return [c[-1] for c in self.mean] if self.t else None
 
-    # Compact state: only the buckets the rules can read, columns as packed floats.
+    # Compact state: only the buckets the rules can read, columns as packed floats, the open
+    # bucket's rows as one packed column. Closed buckets change once a bucket (15 s), and a
+    # checkpoint comes every few seconds: they are packed once per close.
     def __getstate__(self) -> dict:
         n = len(self.t)
-        keep = self.keep or ((n,) * len(self.mean), (n,) * len(self.max))
-        depth = min(n, max((*keep[0], *keep[1], 0)))
-        return {"rows": self.rows, "maxlen": self.maxlen, "keep": self.keep,
-                "t": pack_floats(self.t[n - depth:]),
-                "mean": [pack_floats(c[n - min(k, depth):]) for c, k in zip(self.mean, keep[0])],
-                "max": [pack_floats(c[n - min(k, depth):]) for c, k in zip(self.max, keep[1])]}
+        key = (n, self.t[-1] if n else None, self.keep)
+        if self._packed is None or self._packed[0] != key:
+            keep = self.keep or ((n,) * len(self.mean), (n,) * len(self.max))
+            depth = min(n, max((*keep[0], *keep[1], 0)))
+            self._packed = (key, pack_floats(self.t[n - depth:]),
+                            [pack_floats(c[n - min(k, depth):]) for c, k in zip(self.mean, keep[0])],
+                            [pack_floats(c[n - min(k, depth):]) for c, k in zip(self.max, keep[1])])
+        _, t, mean, maxes = self._packed
+        rows = self.rows
+        return {"rows": [len(rows[0]) if rows else 0, pack_floats([v for r in rows for v in r])],
+                "maxlen": self.maxlen, "keep": self.keep, "t": t, "mean": mean, "max": maxes}
 
     def __setstate__(self, s: dict) -> None:
-        self.rows, self.maxlen = s["rows"], s["maxlen"]
+        rows = s["rows"]
+        if len(rows) == 2 and isinstance(rows[1], str):  # [width, packed]; earlier: a list of rows
+            width, values = rows[0], unpack_floats(rows[1])
+            rows = [tuple(values[i:i + width]) for i in range(0, len(values), width)] if width else []
+        self.rows, self.maxlen, self._packed = rows, s["maxlen"], None
         self.keep = None if s["keep"] is None else (tuple(s["keep"][0]), tuple(s["keep"][1]))
         self.t = unpack_floats(s["t"])
         n = len(self.t)

@@ -81,8 +81,9 @@ def test_dump_load_continues_exactly() -> None:
 
 
 def test_state_of_format_3_with_whole_snapshots_buffered_loads_and_continues_exactly() -> None:
-    # Before format 4 the reorder buffer held (and checkpoints wrote) whole NodeSnapshots as JSON;
-    # stage 1 now reduces a snapshot on arrival. State written by the older version still loads.
+    # Before format 4 the reorder buffer held (and checkpoints wrote) whole NodeSnapshots as JSON
+    # inside the document; stage 1 now reduces a snapshot on arrival and writes the buffer as
+    # lines after it (format 5). State written by the older version still loads.
     import json
 
     recs = _records("mixed", 30)
@@ -92,20 +93,23 @@ def test_state_of_format_3_with_whole_snapshots_buffered_loads_and_continues_exa
     by_id = {(r.boot_id, r.seq): r for r in recs if isinstance(r, NodeSnapshot)}
     state = json.loads(first.dump_all())
     reduced = 0
-    for node, text in state["nodes"].items():
-        doc = json.loads(text)
-        assert doc["gws"] == 4
+    for node, text in state["nodes"].items():  # format 5: the document, then a line per buffered record
+        head, *lines = text.split("\n")
+        doc = json.loads(head)
+        assert doc["gws"] == 5 and doc["s"]["buffer"] == []
         doc["gws"] = 3
-        for pair in doc["s"]["buffer"]:
-            if isinstance(pair[1], dict) and pair[1].get("__t") == "Snap":
-                snap = dict(pair[1]["__s"]["__kd"])  # the codec writes dicts as pairs
-                pair[1] = encode(by_id[snap["boot_id"], snap["seq"]]).decode()
+        for line in lines:
+            n, _, saved = line.partition(" ")
+            if saved[0] == "S":
+                snap = dict(json.loads(saved[1:])["__s"]["__kd"])  # the codec writes dicts as pairs
+                saved = "R" + encode(by_id[snap["boot_id"], snap["seq"]]).decode()
                 reduced += 1
+            doc["s"]["buffer"].append([int(n), saved[1:]])
         state["nodes"][node] = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     assert reduced > 0  # snapshots were waiting in the buffer
     second = Engine()
     second.load_all(json.dumps(state).encode())
-    assert second.dump_all() == first.dump_all()  # reduced on load, written as format 4
+    assert second.dump_all() == first.dump_all()  # reduced on load, written as format 5
     out += second.process_many(recs[len(recs) // 2:]) + second.flush()
     assert _bytes(out) == whole
 

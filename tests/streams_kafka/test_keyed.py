@@ -40,6 +40,17 @@ def test_envelope_round_trip_and_rejects_foreign_bytes() -> None:
         unpack(b"XXXX\x00\x00\x00\x00")
     with pytest.raises(ValueError, match="truncated"):
         unpack(b"GW")
+    with pytest.raises(ValueError, match="does not decompress"):
+        unpack(data[:-3])
+
+
+def test_envelope_written_with_zlib_before_zstd_still_unpacks() -> None:
+    import struct
+    import zlib
+
+    head = b'{"t:0":41}'
+    old = struct.pack(">4sI", b"GWS3", len(head)) + head + zlib.compress(b"\x00state\n", 1)
+    assert unpack(old) == ({"t:0": 41}, b"\x00state\n")
 
 
 def test_batch_writes_one_envelope_per_key_with_last_offsets() -> None:
@@ -49,7 +60,7 @@ def test_batch_writes_one_envelope_per_key_with_last_offsets() -> None:
     assert res.applied == 5 and res.dead == 0 and res.skipped == 0
     assert set(res.state) == {"a", "b"}
     assert unpack(res.state["a"]) == ({f"{TOPIC}:0": 13}, json.dumps({"snapshots": 4, "seen": []}).encode())
-    assert res.state["a"].startswith(b"GWS3")
+    assert res.state["a"].startswith(b"GWS4")
     assert [o.topic for o in res.out] == ["summaries", "summaries"]
 
 
