@@ -48,6 +48,12 @@ class _Acked:
 class BatchConsumer(AIOKafkaConsumer):
     """faust's aiokafka consumer, with fetches of ``batch_topics`` delivered to ``handle``."""
 
+    #: The broker answers a fetch once this much is there, or after ``fetch_max_wait_ms``.
+    #: faust leaves aiokafka's 1 byte (and 1,500 ms): live, a fetch came back as soon as any
+    #: record arrived, ~4 records per fetch at 5,000 GPUs, and per-fetch work outweighed the
+    #: records' own (bench/scale_run.py; docs/benchmarks-notes.md, session 5).
+    fetch_min_bytes = 128 << 10
+    fetch_max_wait_ms = 250
     batch_topics: frozenset[str] = frozenset()
     handle: BatchHandler
     idle: IdleHandler | None = None
@@ -100,7 +106,14 @@ class BatchConsumer(AIOKafkaConsumer):
             return False
         return True
 
+    def _tune_fetches(self) -> None:
+        """Set the fetch size and wait on aiokafka's fetcher, which reads them at every fetch
+        request: faust builds the consumer without either setting."""
+        fetcher = self._thread._ensure_consumer()._fetcher
+        fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms = self.fetch_min_bytes, self.fetch_max_wait_ms
+
     async def _drain_messages(self, fetcher: Any) -> None:  # noqa: C901 - mirrors faust's loop
+        self._tune_fetches()
         callback, batch_topics = self.callback, self.batch_topics
         read_offset = self._read_offset
         consumer_stopped, fetcher_stopped = self._stopped.is_set, fetcher._stopped.is_set
