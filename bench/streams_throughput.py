@@ -16,9 +16,9 @@ Same simulated data for all three (seeded ``mixed``, 8-GPU nodes, 1 s ticks):
 
 Both read a backlog (a worker catching up after an outage, or a replay), loaded compressed as
 the agent's publisher sends it (``producers.publisher.COMPRESSION``): timed from the first send
-instead, the worker raced this script's producer for the same 2 cores. ``bench/scale_run.py`` measures the live case. Wall time on
-a shared 2-core machine (broker and worker share the cores); the worker's own CPU time
-over the same span is printed beside it (all its threads, from
+instead, the worker raced this script's producer for the same 2 cores. ``bench/scale_run.py``
+measures the live case. Wall time on a shared 2-core machine (broker and worker share the
+cores); the worker's own CPU time over the same span is printed beside it (all its threads, from
 /proc/<pid>/task/*/schedstat, read when its first-fetch line appears: polled every 5 ms).
 Kafka: ``$KAFKA_BOOTSTRAP``, else ``scripts/kafka-local start`` (stopped again only if
 this run started it).

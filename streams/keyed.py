@@ -25,11 +25,11 @@ import logging
 import struct
 import time
 import zlib
-
-import cramjam  # aiokafka's codec library (zstd), a dependency through aiokafka[zstd]
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+import cramjam  # aiokafka's codec library (zstd), a dependency through aiokafka[zstd]
 
 from gpuwarden.contract import ContractError
 from streams.dlq import Consumed, Limits, Outbound, decode_inbound, to_dlq

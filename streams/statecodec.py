@@ -27,16 +27,14 @@ def _enc(v: Any) -> Any:
     t = type(v)
     if t in _PLAIN or (t is float and v - v == 0):  # v - v is NaN for inf and NaN
         return v
-    if t is list or t is tuple:  # inline the scalars: a checkpoint walks ~10^4 of them per node
+    if isinstance(v, (list, tuple)):  # scalars inline: a checkpoint walks ~10^4 of them per node
         return [x if type(x) in _PLAIN or (type(x) is float and x - x == 0) else _enc(x) for x in v]
-    if v is None or isinstance(v, (bool, int, str)):
+    if isinstance(v, (bool, int, str)):  # subclasses (enums)
         return v
-    if isinstance(v, float):
+    if isinstance(v, float):  # inf and NaN (and subclasses)
         if v != v or v in (float("inf"), float("-inf")):
             return {"__f": repr(v)}
         return v
-    if isinstance(v, (list, tuple)):
-        return [_enc(x) for x in v]
     if isinstance(v, deque):
         return {"__dq": v.maxlen, "v": [_enc(x) for x in v]}
     if isinstance(v, dict):  # pairs keep insertion order, which iteration relies on

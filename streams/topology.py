@@ -185,8 +185,9 @@ def build_app(
     async def find_behind(fetched: Mapping[TP, list[Any]], partitions: set[int], assigned: set[TP]) -> None:
         """Per partition of this fetch (a node's inputs are co-partitioned): the source ranks
         with records past the fetch, and per node (record key) those with records later in the
-        fetch, not applied yet. While catching up, the node waits for them. Read up to: the fetch's end, else what this worker applied, else where the
-        fetcher stands; high-water mark from the last fetch response. A mark read before the
+        fetch, not applied yet. While catching up, the node waits for them. Read up to: the
+        fetch's end, else what this worker applied, else where the fetcher stands; high-water
+        mark from the last fetch response. A mark read before the
         newest records in hand were fetched may miss records sent before them (the fetcher
         skips a partition while it holds records of it): its topic counts as behind until a
         later read (next fetch, or :func:`idle`). Without this, a worker that had caught up
