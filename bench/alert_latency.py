@@ -61,7 +61,7 @@ async def main(n: int) -> dict[str, float]:
         now = float(int(time.time()) // 15 * 15)
 
         def snap(i: int, seq: int, ts: float) -> NodeSnapshot:
-            return NodeSnapshot(node=f"node-{i:04d}", seq=seq, boot_id="b", agent_version="bench", ts=ts,
+            return NodeSnapshot.of(node=f"node-{i:04d}", seq=seq, boot_id="b", agent_version="bench", ts=ts,
                                 gpus=[GpuSample(index=0, uuid=f"GPU-{i}")])
 
         for i in range(n):

@@ -47,7 +47,7 @@ def main(nodes: int, hours: float) -> dict[str, float]:
         for r in sim.step():
             engine.process(r)
             if isinstance(r, NodeSnapshot):
-                for g in r.gpus:
+                for g in r.gpus.rows():
                     naive.setdefault((r.node, g.index), deque(maxlen=keep)).append(g)
     node_dumps = {n: engine.nodes.dump(n) for n in engine.nodes.nodes()}
     class_dumps = {c: engine.classes.dump(c) for c in engine.classes.classes()}

@@ -35,7 +35,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the harness lives under tests/
 
-from gpuwarden.contract import Topics, encode  # noqa: E402
+from gpuwarden.contract import NodeSnapshot, Topics, encode  # noqa: E402
 from producers.publisher import COMPRESSION  # noqa: E402
 from producers.simulator import Simulator  # noqa: E402
 from streams.topology import COMMIT_INTERVAL_S, app_id  # noqa: E402
@@ -60,7 +60,7 @@ def templates(gpus: int) -> list[tuple[bytes, bytes]]:
     sim = Simulator("healthy", nodes=max(1, gpus // 8), gpus=8, start_ts=TS0, tick_s=1.0)
     out = []
     for r in sim.step():
-        if r.schema_ == "node_snapshot/1":
+        if isinstance(r, NodeSnapshot):
             v = encode(r.model_copy(update={"ts": TS0, "seq": SEQ0}))
             out.append((r.node.encode(), v))
     return out

@@ -199,7 +199,7 @@ async def naive_run(bootstrap: str, records: list[Any], tmp: Path) -> tuple[floa
     batch: list[tuple[str, bytes | None, bytes, int | None]] = []
     for r in records:
         if isinstance(r, NodeSnapshot):
-            for g in r.gpus:
+            for g in r.gpus.rows():
                 value = json.dumps({"node": r.node, "ts": r.ts, "gpu": g.model_dump(mode="json")})
                 batch.append((source, f"{r.node}/{g.index}".encode(), value.encode(), None))
     batch += [(source, None, END, p) for p in range(PARTITIONS)]

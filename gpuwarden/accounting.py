@@ -133,9 +133,9 @@ def compute_usage(records: Iterable[Any], *, by: str = "user", since: float, unt
     for snaps in per_node.values():
         snaps.sort(key=lambda s: s.ts)
         for snap, interval in zip(snaps, _intervals(snaps)):
-            util = {g.index: g.util_gpu for g in snap.gpus}
+            util = dict(zip(snap.gpus.index, snap.gpus.util_gpu))
             holders: dict[int, set[str]] = defaultdict(set)
-            for p in snap.processes:
+            for p in snap.processes.rows():
                 holders[p.gpu_index].add(owner(p, by))
                 if p.task_id:
                     run = runs.setdefault(p.task_id, _Run(p.task or UNKNOWN, snap.ts))

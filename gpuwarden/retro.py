@@ -66,8 +66,8 @@ def collect(records: Iterable[Any], transitions: list[AlertTransition]) -> Incid
     for r in records:
         times.append(r.ts)
         if isinstance(r, NodeSnapshot):
-            owners = {p.gpu_index: p.task for p in r.processes if p.task}
-            for g in r.gpus:
+            owners = {p.gpu_index: p.task for p in r.processes.rows() if p.task}
+            for g in r.gpus.rows():
                 s = series[(r.node, g.index)]
                 s.ts.append(r.ts)
                 s.mem_gib.append(None if g.mem_used_bytes is None else g.mem_used_bytes / GIB)

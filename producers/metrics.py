@@ -61,7 +61,7 @@ class AgentMetrics:
                 self.xids.labels(str(r.gpu_index), r.node, str(r.code)).inc(r.count)
 
     def _snapshot(self, snap: NodeSnapshot) -> None:
-        for g in snap.gpus:
+        for g in snap.gpus.rows():
             labels = (str(g.index), g.uuid, g.name or "", snap.node)
             for name, (_, field, scale) in _FIELDS.items():
                 v = getattr(g, field)
@@ -74,7 +74,7 @@ class AgentMetrics:
                 else:
                     gauge.labels(*labels).set(float(v) * scale)
         self.proc_mem.clear()
-        for p in snap.processes:
+        for p in snap.processes.rows():
             if p.used_memory_bytes is not None:
                 self.proc_mem.labels(str(p.gpu_index), snap.node, str(p.pid), p.user or "", p.task or "",
                                      p.pod_name or "", p.pod_namespace or "", p.slurm_job_id or "",

@@ -270,7 +270,7 @@ class NvmlCollector:
         forget = getattr(self.attribute, "forget_except", None)
         if forget is not None:
             forget({p.pid for p in processes})
-        snap = NodeSnapshot(ts=ts, node=self.node, seq=self.seq, boot_id=self.boot_id,
+        snap = NodeSnapshot.of(ts=ts, node=self.node, seq=self.seq, boot_id=self.boot_id,
                             agent_version=AGENT_VERSION, driver_version=self.driver,
                             cuda_version=self.cuda, interval_s=self.tick_s, gpus=samples,
                             processes=processes)

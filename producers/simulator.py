@@ -487,7 +487,7 @@ class NodeSim:
             s, p = g.sample(self.sim, ts, dt, events)
             samples.append(s)
             procs.extend(p)
-        snap = NodeSnapshot(ts=ts, node=self.name, seq=self.seq, boot_id=self.boot_id,
+        snap = NodeSnapshot.of(ts=ts, node=self.name, seq=self.seq, boot_id=self.boot_id,
                             agent_version=AGENT_VERSION, driver_version=self.driver,
                             cuda_version=CUDA, interval_s=dt, gpus=samples, processes=procs)
         self.seq += 1

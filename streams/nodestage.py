@@ -45,6 +45,7 @@ from streams.statecodec import state
 from streams.windows import BucketWindow, EventLog, pack_floats, unpack_floats
 
 _GIB = float(1 << 30)
+#: The GPU columns a window row is made of (``_row``).
 _G = attrgetter("index", "util_gpu", "mem_used_bytes", "mem_total_bytes", "temp_gpu_c", "power_w",
                 "power_limit_w", "clock_sm_mhz", "clock_sm_max_mhz", "clock_event_reasons",
                 "ecc_volatile_uncorrected", "remap_pending", "remap_failure")
@@ -172,11 +173,13 @@ class Snap:
         self.ts, self.node, self.boot_id, self.seq = snap.ts, snap.node, snap.boot_id, snap.seq
         self.versions = (snap.driver_version or "", snap.cuda_version or "")
         owners: dict[int, tuple] = {}  # gpu index -> (task_id, user, task class, project)
-        for p in snap.processes:
-            if p.gpu_index not in owners or (p.task_id and not owners[p.gpu_index][0]):
-                owners[p.gpu_index] = (p.task_id, p.user, p.task, p.project)
+        p = snap.processes
+        for gpu, task_id, user, task, project in zip(p.gpu_index, p.task_id, p.user, p.task, p.project):
+            if gpu not in owners or (task_id and not owners[gpu][0]):
+                owners[gpu] = (task_id, user, task, project)
         self.owners = owners
-        self.gpus = tuple((g.index, g.uuid, _row(g, g.index in owners)) for g in snap.gpus)
+        self.gpus = tuple((g[0], uuid, _row(g, g[0] in owners))
+                          for uuid, g in zip(snap.gpus.uuid, zip(*_G(snap.gpus))))
 
     # Compact state: the rows as one packed float column (a checkpoint writes ~30 per node).
     def __getstate__(self) -> dict:
@@ -193,9 +196,9 @@ class Snap:
         self.gpus = tuple((i, u, tuple(values[k * n:(k + 1) * n])) for k, (i, u) in enumerate(s["gpus"]))
 
 
-def _row(g: Any, allocated: bool) -> tuple:
-    """One GPU's window row (``streams.metrics.GPU_RAW`` order)."""
-    (_, util, mu, mt, temp, pw, pl, clk, clkmax, reasons, ecc, rpend, rfail) = _G(g)
+def _row(g: tuple, allocated: bool) -> tuple:
+    """One GPU's window row (``streams.metrics.GPU_RAW`` order) from its ``_G`` values."""
+    (_, util, mu, mt, temp, pw, pl, clk, clkmax, reasons, ecc, rpend, rfail) = g
     if reasons is None:
         hs = ht = pb = swt = None
     else:

@@ -54,7 +54,7 @@ def snapshot(**over) -> NodeSnapshot:
                               task="llama-pretrain", task_id="slurm-12345", command="python train.py")],
     )
     base.update(over)
-    return NodeSnapshot(**base)
+    return NodeSnapshot.of(**base)
 
 
 ALL_RECORDS = [
@@ -84,7 +84,7 @@ ALL_RECORDS = [
 @pytest.mark.parametrize("record", ALL_RECORDS, ids=lambda r: type(r).__name__)
 def test_every_model_round_trips(record):
     data = encode(record)
-    assert json.loads(data)["schema"].endswith("/1")
+    assert json.loads(data)["schema"].endswith("/2" if isinstance(record, NodeSnapshot) else "/1")
     assert decode(data) == record              # dispatched on schema
     assert decode(data, type(record)) == record
     assert encode(decode(data)) == data
@@ -92,8 +92,50 @@ def test_every_model_round_trips(record):
 
 def test_unsupported_fields_stay_null_not_zero():
     data = json.loads(encode(snapshot()))
-    assert data["gpus"][0]["fan_pct"] is None
-    assert data["gpus"][0]["nvlink_up"] is None
+    assert data["gpus"]["fan_pct"] == [None]
+    assert data["gpus"]["nvlink_up"] == [None]
+
+
+def test_snapshot_tables_are_columns():
+    snap = snapshot(gpus=[GpuSample(index=i, uuid=f"GPU-{i}", util_gpu=10.0 * i) for i in range(3)])
+    data = json.loads(encode(snap))
+    assert data["gpus"]["index"] == [0, 1, 2] and data["gpus"]["util_gpu"] == [0.0, 10.0, 20.0]
+    assert len(snap.gpus) == 3 and snap.gpus.uuid[2] == "GPU-2"
+    assert [g.util_gpu for g in decode(encode(snap)).gpus.rows()] == [0.0, 10.0, 20.0]
+    assert snap.processes.rows()[0] == snapshot().processes.rows()[0]
+
+
+def test_snapshot_columns_of_unequal_length_named():
+    err = _bad(lambda d: d["gpus"]["util_gpu"].append(50.0))
+    assert err.fields == ["gpus"] and "util_gpu: 2 values, index has 1" in str(err)
+
+
+def test_snapshot_column_left_out_is_null_but_required_ones_are_not():
+    doc = json.loads(encode(snapshot()))
+    del doc["gpus"]["fan_pct"], doc["gpus"]["clock_event_names"]
+    snap = decode(json.dumps(doc))
+    assert snap.gpus.fan_pct == [None] and snap.gpus.clock_event_names == [[]]
+    err = _bad(lambda d: d["gpus"].pop("uuid"))
+    assert err.fields == ["gpus.uuid"]
+
+
+def test_snapshot_v2_rejects_rows_and_v1_rows_are_upgraded():
+    """A node_snapshot/2 takes tables as columns; a node_snapshot/1 (rows) is still read,
+    with its errors named by row, and comes out as a node_snapshot/2."""
+    snap = snapshot()
+    v1 = json.loads(encode(snap))
+    v1["schema"] = "node_snapshot/1"
+    v1["gpus"] = [g.model_dump(mode="json") for g in snap.gpus.rows()]
+    v1["processes"] = [p.model_dump(mode="json") for p in snap.processes.rows()]
+    for model in (None, NodeSnapshot):
+        got = decode(json.dumps(v1), model)
+        assert got == snap and got.schema_ == "node_snapshot/2"
+    v2_rows = {**v1, "schema": "node_snapshot/2"}
+    with pytest.raises(ContractError, match="gpus: Input should be an object"):
+        decode(json.dumps(v2_rows))
+    v1["gpus"][0]["power_w"] = -1
+    with pytest.raises(ContractError, match=r"gpus\[0\]\.power_w"):
+        decode(json.dumps(v1))
 
 
 def test_control_records_dispatch_on_schema():
@@ -116,30 +158,30 @@ def test_missing_field_named():
 
 
 def test_wrong_type_named():
-    err = _bad(lambda d: d["gpus"][0].__setitem__("mem_used_bytes", "lots"))
-    assert "gpus[0].mem_used_bytes" in str(err)
+    err = _bad(lambda d: d["gpus"]["mem_used_bytes"].__setitem__(0, "lots"))
+    assert "gpus.mem_used_bytes[0]" in str(err)
 
 
 def test_nan_named():
-    err = _bad(lambda d: d["gpus"][0].__setitem__("power_w", "__NaN__"))
-    assert "gpus[0].power_w" in str(err) and "finite" in str(err)
+    err = _bad(lambda d: d["gpus"]["power_w"].__setitem__(0, "__NaN__"))
+    assert "gpus.power_w[0]" in str(err) and "finite" in str(err)
 
 
 def test_infinity_rejected():
     doc = json.loads(encode(snapshot()))
-    text = json.dumps(doc).replace('"util_gpu": 97.0', '"util_gpu": Infinity')
-    with pytest.raises(ContractError, match=r"gpus\[0\]\.util_gpu"):
+    text = json.dumps(doc).replace('"util_gpu": [97.0]', '"util_gpu": [Infinity]')
+    with pytest.raises(ContractError, match=r"gpus\.util_gpu\[0\]"):
         decode(text)
 
 
 def test_negative_memory_named():
-    err = _bad(lambda d: d["processes"][0].__setitem__("used_memory_bytes", -1))
-    assert "processes[0].used_memory_bytes" in str(err)
+    err = _bad(lambda d: d["processes"]["used_memory_bytes"].__setitem__(0, -1))
+    assert "processes.used_memory_bytes[0]" in str(err)
 
 
 def test_negative_counter_named():
-    err = _bad(lambda d: d["gpus"][0].__setitem__("ecc_aggregate_uncorrected", -3))
-    assert "gpus[0].ecc_aggregate_uncorrected" in str(err)
+    err = _bad(lambda d: d["gpus"]["ecc_aggregate_uncorrected"].__setitem__(0, -3))
+    assert "gpus.ecc_aggregate_uncorrected[0]" in str(err)
 
 
 def test_ten_years_in_future_named():
@@ -156,13 +198,13 @@ def test_future_skew_is_configurable():
 
 def test_five_megabyte_record_rejected_before_parsing():
     doc = json.loads(encode(snapshot()))
-    doc["processes"][0]["command"] = "x" * (5 << 20)
+    doc["processes"]["command"][0] = "x" * (5 << 20)
     data = json.dumps(doc).encode()
     with pytest.raises(ContractError) as ei:
         decode(data)
     assert ei.value.fields == ["record"] and "exceeds" in str(ei.value)
     # Under a larger size limit the field's own bound still names it.
-    with pytest.raises(ContractError, match=r"processes\[0\]\.command"):
+    with pytest.raises(ContractError, match=r"processes\.command\[0\]"):
         decode(data, max_bytes=16 << 20)
 
 
@@ -200,8 +242,8 @@ def test_arbitrary_bytes_never_escape_as_other_errors(blob):
 @given(util=st.floats(allow_nan=True, allow_infinity=True), mem=st.integers(min_value=-(2**40), max_value=2**50))
 def test_sample_values_validated(util, mem):
     doc = json.loads(encode(snapshot()))
-    doc["gpus"][0]["util_gpu"] = util if math.isfinite(util) else None
-    doc["gpus"][0]["mem_used_bytes"] = mem
+    doc["gpus"]["util_gpu"][0] = util if math.isfinite(util) else None
+    doc["gpus"]["mem_used_bytes"][0] = mem
     ok = (not math.isfinite(util) or 0 <= util <= 100) and mem >= 0
     try:
         decode(json.dumps(doc))

@@ -26,7 +26,7 @@ def proc(gpu_index: int, user: str, task: str, task_id: str, project: str,
 
 def snap(node: str, ts: float, seq: int, gpus: list[GpuSample], processes: list[GpuProcess],
          interval_s: float | None = None) -> NodeSnapshot:
-    return NodeSnapshot(node=node, ts=ts, seq=seq, boot_id="boot-1", agent_version="test",
+    return NodeSnapshot.of(node=node, ts=ts, seq=seq, boot_id="boot-1", agent_version="test",
                         interval_s=interval_s, gpus=gpus, processes=processes)
 
 

@@ -80,7 +80,7 @@ def test_round_trip_through_the_cli(tmp_path):
                                "task.metrics": 3}
         assert m["nodes"] == ["n1", "n2"] and m["site"] == "lab-a"
         assert m["first_ts"] == T0 - 600 and m["last_ts"] == T0 + 3600
-        assert m["schemas"]["node_snapshot/1"] == 12
+        assert m["schemas"]["node_snapshot/2"] == 12
         assert m["records_sha256"] == sha(encode(x) for x in contract_records())
     # Another site with another prefix: records land on its topics, unchanged.
     r = gw("import", "--config", config(tmp_path / "b", "siteB.", spool=dst_db), str(out))
@@ -143,7 +143,7 @@ def test_import_into_kafka(tmp_path, kafka_bootstrap):
     assert n == len(contract_records())
     topics = Topics(prefix)
     got = asyncio.run(consume_all(kafka_bootstrap, topics.samples, expected=12))
-    assert sorted(m.value for m in got) == sorted(encode(r) for r in scenario() if r.schema_ == "node_snapshot/1")
+    assert sorted(m.value for m in got) == sorted(encode(r) for r in scenario() if r.schema_ == "node_snapshot/2")
     assert {m.key for m in got} == {b"n1", b"n2"}
     alerts = asyncio.run(consume_all(kafka_bootstrap, topics.alerts, expected=1))
     assert json.loads(alerts[0].value)["fingerprint"] == "fp1" and alerts[0].key == b"fp1"

@@ -58,7 +58,7 @@ def test_live_simulation_ticks_on_wall_clock_until_sigterm(tmp_path):
         p.send_signal(signal.SIGTERM)
         rc = p.wait(timeout=30)
     assert rc == 0, p.stderr.read()
-    snaps = [decode(line) for line in out.read_text().splitlines() if '"node_snapshot/1"' in line]
+    snaps = [decode(line) for line in out.read_text().splitlines() if '"node_snapshot/2"' in line]
     assert len(snaps) >= 2 and [s.seq for s in snaps] == list(range(len(snaps)))
     assert abs(snaps[0].ts - time.time()) < 30  # live: event time is now
 

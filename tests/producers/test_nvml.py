@@ -25,7 +25,7 @@ def split(records):
 def test_every_field_mapped_with_units():
     nv, c = collector([FakeGpu(0, processes=[(4242, 30 << 30)])])
     snap, events = split(c.step())
-    g = snap.gpus[0]
+    g = snap.gpus.rows()[0]
     assert (g.util_gpu, g.util_memory, g.temp_gpu_c, g.temp_memory_c) == (37, 9, 41, 47)
     assert g.power_w == 120.91 and g.power_limit_w == 700 and g.energy_mj == 2414713
     assert (g.clock_sm_mhz, g.clock_mem_mhz, g.clock_sm_max_mhz) == (1980, 3201, 1980)
@@ -37,7 +37,7 @@ def test_every_field_mapped_with_units():
     assert (g.sm_active, g.sm_occupancy, g.tensor_active, g.dram_active) == (81.5, 40.25, 55.0, 33.0)
     assert g.mig_mode is False and g.name == "NVIDIA H200"
     assert snap.driver_version == "580.159.04" and snap.cuda_version == "13.0"
-    p = snap.processes[0]
+    p = snap.processes.rows()[0]
     assert (p.pid, p.gpu_index, p.used_memory_bytes, p.user, p.task) == (4242, 0, 30 << 30, "alice", "llama")
     assert events == []
     assert decode(encode(snap)) == snap
@@ -51,7 +51,7 @@ def test_not_supported_gives_null_never_zero_or_error():
                                   "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetRemappedRows",
                                   "nvmlDeviceGetPcieReplayCounter", "nvmlDeviceGetTotalEccErrors"}, gpm=False)
     _, c = collector([gpu])
-    g = split(c.step())[0].gpus[0]
+    g = split(c.step())[0].gpus.rows()[0]
     assert g.fan_pct is None and g.nvlink_up is None and g.nvlink_down is None
     assert g.energy_mj is None and g.remap_pending is None and g.pcie_replay_counter is None
     assert g.ecc_volatile_corrected is None and g.sm_active is None
@@ -74,10 +74,10 @@ def test_lost_gpu_becomes_event_and_others_keep_sampling():
     gpus[1].lost = True
     snap, events = split(c.step())
     assert [e.kind for e in events] == [EventKind.GPU_LOST] and events[0].gpu_index == 1
-    assert snap.gpus[1].util_gpu is None and snap.gpus[1].uuid == gpus[1].uuid
-    assert snap.gpus[0].util_gpu == 37
+    assert snap.gpus.rows()[1].util_gpu is None and snap.gpus.rows()[1].uuid == gpus[1].uuid
+    assert snap.gpus.rows()[0].util_gpu == 37
     snap2, events2 = split(c.step())
-    assert events2 == [] and snap2.gpus[0].util_gpu == 37  # reported once, sampling goes on
+    assert events2 == [] and snap2.gpus.rows()[0].util_gpu == 37  # reported once, sampling goes on
 
 
 def test_gpu_whose_calls_all_start_failing_counts_as_lost():
@@ -92,7 +92,7 @@ def test_gpu_whose_calls_all_start_failing_counts_as_lost():
 
 def test_mig_on_is_reported_and_gpm_skipped():
     nv, c = collector([FakeGpu(0, mig=(1, 1))])
-    g = split(c.step())[0].gpus[0]
+    g = split(c.step())[0].gpus.rows()[0]
     assert g.mig_mode is True and g.sm_active is None
     assert "nvmlGpmSampleGet" not in nv.calls
 

@@ -23,7 +23,7 @@ def proc_mem(recs, node: str, gpu: int) -> list[tuple[float, int]]:
     out = []
     for r in recs:
         if isinstance(r, NodeSnapshot) and r.node == node:
-            out += [(r.ts, p.used_memory_bytes) for p in r.processes if p.gpu_index == gpu]
+            out += [(r.ts, p.used_memory_bytes) for p in r.processes.rows() if p.gpu_index == gpu]
     return out
 
 
@@ -66,13 +66,13 @@ def test_unknown_scenario_is_refused():
 
 def test_h200_limits_and_unsupported_fields_are_null():
     snap = next(r for r in records("healthy", 1) if isinstance(r, NodeSnapshot))
-    g = snap.gpus[0]
+    g = snap.gpus.rows()[0]
     assert g.name == "NVIDIA H200" and g.mem_total_bytes == 143771 << 20
     assert g.power_limit_w == 700 and g.clock_sm_max_mhz == 1980
     assert g.fan_pct is None  # SXM boards have no fan reading
     a100 = next(r for r in records("healthy", 1, gpu_model="A100") if isinstance(r, NodeSnapshot))
-    assert a100.gpus[0].sm_active is None  # no GPM before Hopper
-    assert all(p.user and p.uid and p.task and p.task_id for p in snap.processes)
+    assert a100.gpus.rows()[0].sm_active is None  # no GPM before Hopper
+    assert all(p.user and p.uid and p.task and p.task_id for p in snap.processes.rows())
 
 
 def test_healthy_memory_drops_after_checkpoint_but_leak_does_not():
@@ -117,20 +117,20 @@ def check_mixed(mixed):
     assert gpu_events("xid-79", EventKind.GPU_LOST)
     n, g = where["xid-79"]
     last = [s for s in snaps if s.node == f"node-{n:02d}"][-1]
-    assert last.gpus[g].util_gpu is None and last.gpus[g].mem_used_bytes is None
-    assert not [p for p in last.processes if p.gpu_index == g]
+    assert last.gpus.rows()[g].util_gpu is None and last.gpus.rows()[g].mem_used_bytes is None
+    assert not [p for p in last.processes.rows() if p.gpu_index == g]
 
     assert [e.code for e in gpu_events("ecc-dbe", EventKind.XID)] == [48]
     assert gpu_events("ecc-dbe", EventKind.ECC_DBE)
     n, g = where["ecc-dbe"]
-    assert [s for s in snaps if s.node == f"node-{n:02d}"][-1].gpus[g].ecc_volatile_uncorrected == 1
+    assert [s for s in snaps if s.node == f"node-{n:02d}"][-1].gpus.rows()[g].ecc_volatile_uncorrected == 1
     assert [e.code for e in gpu_events("row-remap-pending", EventKind.XID)] == [63]
     assert gpu_events("row-remap-pending", EventKind.ECC_SBE)
     assert any(m.kind == TaskMetricKind.EXIT and m.exit_code == 1 for m in metrics)
 
     def gpu_series(fault, attr):
         n, g = where[fault]
-        return [(s.ts, getattr(s.gpus[g], attr)) for s in snaps if s.node == f"node-{n:02d}"]
+        return [(s.ts, getattr(s.gpus.rows()[g], attr)) for s in snaps if s.node == f"node-{n:02d}"]
 
     reasons = [v for _, v in gpu_series("thermal-throttle", "clock_event_reasons")]
     assert any(v & clocks.HW_THERMAL for v in reasons) and not any(v & clocks.HW_THERMAL for v in reasons[:180])
@@ -143,7 +143,7 @@ def check_mixed(mixed):
     idle = [v for t, v in gpu_series("idle-allocated", "util_gpu") if t > T0 + 200]
     assert max(idle) <= 2
     n, g = where["idle-allocated"]
-    assert all([p for p in s.processes if p.gpu_index == g] for s in snaps if s.node == f"node-{n:02d}")
+    assert all([p for p in s.processes.rows() if p.gpu_index == g] for s in snaps if s.node == f"node-{n:02d}")
 
     leak = [m for t, m in proc_mem(mixed, *(f"node-{where['memory-leak'][0]:02d}", where["memory-leak"][1]))
             if t > T0 + 240]
@@ -155,16 +155,16 @@ def check_mixed(mixed):
         late = [getattr(m, field) / m.step_time_s for m in steps if m.ts > T0 + 200]
         return sum(early) / len(early), sum(late) / len(late)
 
-    llama = next(p.task_id for p in snaps[0].processes if p.task == "llama-pretrain")
+    llama = next(p.task_id for p in snaps[0].processes.rows() if p.task == "llama-pretrain")
     assert share(llama, "comm_s") == pytest.approx((0.12, 0.45), abs=0.02)
     n, g = where["dataloader-starvation"]
-    starving = next(p.task_id for s in snaps if s.node == f"node-{n:02d}" for p in s.processes if p.gpu_index == g)
+    starving = next(p.task_id for s in snaps if s.node == f"node-{n:02d}" for p in s.processes.rows() if p.gpu_index == g)
     early, late = share(starving, "data_wait_s")
     assert early < 0.1 and late == pytest.approx(0.55, abs=0.02)
     drivers = {s.node: s.driver_version for s in snaps}
     assert drivers["node-00"] != drivers["node-01"]
     assert {m.kind for m in metrics} >= {"step", "throughput", "ttft", "latency", "exit"}
-    assert len({p.user for s in snaps for p in s.processes}) >= 4
+    assert len({p.user for s in snaps for p in s.processes.rows()}) >= 4
 
 
 def _xids(recs, node="node-00"):
@@ -174,7 +174,7 @@ def _xids(recs, node="node-00"):
 
 def _task_ids(recs, gpu, node="node-00"):
     return list(dict.fromkeys(p.task_id for r in recs if isinstance(r, NodeSnapshot) and r.node == node
-                              for p in r.processes if p.gpu_index == gpu))
+                              for p in r.processes.rows() if p.gpu_index == gpu))
 
 
 def test_mixed_leaves_out_the_faults_that_would_erase_others():
@@ -192,7 +192,7 @@ def test_xid_app_error_fails_the_job_twice_then_leaves_the_gpu_empty():
     assert "illegal memory access" in exits[0].message
     assert len(_task_ids(recs, 4)) == 2  # requeued once with a new task id, then not again
     last = [r for r in recs if isinstance(r, NodeSnapshot)][-1]
-    assert not [p for p in last.processes if p.gpu_index == 4] and last.gpus[4].util_gpu is not None
+    assert not [p for p in last.processes.rows() if p.gpu_index == 4] and last.gpus.rows()[4].util_gpu is not None
     for ev in (r for r in recs if isinstance(r, GpuEvent) and r.kind == EventKind.XID):
         parsed = parse_kmsg_line(ev.message, ev.ts)  # the agent would read the same line
         assert (parsed.code, parsed.pci_bus_id) == (ev.code, ev.pci_bus_id)
@@ -217,6 +217,6 @@ def test_driver_error_reports_kernel_log_lines_then_the_gpu_gives_no_readings():
     assert "rm_init_adapter failed, device minor number 4" in driver[1].message
     assert not [r for r in recs if isinstance(r, GpuEvent) and r.kind != EventKind.DRIVER]
     snaps = [r for r in recs if isinstance(r, NodeSnapshot)]
-    assert snaps[-1].gpus[4].util_gpu is None and snaps[-1].gpus[4].mem_used_bytes is None
-    assert snaps[179].gpus[4].util_gpu is not None
+    assert snaps[-1].gpus.rows()[4].util_gpu is None and snaps[-1].gpus.rows()[4].mem_used_bytes is None
+    assert snaps[179].gpus.rows()[4].util_gpu is not None
     assert any(m.kind == TaskMetricKind.EXIT and m.exit_code == 1 for m in recs if isinstance(m, TaskMetric))

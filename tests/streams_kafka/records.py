@@ -22,7 +22,7 @@ def settings_for(bootstrap: str, partitions: int = 2, **engine: Any) -> Any:
 
 
 def snapshot(node: str, seq: int, ts: float, gpus: int = 2) -> NodeSnapshot:
-    return NodeSnapshot(node=node, seq=seq, boot_id="b1", agent_version="test", ts=ts,
+    return NodeSnapshot.of(node=node, seq=seq, boot_id="b1", agent_version="test", ts=ts,
                         gpus=[GpuSample(index=i, uuid=f"GPU-{node}-{i}", util_gpu=50.0) for i in range(gpus)])
 
 

@@ -40,7 +40,7 @@ _NOT_SCALAR = st.one_of(st.lists(st.integers(), max_size=3), st.dictionaries(st.
 @st.composite
 def bad_snapshot(draw: Any) -> bytes:
     """Bytes that break the contract in one of the ways a broken agent (or attacker) would."""
-    kind = draw(st.sampled_from(["garbage", "wrong_type", "nan", "negative", "future", "oversized"]))
+    kind = draw(st.sampled_from(["garbage", "wrong_type", "nan", "negative", "ragged", "future", "oversized"]))
     doc = _valid()
     if kind == "garbage":
         return draw(st.binary(max_size=300).filter(lambda b: not b.lstrip().startswith(b"{")))
@@ -50,15 +50,21 @@ def bad_snapshot(draw: Any) -> bytes:
             doc["gpus"] = draw(st.one_of(st.text(max_size=10), st.integers()))
     elif kind == "nan":
         field = draw(st.sampled_from(["util_gpu", "power_w", "temp_gpu_c"]))
-        doc["gpus"][0][field] = draw(st.sampled_from([math.nan, math.inf, -math.inf]))
+        doc["gpus"][field][0] = draw(st.sampled_from([math.nan, math.inf, -math.inf]))
     elif kind == "negative":
         field = draw(st.sampled_from(["mem_used_bytes", "mem_total_bytes", "energy_mj"]))
-        doc["gpus"][draw(st.integers(0, 1))][field] = draw(st.integers(max_value=-1))
+        doc["gpus"][field][draw(st.integers(0, 1))] = draw(st.integers(max_value=-1))
+    elif kind == "ragged":  # a column longer or shorter than the GPU index
+        column = doc["gpus"][draw(st.sampled_from(["uuid", "util_gpu", "power_w", "mem_used_bytes"]))]
+        if draw(st.booleans()):
+            column.pop()
+        else:
+            column.append(column[0])
     elif kind == "future":
         doc["ts"] = time.time() + draw(st.floats(min_value=3600, max_value=1e9))
     else:
-        doc["processes"] = [{"pid": i, "gpu_index": 0, "command": "x" * 4000}
-                            for i in range(draw(st.integers(5, 12)))]
+        n = draw(st.integers(5, 12))
+        doc["processes"] = {"pid": list(range(n)), "gpu_index": [0] * n, "command": ["x" * 4000] * n}
     return json.dumps(doc).encode()
 
 
