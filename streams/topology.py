@@ -131,16 +131,17 @@ def build_app(
                                                topics.summaries)))
     }
     node_table, class_table = state_table("node-state"), state_table("class-state")
-    declared: list[bool] = []
+    declaring: list[asyncio.Future] = []
 
     async def declare_outputs() -> None:
-        """Create the output topics once. Done when partitions are first assigned, before
-        fetching starts: at the first batch it delayed that batch's outputs by ~300 ms of
-        admin round trips (6 topics, measured in bench/streams_throughput.py)."""
-        if not declared:
-            for t in outputs.values():
-                await t.maybe_declare()
-            declared.append(True)
+        """Create the output topics once, all at once, starting when partitions are first
+        assigned. Everything that sends awaits that one declaration: one topic after another
+        (~60 ms each on the local broker) still ran when the first fetch came, and a second
+        declaration from the first batch's sends raced it, holding that batch's outputs
+        ~150-260 ms (bench/streams_throughput.py (b), session 6). A failed one is tried again."""
+        if not declaring or (declaring[0].done() and (declaring[0].cancelled() or declaring[0].exception())):
+            declaring[:] = [asyncio.ensure_future(asyncio.gather(*(t.maybe_declare() for t in outputs.values())))]
+        await asyncio.shield(declaring[0])  # one waiter cancelled must not cancel it for the others
 
     @app.on_partitions_assigned.connect
     async def on_assigned(sender: Any, assigned: Any, **_: Any) -> None:
