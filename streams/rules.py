@@ -9,6 +9,7 @@ the engine pays no parsing or dispatch cost per evaluation.
 
 from __future__ import annotations
 
+import operator
 import re
 import string
 import sys
@@ -254,22 +255,21 @@ def _read(path: Path) -> Any:
 
 Check = Callable[[Any], bool]
 _OPS: dict[str, Callable[[float, float], bool]] = {
-    ">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
+    ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq,
+    "!=": operator.ne,
 }
 
 
-def _agg(ys: list[float], how: str) -> float:
-    if how == "last":
-        return ys[-1]
-    if how == "avg":
-        return sum(ys) / len(ys)
-    if how == "min":
-        return min(ys)
-    if how == "max":
-        return max(ys)
+def _range_rel(ys: list[float]) -> float:
     mean = sum(ys) / len(ys)
     return (max(ys) - min(ys)) / abs(mean) if mean else 0.0
+
+
+#: A threshold's aggregate over its window's values (non-empty).
+_AGGS: dict[str, Callable[[list[float]], float]] = {
+    "last": operator.itemgetter(-1), "avg": lambda ys: sum(ys) / len(ys), "min": min, "max": max,
+    "range_rel": _range_rel,
+}
 
 
 def _r(v: float) -> float:
@@ -284,16 +284,28 @@ def _compile(cond: Any, scope: str) -> Check:
     known = SCOPES[scope]
     if isinstance(cond, AllOf):
         parts = [_compile(c, scope) for c in cond.all]
-        return lambda ctx: all(p(ctx) for p in parts)
+
+        def all_of(ctx: Any) -> bool:
+            for p in parts:
+                if not p(ctx):
+                    return False
+            return True
+        return all_of
     if isinstance(cond, AnyOf):
         parts = [_compile(c, scope) for c in cond.any]
-        return lambda ctx: any(p(ctx) for p in parts)
+
+        def any_of(ctx: Any) -> bool:
+            for p in parts:
+                if p(ctx):
+                    return True
+            return False
+        return any_of
     if isinstance(cond, NotOf):
         inner = _compile(cond.not_, scope)
         return lambda ctx: not inner(ctx)
     if isinstance(cond, ThresholdC):
         t = cond.threshold
-        op, name, value, agg, win = _OPS[t.op], t.metric, t.value, t.agg, t.window
+        op, name, value, win = _OPS[t.op], t.metric, t.value, t.window
         if known[name].kind == "scalar":
             def threshold_scalar(ctx: Any) -> bool:
                 v = ctx.scalar(name)
@@ -303,16 +315,19 @@ def _compile(cond: Any, scope: str) -> Check:
                 return op(v, value)
             return threshold_scalar
 
+        aggregate, use_max = _AGGS[t.agg], t.agg == "max"
+        key = name if t.agg == "last" else f"{name}_{t.agg}"
+
         def threshold(ctx: Any) -> bool:
             since = ctx.now - (win if win is not None else ctx.last_window)
-            ts, ys = ctx.series(name, since, agg == "max")
+            ts, ys = ctx.series(name, since, use_max)
             if not ys:
                 return False
             # A windowed aggregate needs most of its window, or "avg over 30 min" holds after one minute.
             if win and win >= 4 * ctx.bucket_s and ts[0] - since > 0.25 * win + ctx.bucket_s:
                 return False
-            v = _agg(ys, agg)
-            ctx.ev["values"][name if agg == "last" else f"{name}_{agg}"] = _r(v)
+            v = aggregate(ys)
+            ctx.ev["values"][key] = _r(v)
             if win:
                 ctx.note_window(win)
             return op(v, value)
