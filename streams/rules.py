@@ -277,13 +277,20 @@ def _r(v: float) -> float:
     return float(f"{v:.4g}")
 
 
-def _compile(cond: Any, scope: str) -> Check:
+def _compile(cond: Any, scope: str, decisive: bool = True) -> Check:
+    """``cond`` as a closure over an evaluation context.
+
+    ``decisive``: the condition sits under nothing but ``all`` in its rule (or cause), so when it
+    is false the whole check is false and its evidence is never read (evidence is read only by a
+    rule that fires, and of a cause that holds): a false decisive leaf leaves none, and a trend
+    rejects on its cheaper test first.
+    """
     from streams import trend as tr
     from streams.baseline import band
 
     known = SCOPES[scope]
     if isinstance(cond, AllOf):
-        parts = [_compile(c, scope) for c in cond.all]
+        parts = [_compile(c, scope, decisive) for c in cond.all]
 
         def all_of(ctx: Any) -> bool:
             for p in parts:
@@ -292,7 +299,7 @@ def _compile(cond: Any, scope: str) -> Check:
             return True
         return all_of
     if isinstance(cond, AnyOf):
-        parts = [_compile(c, scope) for c in cond.any]
+        parts = [_compile(c, scope, False) for c in cond.any]
 
         def any_of(ctx: Any) -> bool:
             for p in parts:
@@ -301,7 +308,7 @@ def _compile(cond: Any, scope: str) -> Check:
             return False
         return any_of
     if isinstance(cond, NotOf):
-        inner = _compile(cond.not_, scope)
+        inner = _compile(cond.not_, scope, False)
         return lambda ctx: not inner(ctx)
     if isinstance(cond, ThresholdC):
         t = cond.threshold
@@ -311,8 +318,10 @@ def _compile(cond: Any, scope: str) -> Check:
                 v = ctx.scalar(name)
                 if v is None:
                     return False
-                ctx.ev["values"][name] = _r(v)
-                return op(v, value)
+                holds = op(v, value)
+                if holds or not decisive:
+                    ctx.ev["values"][name] = _r(v)
+                return holds
             return threshold_scalar
 
         aggregate, use_max = _AGGS[t.agg], t.agg == "max"
@@ -327,14 +336,16 @@ def _compile(cond: Any, scope: str) -> Check:
             if win and win >= 4 * ctx.bucket_s and ts[0] - since > 0.25 * win + ctx.bucket_s:
                 return False
             v = aggregate(ys)
-            ctx.ev["values"][key] = _r(v)
-            if win:
-                ctx.note_window(win)
-            return op(v, value)
+            holds = op(v, value)
+            if holds or not decisive:
+                ctx.ev["values"][key] = _r(v)
+                if win:
+                    ctx.note_window(win)
+            return holds
         return threshold
     if isinstance(cond, TrendC):
         t = cond.trend
-        name, win, per = t.metric, t.window, t.per
+        name, win, per, mono_min = t.metric, t.window, t.per, t.monotonic_above
         unit = f"{known[name].unit}/{_per_label(per)}"
 
         def trend(ctx: Any) -> bool:
@@ -342,11 +353,14 @@ def _compile(cond: Any, scope: str) -> Check:
             # Demand most of the window, or a trend over 3 buckets would pass.
             if len(ts) < 4 or ts[-1] - ts[0] < 0.75 * win:
                 return False
+            mono = tr.monotonicity(ys)
+            mono_ok = mono_min is None or (mono is not None and mono >= mono_min)
+            if decisive and not mono_ok:
+                return False  # before the slope, which costs more
             s = tr.slope(ts, ys)
             if s is None:
                 return False
             s *= per
-            mono = tr.monotonicity(ys)
             ctx.ev["values"][name] = _r(ys[-1])
             ctx.ev["values"][f"{name}_start"] = _r(ys[0])
             ctx.ev["slope"], ctx.ev["slope_unit"] = _r(s), unit
@@ -361,7 +375,7 @@ def _compile(cond: Any, scope: str) -> Check:
                 late = tr.slope(ts[half:], ys[half:])
                 if late is None or s == 0 or late * per / s < t.sustained:
                     return False
-            return t.monotonic_above is None or (mono is not None and mono >= t.monotonic_above)
+            return mono_ok
         return trend
     if isinstance(cond, DeviationC):
         d = cond.deviation
@@ -377,11 +391,13 @@ def _compile(cond: Any, scope: str) -> Check:
             v = sum(ys) / len(ys)
             med, mad, n = base
             lo, hi = band(med, mad, d.mads, d.min_delta)
-            ctx.ev["values"][name] = _r(v)
-            ctx.ev["baseline"] = {"median": _r(med), "mad": _r(mad), "low": _r(lo), "high": _r(hi),
-                                  "samples": n}
-            ctx.note_window(d.window)
-            return v < lo if below else v > hi
+            holds = v < lo if below else v > hi
+            if holds or not decisive:
+                ctx.ev["values"][name] = _r(v)
+                ctx.ev["baseline"] = {"median": _r(med), "mad": _r(mad), "low": _r(lo), "high": _r(hi),
+                                      "samples": n}
+                ctx.note_window(d.window)
+            return holds
         return deviation
     c = cond.count_within
     pred = _event_pred(c.event)
