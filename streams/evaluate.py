@@ -112,6 +112,8 @@ def evaluate(rules: list[Rule], ctx: Context, now: float, identity: dict[str, st
     for rule in rules:
         ctx.reset(now)
         holds = rule.check(ctx)
+        if not holds and not alerts:
+            continue  # no slot to step (the usual case): no fingerprint needed
         fp = _fp(rule.name, identity, ident)
         slot = alerts.get(fp)
         if slot is None:
