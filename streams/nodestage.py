@@ -215,7 +215,7 @@ def _row(g: tuple, allocated: bool) -> tuple:
 
 
 class _NodeCtx(Context):
-    """Evaluation context over one node's state; ``gpu``/``task`` select the entity."""
+    """Evaluation context over one node's state; ``select`` chooses the entity."""
 
     def __init__(self, bucket_s: float) -> None:
         super().__init__()
@@ -224,18 +224,23 @@ class _NodeCtx(Context):
         self.node: NodeState | None = None
         self.gpu: GpuState | None = None
         self.task: TaskState | None = None
+        # The entity's window and its metrics' columns, resolved once per entity, not per read.
+        self._win: BucketWindow | None = None
+        self._index: dict[str, int] = NODE_INDEX
 
-    def _win(self, metric: str) -> tuple[BucketWindow, int] | None:
-        if self.gpu is not None:
-            return self.gpu.win, GPU_INDEX[metric]
-        if self.task is not None:
-            return self.task.win, TASK_INDEX[metric]
-        assert self.node is not None
-        return self.node.win, NODE_INDEX[metric]
+    def select(self, node: NodeState, gpu: GpuState | None = None, task: TaskState | None = None) -> None:
+        """Evaluate for ``gpu``, else ``task``, else the node itself."""
+        self.node, self.gpu, self.task = node, gpu, task
+        if gpu is not None:
+            self._win, self._index = gpu.win, GPU_INDEX
+        elif task is not None:
+            self._win, self._index = task.win, TASK_INDEX
+        else:
+            self._win, self._index = node.win, NODE_INDEX
 
     def series(self, metric: str, since: float, use_max: bool = False) -> tuple[list[float], list[float]]:
-        w = self._win(metric)
-        return w[0].series(w[1], since, use_max) if w else ([], [])
+        assert self._win is not None
+        return self._win.series(self._index[metric], since, use_max)
 
     def scalar(self, metric: str) -> float | None:
         g, now = self.gpu, self.now
@@ -532,12 +537,11 @@ class NodeStage:
             if gs is not None:
                 gs.events.add(ev.ts, fields)
         ctx = self._ctx
-        ctx.node, ctx.task = st, None
         if gs is not None and self._event_rules_gpu:
-            ctx.gpu = gs
+            ctx.select(st, gpu=gs)
             out.transitions.extend(evaluate(self._event_rules_gpu, ctx, ev.ts, _gpu_id(st, gs),
                                             _gpu_labels(st, gs), gs.alerts))
-        ctx.gpu = None
+        ctx.select(st)
         if self._event_rules_node:
             out.transitions.extend(evaluate(self._event_rules_node, ctx, ev.ts, {"node": st.node},
                                             {"node": st.node}, st.alerts))
@@ -567,7 +571,6 @@ class NodeStage:
 
     def _close(self, st: NodeState, t: float, out: Any) -> None:
         ctx, rules = self._ctx, self.rules.by_scope
-        ctx.node = st
         present = missing = 0
         if st.has_samples:
             for gs in st.gpus.values():
@@ -607,16 +610,15 @@ class NodeStage:
         # Rules, in a fixed order: GPUs by index, tasks by id, then the node.
         for idx in sorted(st.gpus):
             gs = st.gpus[idx]
-            ctx.gpu, ctx.task = gs, None
+            ctx.select(st, gpu=gs)
             out.transitions.extend(evaluate(rules["gpu"], ctx, t, _gpu_id(st, gs), _gpu_labels(st, gs),
                                             gs.alerts))
-        ctx.gpu = None
         for tid in sorted(st.tasks):
             task = st.tasks[tid]
-            ctx.task = task
+            ctx.select(st, task=task)
             out.transitions.extend(evaluate(rules["task"], ctx, t, {"node": st.node, "task": tid},
                                             task.labels, task.alerts))
-        ctx.task = None
+        ctx.select(st)
         out.transitions.extend(evaluate(rules["node"], ctx, t, {"node": st.node}, {"node": st.node},
                                         st.alerts))
 
