@@ -53,6 +53,10 @@ class Context:
     def baseline(self, metric: str) -> tuple[float, float, int] | None:
         return None
 
+    def has_events(self) -> bool:
+        """False only when ``count_events`` would count none, whatever it is asked."""
+        return True
+
 
 _FP_CACHE: dict[tuple[str, tuple], str] = {}
 
@@ -109,7 +113,11 @@ def evaluate(rules: list[Rule], ctx: Context, now: float, identity: dict[str, st
     """Run ``rules`` for one entity at ``now``; ``alerts`` holds the open/pending slots by fingerprint."""
     out: list[AlertTransition] = []
     ident = tuple(identity.items())
+    # Without events or slots, a rule that needs an event cannot hold and has nothing to step.
+    quiet = not alerts and not ctx.has_events()
     for rule in rules:
+        if quiet and rule.needs_events:
+            continue
         ctx.reset(now)
         holds = rule.check(ctx)
         if not holds and not alerts:

@@ -278,6 +278,10 @@ class _NodeCtx(Context):
             return 0 if self.gpu is None else self.gpu.events.count(since, self.now, pred, kinds)
         return self.node.events.count(since, self.now, pred, kinds)
 
+    def has_events(self) -> bool:
+        assert self.node is not None
+        return not self.node.events.empty() or (self.gpu is not None and not self.gpu.events.empty())
+
 
 def _idle_h(g: GpuState, now: float) -> float:
     return (now - g.idle_since) / 3600.0 if g.idle_since is not None else 0.0

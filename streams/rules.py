@@ -470,9 +470,11 @@ class Rule:
     name: str = ""
     for_s: float = 0.0
     keep_s: float = 0.0
+    needs_events: bool = False  # the condition holds only if some event is counted
 
     def __post_init__(self) -> None:
         self.name, self.for_s, self.keep_s = self.spec.name, self.spec.for_, self.spec.keep_firing_for
+        self.needs_events = _needs_events(self.spec.when)
 
 
 @dataclass
@@ -488,6 +490,17 @@ class RulePack:
 
     def names(self) -> list[str]:
         return [r.name for r in self.rules]
+
+
+def _needs_events(cond: Any) -> bool:
+    """Whether ``cond`` is false whenever no event is counted (a count_within needs at least one)."""
+    if isinstance(cond, CountC):
+        return True
+    if isinstance(cond, AllOf):
+        return any(_needs_events(c) for c in cond.all)
+    if isinstance(cond, AnyOf):
+        return all(_needs_events(c) for c in cond.any)
+    return False
 
 
 def leaves(cond: Any) -> list[Any]:

@@ -199,6 +199,9 @@ class EventLog:
             if not q:
                 del self.by_kind[kind]
 
+    def empty(self) -> bool:
+        return not self.by_kind
+
     def count(self, since: float, until: float, pred, kinds: frozenset | None = None) -> int:
         """Events (weighted by their ``n``) with ``since < ts <= until`` that satisfy ``pred``."""
         n = 0
