@@ -35,7 +35,8 @@ class Context:
             self._window = seconds
 
     def evidence(self) -> dict[str, Any]:
-        ev = dict(self.ev)
+        """A copy that later reads on this context (even by ``scalar``) cannot change."""
+        ev = {**self.ev, "values": dict(self.ev["values"])}
         if self._window:
             ev["window_s"] = self._window
         return ev
@@ -115,11 +116,11 @@ def evaluate(rules: list[Rule], ctx: Context, now: float, identity: dict[str, st
     ident = tuple(identity.items())
     # Without events or slots, a rule that needs an event cannot hold and has nothing to step.
     quiet = not alerts and not ctx.has_events()
+    ctx.reset(now)
     for rule in rules:
         if quiet and rule.needs_events:
             continue
-        ctx.reset(now)
-        holds = rule.check(ctx)
+        holds = rule.test(ctx)
         if not holds and not alerts:
             continue  # no slot to step (the usual case): no fingerprint needed
         fp = _fp(rule.name, identity, ident)
@@ -131,6 +132,8 @@ def evaluate(rules: list[Rule], ctx: Context, now: float, identity: dict[str, st
         started = slot.firing_since
         change = step(slot, now, holds, rule.for_s, rule.keep_s)
         if change == "firing":
+            ctx.reset(now)
+            rule.check(ctx)  # holds again, recording the evidence
             _fire(rule, slot, ctx, labels, now)
             out.append(transition(rule.name, fp, slot, "firing", now, now))
         elif change == "resolved":

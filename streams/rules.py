@@ -277,20 +277,19 @@ def _r(v: float) -> float:
     return float(f"{v:.4g}")
 
 
-def _compile(cond: Any, scope: str, decisive: bool = True) -> Check:
+def _compile(cond: Any, scope: str, evidence: bool = True) -> Check:
     """``cond`` as a closure over an evaluation context.
 
-    ``decisive``: the condition sits under nothing but ``all`` in its rule (or cause), so when it
-    is false the whole check is false and its evidence is never read (evidence is read only by a
-    rule that fires, and of a cause that holds): a false decisive leaf leaves none, and a trend
-    rejects on its cheaper test first.
+    Without ``evidence`` the closure only decides (records nothing in ``ctx.ev``, and a trend
+    rejects on its cheaper test first): rules are evaluated that way, and only one that fires
+    is evaluated again with evidence (the same truth: conditions only read state).
     """
     from streams import trend as tr
     from streams.baseline import band
 
     known = SCOPES[scope]
     if isinstance(cond, AllOf):
-        parts = [_compile(c, scope, decisive) for c in cond.all]
+        parts = [_compile(c, scope, evidence) for c in cond.all]
 
         def all_of(ctx: Any) -> bool:
             for p in parts:
@@ -299,7 +298,7 @@ def _compile(cond: Any, scope: str, decisive: bool = True) -> Check:
             return True
         return all_of
     if isinstance(cond, AnyOf):
-        parts = [_compile(c, scope, False) for c in cond.any]
+        parts = [_compile(c, scope, evidence) for c in cond.any]
 
         def any_of(ctx: Any) -> bool:
             for p in parts:
@@ -308,7 +307,7 @@ def _compile(cond: Any, scope: str, decisive: bool = True) -> Check:
             return False
         return any_of
     if isinstance(cond, NotOf):
-        inner = _compile(cond.not_, scope, False)
+        inner = _compile(cond.not_, scope, evidence)
         return lambda ctx: not inner(ctx)
     if isinstance(cond, ThresholdC):
         t = cond.threshold
@@ -318,10 +317,9 @@ def _compile(cond: Any, scope: str, decisive: bool = True) -> Check:
                 v = ctx.scalar(name)
                 if v is None:
                     return False
-                holds = op(v, value)
-                if holds or not decisive:
+                if evidence:
                     ctx.ev["values"][name] = _r(v)
-                return holds
+                return op(v, value)
             return threshold_scalar
 
         aggregate, use_max = _AGGS[t.agg], t.agg == "max"
@@ -336,12 +334,11 @@ def _compile(cond: Any, scope: str, decisive: bool = True) -> Check:
             if win and win >= 4 * ctx.bucket_s and ts[0] - since > 0.25 * win + ctx.bucket_s:
                 return False
             v = aggregate(ys)
-            holds = op(v, value)
-            if holds or not decisive:
+            if evidence:
                 ctx.ev["values"][key] = _r(v)
                 if win:
                     ctx.note_window(win)
-            return holds
+            return op(v, value)
         return threshold
     if isinstance(cond, TrendC):
         t = cond.trend
@@ -355,17 +352,18 @@ def _compile(cond: Any, scope: str, decisive: bool = True) -> Check:
                 return False
             mono = tr.monotonicity(ys)
             mono_ok = mono_min is None or (mono is not None and mono >= mono_min)
-            if decisive and not mono_ok:
+            if not evidence and not mono_ok:
                 return False  # before the slope, which costs more
             s = tr.slope(ts, ys)
             if s is None:
                 return False
             s *= per
-            ctx.ev["values"][name] = _r(ys[-1])
-            ctx.ev["values"][f"{name}_start"] = _r(ys[0])
-            ctx.ev["slope"], ctx.ev["slope_unit"] = _r(s), unit
-            ctx.ev["monotonic"] = None if mono is None else round(mono, 3)
-            ctx.note_window(win)
+            if evidence:
+                ctx.ev["values"][name] = _r(ys[-1])
+                ctx.ev["values"][f"{name}_start"] = _r(ys[0])
+                ctx.ev["slope"], ctx.ev["slope_unit"] = _r(s), unit
+                ctx.ev["monotonic"] = None if mono is None else round(mono, 3)
+                ctx.note_window(win)
             if t.slope_above is not None and not s > t.slope_above:
                 return False
             if t.slope_below is not None and not s < t.slope_below:
@@ -391,13 +389,12 @@ def _compile(cond: Any, scope: str, decisive: bool = True) -> Check:
             v = sum(ys) / len(ys)
             med, mad, n = base
             lo, hi = band(med, mad, d.mads, d.min_delta)
-            holds = v < lo if below else v > hi
-            if holds or not decisive:
+            if evidence:
                 ctx.ev["values"][name] = _r(v)
                 ctx.ev["baseline"] = {"median": _r(med), "mad": _r(mad), "low": _r(lo), "high": _r(hi),
                                       "samples": n}
                 ctx.note_window(d.window)
-            return holds
+            return v < lo if below else v > hi
         return deviation
     c = cond.count_within
     pred = _event_pred(c.event)
@@ -406,7 +403,7 @@ def _compile(cond: Any, scope: str, decisive: bool = True) -> Check:
 
     def count_within(ctx: Any) -> bool:
         n = ctx.count_events(ctx.now - win, pred, per, kinds)
-        if n:
+        if n and evidence:
             ctx.ev["count"] = max(n, ctx.ev.get("count") or 0)
             ctx.note_window(win)
         return n >= at_least
@@ -462,11 +459,13 @@ def render(template: str, values: dict[str, Any]) -> str:
 
 @dataclass
 class Rule:
-    """A compiled rule: the spec plus closures for its condition and likely causes."""
+    """A compiled rule: the spec plus closures for its condition (``test`` decides, ``check``
+    decides the same and records the evidence) and likely causes."""
 
     spec: RuleSpec
     check: Check
     causes: list[tuple[Check, Cause]]
+    test: Check
     name: str = ""
     for_s: float = 0.0
     keep_s: float = 0.0
@@ -554,7 +553,8 @@ def event_reach(rules: list[Rule]) -> dict[str | None, float]:
 
 
 def compile_rules(rf: RuleFile, source: str) -> RulePack:
-    rules = [Rule(s, _compile(s.when, s.scope), [(_compile(c.when, s.scope), c) for c in s.causes])
+    rules = [Rule(s, _compile(s.when, s.scope), [(_compile(c.when, s.scope), c) for c in s.causes],
+                  _compile(s.when, s.scope, evidence=False))
              for s in rf.rules if s.enabled and s.name not in rf.disable]
     return RulePack(rules, source)
 
