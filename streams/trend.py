@@ -41,11 +41,13 @@ def monotonicity(ys: Sequence[float], segments: int = 8) -> float | None:
     k = min(segments, n)
     if k < 3:
         return None
-    means = []
-    for i in range(k):
-        lo, hi = i * n // k, (i + 1) * n // k
-        means.append(sum(ys[lo:hi]) / (hi - lo))
-    rises = sum(1 for a, b in zip(means, means[1:]) if b > a)
+    rises, prev, lo = 0, 0.0, 0
+    for i in range(1, k + 1):
+        hi = i * n // k
+        mean = sum(ys[lo:hi]) / (hi - lo)
+        if i > 1 and mean > prev:
+            rises += 1
+        prev, lo = mean, hi
     return rises / (k - 1)
 
 
