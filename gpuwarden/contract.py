@@ -152,6 +152,8 @@ class _Columns(Wire):
     MAX_ROWS: ClassVar[int]
     #: The row fields in order; the first is required and gives the row count.
     NAMES: ClassVar[tuple[str, ...]]
+    #: Per optional field, (default factory, default): what a left-out column holds per row.
+    FILL: ClassVar[dict[str, tuple[Any, Any]]]
 
     @model_validator(mode="after")
     def _same_length(self) -> "_Columns":
@@ -161,11 +163,9 @@ class _Columns(Wire):
             return self  # the usual case, checked without a Python loop
         for name in self.NAMES:
             col = d[name]
-            if col is None:
-                field = self.ROW.model_fields[name]
-                if field.is_required():
-                    raise ValueError(f"{name}: column missing (the row field is required)")
-                d[name] = [field.get_default(call_default_factory=True) for _ in range(n)]
+            if col is None:  # left out (a required column cannot be): the row default
+                factory, default = self.FILL[name]
+                d[name] = [factory() for _ in range(n)] if factory else [default] * n
             elif len(col) != n:
                 raise ValueError(f"{name}: {len(col)} values, {self.NAMES[0]} has {n}")
         return self
@@ -198,6 +198,7 @@ def _columns(name: str, row: type[Wire], max_rows: int) -> type[_Columns]:
     table = create_model(name, __base__=_Columns, __doc__=f"{row.__name__} rows as columns.",
                          __module__=__name__, **fields)
     table.ROW, table.MAX_ROWS, table.NAMES = row, max_rows, tuple(fields)
+    table.FILL = {n: (f.default_factory, f.default) for n, f in row.model_fields.items() if not f.is_required()}
     return table
 
 

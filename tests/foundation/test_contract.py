@@ -250,3 +250,14 @@ def test_sample_values_validated(util, mem):
         assert ok
     except ContractError:
         assert not ok
+
+
+def test_snapshot_tables_left_sparse_decode_like_full_ones():
+    """A table with only its required columns (a minimal agent) gets every row default."""
+    doc = json.loads(encode(snapshot()))
+    doc["gpus"] = {"index": [0, 1], "uuid": ["GPU-a", "GPU-b"]}
+    doc["processes"] = {"pid": [], "gpu_index": []}
+    snap = decode(json.dumps(doc))
+    assert snap.gpus.util_gpu == [None, None] and snap.gpus.clock_event_names == [[], []]
+    assert snap.gpus.clock_event_names[0] is not snap.gpus.clock_event_names[1]  # one list per row
+    assert len(snap.processes) == 0 and snap.processes.command == []
