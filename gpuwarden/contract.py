@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from enum import StrEnum
+from operator import attrgetter
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (
@@ -175,8 +176,10 @@ class _Columns(Wire):
         """The table of ``rows`` (row-model instances, or dicts validated as rows)."""
         if len(rows) > cls.MAX_ROWS:
             raise ValueError(f"{len(rows)} rows exceed the limit of {cls.MAX_ROWS}")
-        rows = [cls.ROW.model_validate(r) for r in rows]
-        return cls.model_construct(**{name: [getattr(r, name) for r in rows] for name in cls.NAMES})
+        row = cls.ROW
+        values = map(attrgetter(*cls.NAMES), [r if type(r) is row else row.model_validate(r) for r in rows])
+        columns = zip(*values) if rows else ((),) * len(cls.NAMES)  # transposed in C
+        return cls.model_construct(**{name: list(col) for name, col in zip(cls.NAMES, columns)})
 
     def rows(self) -> "list[Any]":
         """One row-model object per row (built without validation: the columns were)."""
