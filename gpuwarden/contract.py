@@ -143,8 +143,8 @@ class _Columns(Wire):
     """A table of rows sent as columns, one JSON array per row field (``node_snapshot/2``):
     a field's name travels once per record instead of once per row, and a consumer gets
     the table without a Python object per row. Decoding an 8-GPU snapshot this way takes
-    ~31 µs instead of ~55 µs (the engine's largest single cost, docs/benchmarks.md), and
-    the record is ~4.6 kB instead of ~10 kB. The row model (:class:`GpuSample`,
+    ~35 µs instead of ~53 µs (the worker's largest single cost; bench/snapshot_decode.py), and
+    the record is ~4.7 kB instead of ~10 kB. The row model (:class:`GpuSample`,
     :class:`GpuProcess`) stays the one definition of each field; a column validates its
     values exactly as the row model would. A column left out means the row default
     (``null``) for every row; in memory every column is a full list."""
@@ -240,7 +240,7 @@ class NodeSnapshot(_SnapshotHead):
     def of(cls, *, gpus: "list[Any]" = (), processes: "list[Any]" = (), **head: Any) -> "NodeSnapshot":  # type: ignore[assignment]
         """A snapshot from rows (:class:`GpuSample`/:class:`GpuProcess` objects, or dicts), as an
         agent builds one. Not an ``__init__`` or a validator that takes rows: either makes
-        pydantic hand every decoded table to Python first (54 µs per 8-GPU record, not 31)."""
+        pydantic hand every decoded table to Python first (54 µs per 8-GPU record, not 35)."""
         return cls(gpus=GpuColumns.of(list(gpus)), processes=ProcessColumns.of(list(processes)), **head)
 
 
