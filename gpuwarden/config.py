@@ -19,7 +19,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
-from gpuwarden.contract import DEFAULT_MAX_FUTURE_SKEW_S, DEFAULT_MAX_RECORD_BYTES, field_path
+from gpuwarden.contract import (
+    DEFAULT_MAX_FUTURE_SKEW_S,
+    DEFAULT_MAX_PAST_SKEW_S,
+    DEFAULT_MAX_RECORD_BYTES,
+    field_path,
+)
 from gpuwarden.units import Duration, Size
 
 
@@ -91,8 +96,14 @@ class SpoolConfig(Section):
 
 
 class LimitsConfig(Section):
-    max_record_bytes: Size = DEFAULT_MAX_RECORD_BYTES
+    max_record_bytes: Size = Field(default=DEFAULT_MAX_RECORD_BYTES, ge=1024, le=8 << 20)
+    """Larger records are dead-lettered by the workers (a prefix kept) and never sent by agents;
+    at most 8 MiB, so a dead letter holding a whole record fits the 16 MiB DLQ topics."""
     max_future_skew: Duration = DEFAULT_MAX_FUTURE_SKEW_S
+    max_past_skew: Duration = Field(default=DEFAULT_MAX_PAST_SKEW_S, gt=0)
+    """Records dated this far behind the worker's clock are dead-lettered, and the engine sets
+    aside (counts ``implausible``) those this far behind their node's newest: a node booting
+    with a reset clock must not raise or resolve alerts in 1970."""
 
 
 def _sections() -> dict[str, type[BaseModel]]:

@@ -1,8 +1,11 @@
 """The wire contract: one pydantic model per topic record, in one place.
 
-Every record carries ``schema`` ("<kind>/<version>"), which doubles as the type
-tag when records of several kinds share a file (replay, export).  A change to a
-record's shape bumps its version; consumers reject versions they do not know.
+Every record carries ``schema`` ("<kind>/<major>"), which doubles as the type
+tag when records of several kinds share a file (replay, export). Within a major
+version a record may carry fields a reader does not know (a newer agent than its
+workers): they are ignored and counted (:func:`unknown_fields`), never fatal. A
+change that old readers would misread bumps the major version; a reader rejects a
+major version it does not know, saying which ones it reads.
 
 Validation is strict on purpose: a NaN, a negative counter or a timestamp from
 the far future poisons baselines for days, so such records are rejected at the
@@ -31,6 +34,9 @@ from pydantic import (
 #: Default limits applied by :func:`decode`; workers take them from config.
 DEFAULT_MAX_RECORD_BYTES = 1 << 20
 DEFAULT_MAX_FUTURE_SKEW_S = 300.0
+#: How far behind the clock (at live boundaries) or its node's newest record a record may be
+#: dated: a node booting with its clock reset (1970) before NTP syncs must not set alerts.
+DEFAULT_MAX_PAST_SKEW_S = 7 * 86400.0
 
 NonNegInt = Annotated[int, Field(ge=0)]
 NonNegFloat = Annotated[float, Field(ge=0)]
@@ -41,11 +47,12 @@ Timestamp = Annotated[float, Field(ge=0, description="event time, UTC epoch seco
 
 
 class Wire(BaseModel):
-    """Base of every contract model: strict numbers, no unknown fields."""
+    """Base of every contract model: strict numbers; unknown fields are kept aside (in
+    ``model_extra``) for :func:`unknown_fields` to count, and otherwise ignored."""
 
     model_config = ConfigDict(
         allow_inf_nan=False,
-        extra="forbid",
+        extra="allow",
         populate_by_name=True,
         serialize_by_alias=True,
         frozen=False,
@@ -59,7 +66,7 @@ class _TimedRecord(Wire):
 
     @field_validator("ts")
     @classmethod
-    def _not_in_future(cls, v: float, info: ValidationInfo) -> float:
+    def _plausible(cls, v: float, info: ValidationInfo) -> float:
         ctx = info.context or {}
         now = ctx.get("now")
         if now is None:
@@ -68,6 +75,12 @@ class _TimedRecord(Wire):
         if v > now + skew:
             raise ValueError(
                 f"timestamp {v:.3f} is {v - now:.0f} s in the future (allowed skew {skew:.0f} s)"
+            )
+        past = ctx.get("max_past_skew_s")
+        if past is not None and v < now - past:
+            raise ValueError(
+                f"timestamp {v:.3f} is {now - v:.0f} s in the past (allowed {past:.0f} s, "
+                "limits.max_past_skew): a clock not yet synced?"
             )
         return v
 
@@ -464,16 +477,30 @@ ControlRecord = Annotated[Union[Silence, Ack, OnCallOverride], Field(discriminat
 
 
 class DeadLetter(Wire):
-    """``<topic>.dlq``: a record that failed validation, with its original bytes."""
+    """``<topic>.dlq``: a record that failed validation, with its original bytes.
 
-    schema_: Literal["dead_letter/1"] = Field(default="dead_letter/1", alias="schema")
+    The value is kept whole up to the reader's record limit (``limits.max_record_bytes``);
+    an oversized one keeps its first :data:`DEAD_LETTER_PREFIX` bytes (``truncated``), and
+    every letter says the original's length and SHA-256, so a dead letter stays small
+    enough to send whatever it holds (one that failed to send stopped every worker)."""
+
+    schema_: Literal["dead_letter/2"] = Field(default="dead_letter/2", alias="schema")
     topic: Label
     partition: int | None = None
     offset: int | None = None
     key_b64: str | None = None
+    key_bytes: NonNegInt | None = None
     value_b64: str
+    value_bytes: NonNegInt
+    value_sha256: str
+    truncated: bool = False
     error: str
     received_at: Timestamp
+
+
+#: What an oversized value (or key) keeps in its dead letter.
+DEAD_LETTER_PREFIX = 64 << 10
+DEAD_LETTER_KEY_PREFIX = 1 << 10
 
 
 # --------------------------------------------------------------------------- codec
@@ -496,6 +523,14 @@ Record = Annotated[
 _RECORD = TypeAdapter(Record)
 _SNAPSHOT = TypeAdapter(Annotated[Union[NodeSnapshot, NodeSnapshotV1], Field(discriminator="schema_")])
 _CONTROL = TypeAdapter(ControlRecord)
+
+
+#: Per record class, its fields that hold contract models (where unknown fields can nest).
+_NESTED: dict[type, tuple[str, ...]] = {
+    NodeSnapshot: ("gpus", "processes"),
+    GpuEvent: ("catalogue",),
+    AlertTransition: ("evidence",),
+}
 
 
 class ContractError(ValueError):
@@ -532,6 +567,39 @@ def encode(record: BaseModel) -> bytes:
     return record.model_dump_json(by_alias=True, exclude_none=False).encode()
 
 
+def _version_error(err: ValidationError) -> ContractError | None:
+    """A ``schema`` this reader does not know, said plainly: a newer major version (the
+    writer was upgraded first) or a record of another kind."""
+    for e in err.errors(include_url=False):
+        if e["type"] == "union_tag_invalid":
+            got, reads = e["ctx"]["tag"], e["ctx"]["expected_tags"]
+        elif e["type"] == "literal_error" and tuple(e["loc"]) == ("schema",):
+            got, reads = e["input"], e["ctx"]["expected"]
+        else:
+            continue
+        known = sorted(r.strip(" '") for r in str(reads).replace(" or ", ",").split(","))
+        kind = str(got).partition("/")[0]
+        same = [r for r in known if r.partition("/")[0] == kind]
+        if same:
+            why = f"schema: {got!r} is a version this reader does not know (it reads " \
+                  f"{', '.join(same)}): upgrade the reader before the writers"
+        else:
+            why = f"schema: {got!r} is not a record this reader takes (it reads {', '.join(known)})"
+        return ContractError(why, ["schema"])
+    return None
+
+
+def unknown_fields(record: BaseModel) -> list[str]:
+    """Paths of the fields ``record`` carries that this version of the contract does not
+    define (ignored): a writer newer than its reader. ``[]`` for a record of this version."""
+    out = [*(record.__pydantic_extra__ or ())]
+    for name in _NESTED.get(type(record), ()):
+        value = getattr(record, name)
+        if value is not None and value.__pydantic_extra__:
+            out.extend(f"{name}.{k}" for k in value.__pydantic_extra__)
+    return out
+
+
 def decode(
     data: bytes | str,
     model: Any = None,
@@ -539,17 +607,20 @@ def decode(
     now: float | None = None,
     max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     max_future_skew_s: float = DEFAULT_MAX_FUTURE_SKEW_S,
+    max_past_skew_s: float | None = None,
 ) -> Any:
     """Parse one record; raise :class:`ContractError` naming the fields at fault.
 
     ``model`` is a contract class (or None for any record kind, dispatched on
-    ``schema``). ``now`` enables the future-timestamp check; pass ``time.time()``
-    at live boundaries, or leave it out for trusted replays.
+    ``schema``). ``now`` enables the timestamp checks (future skew, and past skew when
+    ``max_past_skew_s`` is given); pass ``time.time()`` at live boundaries, or leave it
+    out for trusted replays. Unknown fields are accepted (see :func:`unknown_fields`).
     """
     size = len(data)
     if size > max_bytes:
         raise ContractError(f"record: {size} bytes exceeds the limit of {max_bytes} bytes", ["record"])
-    ctx = None if now is None else {"now": now, "max_future_skew_s": max_future_skew_s}
+    ctx = None if now is None else {"now": now, "max_future_skew_s": max_future_skew_s,
+                                    "max_past_skew_s": max_past_skew_s}
     try:
         if model is None:
             record = _RECORD.validate_json(data, context=ctx)
@@ -558,6 +629,9 @@ def decode(
         else:
             return model.model_validate_json(data, context=ctx)
     except ValidationError as e:
+        version = _version_error(e)
+        if version is not None:
+            raise version from None
         msg, fields = describe(e)
         raise ContractError(msg, fields) from None
     return record.upgrade() if isinstance(record, NodeSnapshotV1) else record
@@ -574,15 +648,24 @@ def decode_control(data: bytes | str) -> Silence | Ack | OnCallOverride:
 def dead_letter(
     topic: str, value: bytes, error: str, *, key: bytes | None = None,
     partition: int | None = None, offset: int | None = None, received_at: float | None = None,
+    max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> DeadLetter:
+    """The dead letter of ``value``: kept whole up to ``max_bytes``, else its prefix."""
     import base64
+    import hashlib
 
+    kept = value if len(value) <= max_bytes else value[:min(DEAD_LETTER_PREFIX, max_bytes)]
+    kept_key = None if key is None else key[:DEAD_LETTER_KEY_PREFIX]
     return DeadLetter(
         topic=topic,
         partition=partition,
         offset=offset,
-        key_b64=None if key is None else base64.b64encode(key).decode(),
-        value_b64=base64.b64encode(value).decode(),
+        key_b64=None if kept_key is None else base64.b64encode(kept_key).decode(),
+        key_bytes=None if key is None else len(key),
+        value_b64=base64.b64encode(kept).decode(),
+        value_bytes=len(value),
+        value_sha256=hashlib.sha256(value).hexdigest(),
+        truncated=len(kept) < len(value),
         error=error[:8192],
         received_at=time.time() if received_at is None else received_at,
     )

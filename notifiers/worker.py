@@ -19,9 +19,10 @@ import time
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
-from gpuwarden.contract import (AlertState, AlertTransition, ContractError, Tier, Topics, dead_letter,
-                                decode, encode)
+from gpuwarden.contract import AlertState, AlertTransition, ContractError, Tier, Topics, decode
+from gpuwarden.deadletter import UnsentLog, letter
 from gpuwarden.kafka import client_kwargs, start_client
 from gpuwarden.spool import Spool
 from notifiers.kafka import assign_from_beginning, catch_up, ensure_control_topic, poll
@@ -33,9 +34,14 @@ log = logging.getLogger("gpuwarden.notify")
 MIN_WAIT_MS = 5  # a poll never spins: even a past-due timer waits this long for records
 
 
+#: A dead letter holds a record of up to ``limits.max_record_bytes`` (≤ 8 MiB) in base64.
+DLQ_REQUEST_BYTES = 16 << 20
+
+
 class Stats:
     def __init__(self) -> None:
         self.consumed = self.dead_letters = self.stale = 0
+        self.unsent: UnsentLog | None = None  # dead letters the broker refused
 
 
 async def run_notify(settings: Any, *, stop: asyncio.Event, delivery: Any = None,
@@ -48,7 +54,8 @@ async def run_notify(settings: Any, *, stop: asyncio.Event, delivery: Any = None
     kw = client_kwargs(settings)
     alerts = AIOKafkaConsumer(topics.alerts, **kw, group_id=cfg.consumer_group + settings.kafka.topic_prefix,
                               enable_auto_commit=False, auto_offset_reset="earliest")
-    producer = AIOKafkaProducer(**kw)
+    producer = AIOKafkaProducer(**kw, compression_type="zstd", max_request_size=DLQ_REQUEST_BYTES)
+    stats.unsent = UnsentLog(settings.spool.path.parent / "unsent.jsonl")
     control = AIOKafkaConsumer(**kw, enable_auto_commit=False) if cfg.control == "kafka" else None
     await start_client(producer, kw)
     await alerts.start()
@@ -90,8 +97,13 @@ async def _one(r: Any, notifier: Notifier, producer: AIOKafkaProducer, topics: T
     except ContractError as e:
         stats.dead_letters += 1
         log.warning("%s[%d]@%d: %s → %s", r.topic, r.partition, r.offset, e, topics.dlq(r.topic))
-        dl = dead_letter(r.topic, r.value or b"", str(e), key=r.key, partition=r.partition, offset=r.offset)
-        await producer.send_and_wait(topics.dlq(r.topic), encode(dl), key=r.key)
+        key, dl = letter(r.topic, r.partition, r.offset, r.key, r.value or b"", str(e), lim.max_record_bytes)
+        try:
+            await producer.send_and_wait(topics.dlq(r.topic), dl, key=key)
+        except KafkaError as refused:  # never stop the worker on one record; the broker away still does
+            if refused.retriable or stats.unsent is None:
+                raise
+            stats.unsent.record(topics.dlq(r.topic), key, dl, refused)
         return
     if t.ts < time.time() - settings.notify.max_backlog:
         stats.stale += 1  # e.g. a new consumer group starting at the topic's beginning: history, not news

@@ -18,9 +18,10 @@ import time
 from datetime import datetime
 from typing import Any
 
-from gpuwarden.contract import EventKind, GpuEvent, Topics, encode
+from gpuwarden.contract import EventKind, GpuEvent, Topics
 from gpuwarden.kafka import client_kwargs
 from gpuwarden.spool import Spool
+from producers.publisher import within_limit
 from producers.source import Source, paced
 
 log = logging.getLogger(__name__)
@@ -56,11 +57,13 @@ class Sink:
             self.spool = Spool(sp.path, max_bytes=sp.max_bytes, max_age_s=sp.max_age)
             kw = client_kwargs(settings)
             self.publisher = Publisher(self.spool, kw.pop("bootstrap_servers"), Topics(kafka.topic_prefix),
-                                       send_timeout_s=settings.agent.publish_timeout, **kw)
+                                       send_timeout_s=settings.agent.publish_timeout,
+                                       max_record_bytes=int(settings.limits.max_record_bytes), **kw)
+        self.max_record_bytes = int(settings.limits.max_record_bytes)
 
     def put(self, records: list[Any]) -> None:
         if self.file is not None:
-            self.file.writelines(encode(r).decode() + "\n" for r in records)
+            self.file.writelines(data.decode() + "\n" for _, data in within_limit(records, self.max_record_bytes))
         else:
             self.publisher.submit(records)
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from gpuwarden.contract import Topics, encode, record_key
+from gpuwarden.contract import DEFAULT_MAX_RECORD_BYTES, Topics, encode, record_key
 from gpuwarden.kafka import start_client
 from gpuwarden.spool import Spool
 
@@ -28,20 +28,39 @@ log = logging.getLogger(__name__)
 COMPRESSION = "zstd"
 
 
+def within_limit(records: Iterable[Any], max_bytes: int) -> Iterator[tuple[Any, bytes]]:
+    """Each record with its encoding, except those over ``max_bytes``: the workers would
+    dead-letter them (keeping only a prefix), so an agent never publishes one. Each is
+    logged as an error naming the record and its size."""
+    for r in records:
+        data = encode(r)
+        if len(data) > max_bytes:
+            log.error("%s of %s at ts %.0f is %d bytes, over limits.max_record_bytes (%d): not published",
+                      r.schema_, getattr(r, "node", "?"), r.ts, len(data), max_bytes)
+            continue
+        yield r, data
+
+
 class Publisher:
     def __init__(self, spool: Spool, bootstrap: str, topics: Topics | None = None, *,
-                 batch: int = 500, send_timeout_s: float = 10.0, **kafka: Any) -> None:
+                 batch: int = 500, send_timeout_s: float = 10.0,
+                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, **kafka: Any) -> None:
         self.spool, self.bootstrap = spool, bootstrap
         self.topics = topics or Topics()
         self.batch, self.send_timeout_s = batch, send_timeout_s
+        self.max_record_bytes = max_record_bytes
         self.kafka = kafka
         self._producer: Any = None
         self.published = 0
         self.failures = 0
+        self.rejected = 0  # records over max_record_bytes, never spooled or sent
 
     def submit(self, records: Iterable[Any]) -> None:
         """Append records to the spool (the only durable step on the tick path)."""
-        rows = [(self.topics.for_record(r), record_key(r), r.ts, encode(r)) for r in records]
+        records = list(records)
+        rows = [(self.topics.for_record(r), record_key(r), r.ts, data)
+                for r, data in within_limit(records, self.max_record_bytes)]
+        self.rejected += len(records) - len(rows)
         if rows:
             self.spool.append_many(rows)
 

@@ -2,8 +2,10 @@
 
 A malformed record must never stop a worker, and must never be lost either:
 it goes to ``<topic>.dlq`` as a :class:`gpuwarden.contract.DeadLetter` holding
-the original key and value bytes, where it came from (topic, partition,
-offset) and the validation error naming the fields at fault.
+the original key and value bytes (an oversized value: its prefix, length and
+hash), where it came from (topic, partition, offset) and the validation error
+naming the fields at fault. A letter the broker still refuses is written to
+the worker's local :class:`gpuwarden.deadletter.UnsentLog` instead.
 """
 
 from __future__ import annotations
@@ -15,14 +17,14 @@ from typing import Any, Protocol
 
 from gpuwarden.contract import (
     DEFAULT_MAX_FUTURE_SKEW_S,
+    DEFAULT_MAX_PAST_SKEW_S,
     DEFAULT_MAX_RECORD_BYTES,
     ContractError,
     Topics,
-    dead_letter,
     decode,
-    encode,
     record_key,
 )
+from gpuwarden.deadletter import letter
 
 
 class Consumed(Protocol):
@@ -67,14 +69,19 @@ class Limits:
 
     max_bytes: int = DEFAULT_MAX_RECORD_BYTES
     max_future_skew_s: float = DEFAULT_MAX_FUTURE_SKEW_S
+    max_past_skew_s: float = DEFAULT_MAX_PAST_SKEW_S
+
+    @classmethod
+    def of(cls, settings: Any) -> "Limits":
+        lim = settings.limits
+        return cls(int(lim.max_record_bytes), float(lim.max_future_skew), float(lim.max_past_skew))
 
 
-def to_dlq(msg: Consumed, error: str, *, dlq_topic: str | None = None) -> Outbound:
-    """The dead letter for ``msg``, keyed like the original, bound for ``<topic>.dlq``."""
-    letter = dead_letter(
-        msg.topic, msg.value or b"", error, key=msg.key, partition=msg.partition, offset=msg.offset
-    )
-    return Outbound(dlq_topic or Topics.dlq(msg.topic), msg.key, encode(letter))
+def to_dlq(msg: Consumed, error: str, *, dlq_topic: str | None = None,
+           max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Outbound:
+    """The dead letter for ``msg``, bound for ``<topic>.dlq`` (see :func:`gpuwarden.deadletter.letter`)."""
+    key, value = letter(msg.topic, msg.partition, msg.offset, msg.key, msg.value or b"", error, max_bytes)
+    return Outbound(dlq_topic or Topics.dlq(msg.topic), key, value)
 
 
 def decode_inbound(
@@ -93,6 +100,7 @@ def decode_inbound(
         msg.value, model,
         now=time.time() if now is None else now,
         max_bytes=limits.max_bytes, max_future_skew_s=limits.max_future_skew_s,
+        max_past_skew_s=limits.max_past_skew_s,
     )
     if key_of is not None:
         want = key_of(record).encode()

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from gpuwarden.contract import AlertTransition, TaskSummary
+from gpuwarden.contract import DEFAULT_MAX_PAST_SKEW_S, AlertTransition, TaskSummary
 from streams.alerts import transition
 from streams.classstage import ClassStage
 from streams.config import EngineConfig
@@ -32,10 +32,11 @@ class StageOutput:
 class Engine:
     """Both stages in one process (standalone run, replay, tests): records in, transitions out."""
 
-    def __init__(self, rules: RulePack | None = None, config: EngineConfig | None = None) -> None:
+    def __init__(self, rules: RulePack | None = None, config: EngineConfig | None = None,
+                 max_past_skew: float = DEFAULT_MAX_PAST_SKEW_S) -> None:
         self.config = config or EngineConfig()
         self.rules = rules or load_rules(self.config.rules)
-        self.nodes = NodeStage(self.rules, self.config)
+        self.nodes = NodeStage(self.rules, self.config, max_past_skew)
         self.classes = ClassStage(self.rules, self.config)
         self.summaries = 0
 
@@ -90,6 +91,7 @@ class Engine:
         return [transition(s.rule, fp, s, "firing", s.firing_since, s.firing_since) for fp, s in slots]
 
     def counters(self) -> dict[str, int]:
-        """Stage 1's ``late`` and ``duplicates`` records, summaries, stage 2's ``summaries_late``."""
+        """Stage 1's ``late``, ``duplicates`` and ``implausible`` records, summaries, stage 2's
+        ``summaries_late``."""
         return {**self.nodes.counters(), "summaries": self.summaries,
                 "summaries_late": self.classes.counters()["late"]}

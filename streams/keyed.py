@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import cramjam  # aiokafka's codec library (zstd), a dependency through aiokafka[zstd]
 
-from gpuwarden.contract import ContractError
+from gpuwarden.contract import ContractError, unknown_fields
 from streams.dlq import Consumed, Limits, Outbound, decode_inbound, to_dlq
 
 log = logging.getLogger("gpuwarden.streams")
@@ -123,6 +123,13 @@ class KeyedRunner:
         self._synced: set[str] = set()
         self._dirty: set[str] = set()
         self._last_checkpoint = float("-inf")
+        #: Per (topic, field path): records read with a field this version does not know.
+        self.unknown: dict[tuple[str, str], int] = {}
+        self.dead = 0  # records dead-lettered since start
+        #: Per topic:partition, the last offset this process dead-lettered: its batch's sends
+        #: were acknowledged before the next batch, so a record read again up to there (the
+        #: offsets commit only with state checkpoints) needs no second letter.
+        self._lettered: dict[str, int] = {}
 
     def reassigned(self, retained: frozenset[str] = frozenset()) -> None:
         """Partitions were (re)assigned. Keys read only from ``retained`` partitions (this
@@ -150,9 +157,15 @@ class KeyedRunner:
             self.position[tp] = max(self.position.get(tp, 0), msg.offset + 1)
             try:
                 record = decode_inbound(msg, src.model, self.limits, key_of=src.key_of, now=now)
-            except ContractError as e:
-                res.out.append(to_dlq(msg, str(e), dlq_topic=src.dlq_topic))
+            except Exception as e:  # a ContractError; anything else from a parser must not stop us either
+                if msg.offset <= self._lettered.get(tp, -1):  # read again (a rebalance): sent already
+                    res.skipped += 1
+                    continue
+                why = str(e) if isinstance(e, ContractError) else f"decode: {type(e).__name__}: {e}"
+                res.out.append(to_dlq(msg, why, dlq_topic=src.dlq_topic, max_bytes=self.limits.max_bytes))
                 res.dead += 1
+                self.dead += 1
+                self._lettered[tp] = msg.offset
                 continue
             key = src.key_of(record)
             if key not in self._synced:
@@ -162,11 +175,16 @@ class KeyedRunner:
             if msg.offset <= offsets.get(tp, -1):
                 res.skipped += 1
                 continue
+            extra = unknown_fields(record)
+            if extra:
+                self._unknown(msg.topic, extra)
             try:
                 res.out.extend(self.emit(record, msg))
             except Exception as e:  # one record must not stop the worker
-                res.out.append(to_dlq(msg, f"engine: {type(e).__name__}: {e}", dlq_topic=src.dlq_topic))
+                res.out.append(to_dlq(msg, f"engine: {type(e).__name__}: {e}", dlq_topic=src.dlq_topic,
+                                      max_bytes=self.limits.max_bytes))
                 res.dead += 1
+                self.dead += 1
             offsets[tp] = msg.offset
             self._dirty.add(key)
             res.applied += 1
@@ -180,6 +198,15 @@ class KeyedRunner:
             res.state = {k: pack(self._applied[k], self.stage.dump(k)) for k in sorted(self._dirty)}
             self._dirty.clear()
         return res
+
+    def _unknown(self, topic: str, fields: list[str]) -> None:
+        """Count fields a newer writer sends; the first of each is logged (upgrade the workers)."""
+        for f in fields:
+            n = self.unknown.get((topic, f), 0)
+            if not n:
+                log.warning("%s: records carry %r, a field this worker does not know: ignored and "
+                            "counted (a writer newer than this worker)", topic, f)
+            self.unknown[topic, f] = n + 1
 
     def _sync(self, key: str, envelope: bytes | None) -> None:
         if envelope is not None:

@@ -15,6 +15,12 @@ older than the last released one is dropped and counted in ``late``. Duplicates
 (same boot_id+seq, or the same task metric) not yet released are dropped and
 counted in ``duplicates`` (once released, a copy is older than the release point:
 ``late``). ``flush()`` releases the buffer at the end of a finite input.
+
+Implausible times: a record more than ``max_past_skew`` behind its node's newest is
+set aside (counted ``implausible``), and so are buffered records that a newer record
+puts that far behind, so a node whose clock started at 1970 before NTP synced never
+releases those records, or sets its watermark on them. (The workers also dead-letter
+records that far behind their own clock, or ahead of it by ``max_future_skew``.)
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from operator import attrgetter
 from typing import Any
 
 from gpuwarden.contract import (
+    DEFAULT_MAX_PAST_SKEW_S,
     GpuEvent,
     NodeSnapshot,
     TaskMetric,
@@ -288,9 +295,12 @@ class NodeStage:
     """Stage 1, keyed by node: per-GPU/per-task windows, hardware/event rules, count-within,
     trends, durations, 1-minute task summaries."""
 
-    def __init__(self, rules: RulePack, config: EngineConfig) -> None:
+    def __init__(self, rules: RulePack, config: EngineConfig,
+                 max_past_skew: float = DEFAULT_MAX_PAST_SKEW_S) -> None:
         self.rules = rules
         self.cfg = config
+        self.max_past = float(max_past_skew)
+        self.implausible = 0  # records set aside since start (see the module docstring)
         self.bucket_s = float(config.bucket)
         self.period_s = float(config.summary_interval)
         self.eval_s = float(config.eval_interval)
@@ -362,7 +372,8 @@ class NodeStage:
 
     def counters(self) -> dict[str, int]:
         return {"late": sum(s.late for s in self._nodes.values()),
-                "duplicates": sum(s.duplicates for s in self._nodes.values())}
+                "duplicates": sum(s.duplicates for s in self._nodes.values()),
+                "implausible": self.implausible}
 
     def open_slots(self) -> list[tuple[str, Any]]:
         out = []
@@ -395,6 +406,9 @@ class NodeStage:
             st.duplicates += 1
             return out
         ts = record.ts
+        if ts < st.max_ts - self.max_past:
+            self.implausible += 1
+            return out
         if ts < st.released:
             st.late += 1
             return out
@@ -406,9 +420,11 @@ class NodeStage:
             record = Snap(record)
         if ts > st.src_max[rank]:
             st.src_max[rank] = ts
+        buf = st.buffer
         if ts > st.max_ts:
             st.max_ts = ts
-        buf = st.buffer
+            if buf and buf[0][0] < ts - self.max_past:
+                self._set_aside(st, ts - self.max_past)
         if self.lateness <= 0 and not buf and not behind:
             st.released = ts
             self._handle(st, record, rank, out)
@@ -421,6 +437,13 @@ class NodeStage:
             insort(buf, item)
         self._release(st, behind, out)
         return out
+
+    def _set_aside(self, st: NodeState, floor: float) -> None:
+        """Drop buffered records dated before ``floor`` (implausibly far behind the newest)."""
+        buf = st.buffer
+        while buf and buf[0][0] < floor:
+            buf.popleft()
+            self.implausible += 1
 
     def advance(self, node: str, behind: AbstractSet[int], out: Any) -> bool:
         """Release what ``node``'s watermark allows now that fewer inputs are ``behind`` than

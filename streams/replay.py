@@ -44,7 +44,7 @@ def cmd_replay(args: Any, settings: Any) -> int:
         rejected.append(where)
         print(f"{where}: skipped ({reason})", file=sys.stderr)
 
-    engine = Engine(packs[-1], settings.engine)
+    engine = Engine(packs[-1], settings.engine, settings.limits.max_past_skew)
     try:
         since, until = time_range(args.since, args.until, time.time())
         with _source(args, settings, since, until, reject) as records:
@@ -64,7 +64,9 @@ def cmd_replay(args: Any, settings: Any) -> int:
         write_report(args.report, records, transitions, baselines=baselines,
                      source=args.from_file or args.spool or f"Kafka {args.kafka}")
         print(f"gpuwarden replay: report written to {args.report}", file=sys.stderr)
-    print(f"gpuwarden replay: {len(transitions)} alert transitions; {len(rejected)} records skipped",
+    odd = engine.counters()["implausible"]
+    print(f"gpuwarden replay: {len(transitions)} alert transitions; {len(rejected)} records skipped"
+          + (f"; {odd} set aside as dated over limits.max_past_skew behind their node's newest" if odd else ""),
           file=sys.stderr)
     return 0
 
@@ -95,7 +97,7 @@ def _compare(args: Any, settings: Any, records: list[Any], paths: list[Any], eng
     """Both rule sets over the same records; prints the comparison, returns B's transitions."""
     from streams.compare import replay_both
 
-    first = Engine(load_rules(paths[0]), settings.engine)
+    first = Engine(load_rules(paths[0]), settings.engine, settings.limits.max_past_skew)
     comparison, _, b = replay_both(records, first, engine, str(paths[0]), str(paths[1]))
     sys.stdout.write(comparison.to_json() + "\n" if args.json else comparison.to_text())
     return b

@@ -123,8 +123,22 @@ def spool_path(location: str | Path) -> Path:
 
 def read_spool(spool: Spool, since: float | None = None, until: float | None = None, *,
                topic_prefix: str = "", on_reject: OnReject = _ignore) -> Iterator[InputRecord]:
-    """The engine's input topics from a spool, in append order (the live run's order)."""
+    """The engine's input topics from a spool, in append order (the live run's order).
+    :class:`ReplayError` when the spool holds them only under another topic prefix (a config
+    other than the one that wrote it): zero transitions would say nothing."""
     topics = set(input_topics(topic_prefix))
+    held = spool.topics()
+    if held and not topics & held.keys():
+        others = {t: n for t, n in sorted(held.items())
+                  if any(t.endswith(base) and t != base for base in input_topics())
+                  or (topic_prefix and t in input_topics())}
+        if others:
+            prefixes = sorted({next(t[: -len(b)] for b in input_topics() if t.endswith(b)) for t in others})
+            raise ReplayError(
+                f"the spool holds no records under topic prefix {topic_prefix!r} "
+                f"(kafka.topic_prefix of this config), but {', '.join(f'{t}: {n}' for t, n in others.items())} "
+                f"under prefix {' and '.join(repr(p) for p in prefixes)}: replay with a config that has "
+                f"kafka.topic_prefix: {prefixes[0]!r}")
     for row in spool.read(since=since, until=until):
         if row.topic in topics:
             rec = _usable(row.value, f"spool {row.topic} #{row.id}", on_reject)

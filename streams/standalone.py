@@ -230,7 +230,7 @@ def cmd_run(args: Any, settings: Any) -> int:
         return 2
     from producers.agent import stop_extras
 
-    engine = Engine(rules, settings.engine)
+    engine = Engine(rules, settings.engine, settings.limits.max_past_skew)
     try:
         return asyncio.run(_run(args, settings, engine, source, extras))
     finally:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import faust
-from aiokafka.errors import IllegalStateError
+from aiokafka.errors import IllegalStateError, KafkaError
 from aiokafka.structs import TopicPartition
 from faust.types import TP
 
@@ -39,6 +39,7 @@ from gpuwarden.contract import (
     Topics,
     encode,
 )
+from gpuwarden.deadletter import UnsentLog
 from gpuwarden.kafka import broker_credentials
 from streams.backlog import Backlog
 from streams.batchconsumer import batch_consumer
@@ -57,9 +58,12 @@ COMMIT_INTERVAL_S = 1.0
 #: Records held unacknowledged for the next checkpoint before one is forced (bounds
 #: what a takeover reads again).
 HOLD_MAX = 20000
-#: Producer and changelog-topic record size limit: a busy node's state envelope
-#: is ~200 kB compressed, above a few hundred kB faust's 1 MB default gets close.
+#: Producer, changelog-topic and DLQ-topic record size limit: a busy node's state envelope
+#: is ~200 kB compressed, above a few hundred kB faust's 1 MB default gets close; a dead
+#: letter holds a record of up to ``limits.max_record_bytes`` (≤ 8 MiB) in base64.
 MAX_RECORD_BYTES = 16 << 20
+#: The workers' outputs (dead letters holding base64 JSON: ~4x smaller) are compressed.
+COMPRESSION = "zstd"
 #: Per-partition fetch size. A fetch's records are merged by their Kafka timestamps,
 #: but one topic's fetch can run ahead of another's while catching up on a backlog;
 #: small fetches bound how far (see docs/streams-faust.md).
@@ -77,7 +81,7 @@ def default_stages(settings: Any) -> tuple[Any, Any]:
     from streams.rules import load_rules
 
     rules = load_rules(settings.engine.rules)
-    return NodeStage(rules, settings.engine), ClassStage(rules, settings.engine)
+    return NodeStage(rules, settings.engine, settings.limits.max_past_skew), ClassStage(rules, settings.engine)
 
 
 def build_app(
@@ -89,7 +93,8 @@ def build_app(
         node_stage, class_stage = default_stages(settings)
     k = settings.kafka
     topics = Topics(k.topic_prefix)
-    limits = Limits(int(settings.limits.max_record_bytes), float(settings.limits.max_future_skew))
+    limits = Limits.of(settings)
+    unsent = UnsentLog(data_dir / "unsent.jsonl")
     app = faust.App(
         app_id(settings),
         broker=[f"kafka://{h.strip()}" for h in k.bootstrap.split(",") if h.strip()],
@@ -107,14 +112,15 @@ def build_app(
         table_standby_replicas=0,
         producer_acks=-1,
         producer_max_request_size=MAX_RECORD_BYTES,
+        producer_compression_type=COMPRESSION,
         consumer_max_fetch_size=FETCH_BYTES,
         web_enabled=False,
         autodiscover=False,
     )
 
-    def raw_topic(*names: str) -> faust.TopicT:
+    def raw_topic(*names: str, config: Mapping[str, str] | None = None) -> faust.TopicT:
         return app.topic(*names, key_serializer="raw", value_serializer="raw",
-                         partitions=k.partitions, internal=True)
+                         partitions=k.partitions, internal=True, config=config)
 
     def state_table(name: str) -> faust.Table:
         # bytes key and value types make faust use the raw codec both ways (a
@@ -124,11 +130,12 @@ def build_app(
                          key_type=bytes, value_type=bytes,
                          extra_topic_configs={"max.message.bytes": str(MAX_RECORD_BYTES)})
 
+    big = {"max.message.bytes": str(MAX_RECORD_BYTES)}
     outputs = {
-        name: raw_topic(name)
-        for name in (topics.alerts, topics.summaries,
-                     *(Topics.dlq(t) for t in (topics.samples, topics.events, topics.metrics,
-                                               topics.summaries)))
+        **{name: raw_topic(name) for name in (topics.alerts, topics.summaries)},
+        **{name: raw_topic(name, config=big)
+           for name in (Topics.dlq(t) for t in (topics.samples, topics.events, topics.metrics,
+                                                topics.summaries))},
     }
     node_table, class_table = state_table("node-state"), state_table("class-state")
     declaring: list[asyncio.Future] = []
@@ -154,9 +161,25 @@ def build_app(
         worker's time on a fetch of 3,600 snapshots with 280 outputs."""
         await declare_outputs()
         producer = app.producer
-        futs = [await producer.send(o.topic, o.key, o.value, None, None, None) for o in out]
-        if futs:
-            await asyncio.gather(*futs)
+        sent = []
+        for o in out:
+            try:
+                sent.append((o, await producer.send(o.topic, o.key, o.value, None, None, None)))
+            except KafkaError as e:  # refused before sending (too large for the producer)
+                refused(o, e)
+        if sent:
+            results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
+            for (o, _), r in zip(sent, results):
+                if isinstance(r, BaseException):
+                    refused(o, r)
+
+    def refused(o: Outbound, error: BaseException) -> None:
+        """A record the broker will never take (too large, invalid) goes to the local unsent
+        log and the worker moves on; anything else (the broker away) stops the batch, so its
+        offsets are not committed and the records are read again."""
+        if not isinstance(error, KafkaError) or error.retriable:
+            raise error
+        unsent.record(o.topic, o.key, o.value, error)
 
     held: dict[str, list[tuple[TP, int]]] = {"node-state": [], "class-state": []}
 
@@ -182,6 +205,21 @@ def build_app(
             waiting.clear()
             log.debug("%s checkpoint: %d keys, %d bytes, %s", table.name, len(res.state),
                       sum(map(len, res.state.values())), getattr(runner.stage, "counters", dict)())
+
+    reported: dict[str, Any] = {"at": float("-inf")}  # the counts last logged
+
+    def report_counts() -> None:
+        """Log what was set aside (dead letters, letters the broker refused, fields a newer
+        writer sends) when it changed, at most every 5 s."""
+        wall = asyncio.get_running_loop().time()
+        if wall - reported["at"] < 5.0:
+            return
+        counts = {"dead_letters": node_runner.dead + class_runner.dead, "unsent": unsent.count,
+                  **{f"unknown {t} {f}": n for r in (node_runner, class_runner)
+                     for (t, f), n in sorted(r.unknown.items())}}
+        if counts != reported.get("counts", {"dead_letters": 0, "unsent": 0}):
+            log.info("counts: %s", ", ".join(f"{k}={v}" for k, v in counts.items()))
+            reported.update(counts=counts, at=wall)
 
     ranks = {topics.samples: 0, topics.events: 1, topics.metrics: 2}
     backlog = Backlog(ranks)
@@ -331,12 +369,14 @@ def build_app(
                      for r in recs]
         if summaries:
             await apply(class_runner, class_table, summaries)
+        report_counts()
 
     async def idle() -> None:
         """Nothing came: nodes held by an input judged behind (a backlog, or a high-water mark
         older than the records applied) are judged again with what the fetcher read since,
         and settled. Otherwise they would wait for the next record (at the end of a replayed
         topic: forever)."""
+        report_counts()
         assigned = app.consumer.assignment()
         waiting = {p for p in nodes_at if backlog.behind_at_end(p) and TP(topics.samples, p) in assigned}
         if waiting:

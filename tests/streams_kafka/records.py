@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from gpuwarden.config import validate_settings
 from gpuwarden.contract import GpuEvent, GpuSample, NodeSnapshot, encode, record_key
 from tests.kafka_support import unique_topic
 
-T0 = 1_700_000_000.0
+#: Yesterday, 00:00 UTC: recent enough for live workers (records older than limits.max_past_skew,
+#: 7 days, are dead-lettered), and a whole number of days, so buckets and windows align.
+T0 = float(int(time.time()) // 86400 * 86400 - 86400)
 
 
 def settings_for(bootstrap: str, partitions: int = 2, **engine: Any) -> Any:

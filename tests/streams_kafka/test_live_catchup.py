@@ -12,6 +12,7 @@ compared when each mark was read.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from producers.simulator import Simulator
 from streams.engine import Engine
 from streams.topology import app_id
 from tests.kafka_support import create_topic
-from tests.streams_kafka.records import T0, settings_for, transition_ids
+from tests.streams_kafka.records import settings_for, transition_ids
 from tests.streams_kafka.workers import group_members, read_to_end, wait_for, workers, write_config
 
 pytestmark = pytest.mark.kafka
@@ -38,7 +39,8 @@ async def test_records_produced_while_the_worker_catches_up_are_not_dropped(
     topics = Topics(settings.kafka.topic_prefix)
     for t in (topics.samples, topics.events, topics.metrics):
         await create_topic(kafka_bootstrap, t, partitions=PARTITIONS)
-    sim = Simulator("mixed", nodes=4, gpus=8, seed=1, start_ts=T0, tick_s=1.0)
+    # recent event time: older than limits.max_past_skew (7 d) the workers dead-letter it
+    sim = Simulator("mixed", nodes=4, gpus=8, seed=1, start_ts=time.time() - 3600, tick_s=1.0)
     records = [r for r in sim.run(15 * 60) if not isinstance(r, TaskMetric)]
     engine = Engine(config=settings.engine)
     expected_alerts = set(transition_ids([encode(t) for t in engine.process_many(records)]))
