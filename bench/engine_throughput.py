@@ -32,9 +32,14 @@ def measure(records: list[Any], engine: Engine | None = None) -> dict[str, float
 
 
 def simulate(scenario: str, nodes: int, minutes: float, tick_s: float = 1.0) -> list[Any]:
+    """Seeded records from yesterday 00:00 UTC: live workers (bench/streams_throughput.py)
+    dead-letter records older than ``limits.max_past_skew`` (7 days)."""
+    import time
+
     from producers.simulator import Simulator
 
-    sim = Simulator(scenario, nodes=nodes, gpus=8, seed=1, start_ts=1_700_000_000.0, tick_s=tick_s)
+    start = float(int(time.time()) // 86400 * 86400 - 86400)
+    sim = Simulator(scenario, nodes=nodes, gpus=8, seed=1, start_ts=start, tick_s=tick_s)
     return list(sim.run(minutes * 60))
 
 

@@ -34,6 +34,7 @@ BENCHMARKS: list[tuple[str, str, list[str], bool]] = [
     ("streams_throughput", "End-to-end faust throughput on Kafka vs a naive one-record-per-GPU agent", [], True),
     ("alert_latency", "Alert latency: hardware event → fake chat server (vs a bare POST)", ["100"], False),
     ("memory_footprint", "Memory per tracked GPU series and per task-class baseline (vs raw samples)", [], False),
+    ("worker_memory", "Stream worker memory after a 2-hour catch-up (vs the engine alone)", [], True),
     ("rules_table", "Rules: detection delays and false alerts per scenario", [], False),
     ("router_throughput", "Router decisions per second", [], False),
     ("notify_delivery", "Notifier delivery vs raw httpx", ["500"], False),

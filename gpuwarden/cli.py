@@ -53,7 +53,9 @@ def _add_simulation(p: argparse.ArgumentParser, many: bool = False) -> None:
     p.add_argument("--gpus", type=_positive_int, default=None, help="simulated GPUs per node (default 8)")
     p.add_argument("--seed", type=int, default=0, help="simulation seed (default 0)")
     p.add_argument("--duration", type=_duration, metavar="SPAN", default=None,
-                   help="run through SPAN of event time as fast as possible, then exit (e.g. 2h)")
+                   help="run through SPAN of event time as fast as possible, then exit (e.g. 2h); "
+                        "simulated GPUs then tick every 5 s up to 6h, 10 s up to 2d, 30 s beyond "
+                        "(in real time: every second, agent.fast_interval for the agent)")
     p.add_argument("--start", metavar="TIME", default=None,
                    help="simulated clock start (ISO 8601 or epoch seconds; default: SPAN before now)")
 

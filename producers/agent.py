@@ -90,11 +90,11 @@ def build_source(args: Any, settings: Any, start_ts: float) -> tuple[Source, lis
     """The simulator or the NVML collector (with its event watchers and the SDK socket)."""
     cfg = settings.agent
     if args.simulate or cfg.source == "simulate":
-        from producers.simulator import Simulator
+        from producers.simulator import Simulator, tick_for
 
         scenarios = args.simulate or ["mixed"]
         return Simulator(scenarios, nodes=args.nodes or 1, gpus=args.gpus or 8, seed=args.seed,
-                         start_ts=start_ts, tick_s=cfg.fast_interval), []
+                         start_ts=start_ts, tick_s=tick_for(args.duration, cfg.fast_interval)), []
     from producers.attrib import Attributor
     from producers.events import KmsgWatcher, NvmlEventWatcher
     from producers.nvml import NvmlCollector, load_nvml

@@ -497,6 +497,19 @@ class NodeSim:
 # --------------------------------------------------------------------------- simulator
 
 
+def tick_for(span: float | None, live_tick: float = 1.0) -> float:
+    """The simulated tick, the same for ``gpuwarden run`` and ``gpuwarden agent``: ``live_tick``
+    in real time (no span); a span run as fast as possible gets coarser ticks, which keep a
+    7-day run to seconds: 5 s up to 6 h, 10 s up to 2 days, 30 s beyond."""
+    if not span:
+        return live_tick
+    if span > 2 * 86400:
+        return 30.0
+    if span > 6 * 3600:
+        return 10.0
+    return 5.0
+
+
 class Simulator:
     """N nodes × M GPUs running scenario(s); ``step()`` is one tick of event time."""
 

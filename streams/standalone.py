@@ -34,7 +34,7 @@ VIEW_EVERY_S = 0.5  # wall time between live-view frames
 def _source(args: Any, settings: Any) -> tuple[Any, list[Any]]:
     """(source, extras): the agent's NVML source with its event watchers and SDK socket when
     NVML is present and nothing is simulated, else the simulator (no extras)."""
-    from producers.simulator import Simulator
+    from producers.simulator import Simulator, tick_for
 
     scenario = args.simulate
     if scenario is None and settings.agent.source != "simulate":
@@ -48,22 +48,11 @@ def _source(args: Any, settings: Any) -> tuple[Any, list[Any]]:
     scenario = scenario or "mixed"
     span = args.duration or 0.0
     start = _start_ts(args.start, span)
-    tick = _tick_for(span)
+    tick = tick_for(span or None)
     kw = {} if args.onset is None else {"onset_s": args.onset}
     nodes = args.nodes or (2 if scenario == "mixed" else 1)
     return Simulator(scenario, nodes=nodes, gpus=args.gpus or 8, seed=args.seed, start_ts=start,
                      tick_s=tick, **kw), []
-
-
-def _tick_for(span: float) -> float:
-    """A coarser tick for long simulated spans keeps a 7-day run to seconds."""
-    if span > 2 * 86400:
-        return 30.0
-    if span > 6 * 3600:
-        return 10.0
-    if span > 0:
-        return 5.0
-    return 1.0
 
 
 def _start_ts(text: str | None, span: float) -> float:

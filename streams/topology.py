@@ -46,6 +46,7 @@ from streams.batchconsumer import batch_consumer
 from streams.dlq import Consumed, Limits, Outbound
 from streams.engine import StageOutput
 from streams.keyed import KeyedRunner, Settle, Source
+from streams.runtime import HeapTrim
 
 log = logging.getLogger("gpuwarden.streams")
 
@@ -354,9 +355,12 @@ def build_app(
         for waiting in held.values():
             waiting.clear()
 
+    trim = HeapTrim()
+
     async def handle(fetched: Mapping[TP, list[Any]]) -> None:
         """One fetch: stage-1 records merged in Kafka timestamp order (the order agents sent
         them), then stage 2's."""
+        trim.busy(sum(map(len, fetched.values())))
         assigned = app.consumer.assignment()
         node_lists = [recs for tp, recs in fetched.items() if tp.topic in ranks and tp in assigned]
         if node_lists:
@@ -377,6 +381,7 @@ def build_app(
         and settled. Otherwise they would wait for the next record (at the end of a replayed
         topic: forever)."""
         report_counts()
+        trim.idle()
         assigned = app.consumer.assignment()
         waiting = {p for p in nodes_at if backlog.behind_at_end(p) and TP(topics.samples, p) in assigned}
         if waiting:

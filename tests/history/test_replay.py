@@ -138,3 +138,16 @@ def test_replay_from_kafka_by_time_range(recorded, kafka_bootstrap, tmp_path):
     want = [encode(t).decode() for t in engine.process_many(expected) + engine.flush()]
     assert want and r.stdout.splitlines() == want
     assert all(since <= decode(x).ts for x in r.stdout.splitlines())
+
+
+def test_replay_of_a_spool_written_under_another_topic_prefix_says_which(tmp_path):
+    """Zero transitions and zero skipped records said nothing: the spool held lab1.* topics."""
+    from gpuwarden.spool import Spool
+
+    spool_file = tmp_path / "spool.db"
+    with Spool(spool_file) as spool:
+        spool.append("lab1.gpu.samples", b"{}", key="n1", ts=1.0)
+    r = gw("replay", "--config", config(tmp_path / "cfg"), "--spool", str(spool_file))
+    assert r.returncode == 2
+    assert "holds no records under topic prefix ''" in r.stderr
+    assert "lab1.gpu.samples: 1 under prefix 'lab1.'" in r.stderr and "kafka.topic_prefix: 'lab1.'" in r.stderr

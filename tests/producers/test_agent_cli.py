@@ -82,3 +82,19 @@ def test_spool_over_limit_drops_oldest_and_reports_an_agent_event(tmp_path):
 def time_now() -> float:
     import time
     return time.time()
+
+
+def test_agent_output_and_run_record_tick_alike(tmp_path):
+    """The same simulation from both commands is the same input (once 1 s against 5 s ticks,
+    which put their transitions 2-30 s apart)."""
+    out, rec = tmp_path / "agent.jsonl", tmp_path / "run.jsonl"
+    args = ("--simulate", "mixed", "--nodes", "2", "--gpus", "4", "--duration", "10m", "--start", str(T0))
+    assert run_agent(*args, "--output", str(out)).returncode == 0
+    p = subprocess.run([sys.executable, "-m", "gpuwarden.cli", "run", *args, "--record", str(rec)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+
+    def ticks(path):
+        return sorted({r.ts for r in map(decode, path.read_text().splitlines()) if r.schema_.startswith("node_")})
+
+    assert ticks(out) == ticks(rec) and ticks(out)[1] - ticks(out)[0] == 5.0
