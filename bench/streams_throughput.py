@@ -43,6 +43,9 @@ import tempfile
 import time
 import uuid
 from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -173,9 +176,10 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
 
 
-async def topology_run(bootstrap: str, records: list[Any], tmp: Path) -> tuple[float, float]:
-    """(wall seconds from the worker's first fetch to the last task summary the engine
-    gives, its CPU seconds meanwhile), one worker."""
+@asynccontextmanager
+async def backlog_worker(bootstrap: str, records: list[Any], tmp: Path) -> AsyncIterator[Backlog]:
+    """``records`` loaded on fresh topics (compressed as agents send), then one worker started
+    on them; stopped, and its topics deleted, on the way out."""
     import yaml
 
     from gpuwarden.config import validate_settings
@@ -188,7 +192,6 @@ async def topology_run(bootstrap: str, records: list[Any], tmp: Path) -> tuple[f
     topics = Topics(prefix)
     probe = Engine(config=settings.engine)  # what the worker emits (no end-of-input flush)
     probe.process_many(records)
-    summaries = probe.summaries
     await create_topics(bootstrap, [topics.samples, topics.events, topics.metrics])
     await send(bootstrap, [(topics.for_record(r), record_key(r).encode(), encode(r), None) for r in records])
     config = tmp / "gpuwarden.yaml"
@@ -197,12 +200,30 @@ async def topology_run(bootstrap: str, records: list[Any], tmp: Path) -> tuple[f
     proc = worker([sys.executable, "-m", "gpuwarden.cli", "-v", "streams", "--config", str(config),
                    "--worker-id", "bench", "--data-dir", str(tmp / "streams")], log)
     try:
-        t0, c0 = await started(proc, log, "first fetch")  # streams/batchconsumer.py, at INFO (-v)
-        times = await output_times(bootstrap, topics.summaries, lambda v: len(v) >= summaries, 600)
-        return times[-1] - t0, cpu_s(proc.pid) - c0
+        yield Backlog(proc, log, settings, topics, probe.summaries)
     finally:
         stop(proc)
         await delete_topics(bootstrap, prefix)
+
+
+@dataclass
+class Backlog:
+    """A worker reading a loaded backlog: what it must emit (``summaries``) and where."""
+
+    proc: subprocess.Popen
+    log: Path
+    settings: Any
+    topics: Any
+    summaries: int
+
+
+async def topology_run(bootstrap: str, records: list[Any], tmp: Path) -> tuple[float, float]:
+    """(wall seconds from the worker's first fetch to the last task summary the engine
+    gives, its CPU seconds meanwhile), one worker."""
+    async with backlog_worker(bootstrap, records, tmp) as w:
+        t0, c0 = await started(w.proc, w.log, "first fetch")  # streams/batchconsumer.py, at INFO (-v)
+        times = await output_times(bootstrap, w.topics.summaries, lambda v: len(v) >= w.summaries, 600)
+        return times[-1] - t0, cpu_s(w.proc.pid) - c0
 
 
 async def naive_run(bootstrap: str, records: list[Any], tmp: Path) -> tuple[float, float]:

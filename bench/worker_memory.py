@@ -20,7 +20,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from collections.abc import Iterator
 from typing import Any
@@ -28,9 +27,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
-from streams_throughput import (  # noqa: E402
-    PARTITIONS, broker, create_topics, delete_topics, output_times, send, started, stop, worker,
-)
+from streams_throughput import PARTITIONS, backlog_worker, broker, output_times, started  # noqa: E402
 
 
 def status_kib(pid: int | str, field: str) -> int:
@@ -68,39 +65,18 @@ def engine_alone(nodes: int, hours: float) -> dict[str, int]:
 
 
 async def worker_run(bootstrap: str, records: list[Any], tmp: Path) -> dict[str, float]:
-    import yaml
-
-    from gpuwarden.config import validate_settings
-    from gpuwarden.contract import Topics, encode, record_key
-    from streams.engine import Engine
     from streams.topology import app_id
     from tests.streams_kafka.workers import read_to_end
 
-    prefix = f"bench-{uuid.uuid4().hex[:8]}."
-    settings = validate_settings({"kafka": {"bootstrap": bootstrap, "topic_prefix": prefix,
-                                            "partitions": PARTITIONS}})
-    topics = Topics(prefix)
-    probe = Engine(config=settings.engine)
-    probe.process_many(records)
-    await create_topics(bootstrap, [topics.samples, topics.events, topics.metrics])
-    await send(bootstrap, [(topics.for_record(r), record_key(r).encode(), encode(r), None) for r in records])
-    config = tmp / "gpuwarden.yaml"
-    config.write_text(yaml.safe_dump(settings.model_dump(mode="json", include={"kafka", "limits", "engine"})))
-    log = tmp / "streams.log"
-    proc = worker([sys.executable, "-m", "gpuwarden.cli", "-v", "streams", "--config", str(config),
-                   "--worker-id", "bench", "--data-dir", str(tmp / "streams")], log)
-    try:
-        t0, c0 = await started(proc, log, "first fetch")
-        times = await output_times(bootstrap, topics.summaries, lambda v: len(v) >= probe.summaries, 1800)
+    async with backlog_worker(bootstrap, records, tmp) as w:
+        t0, _ = await started(w.proc, w.log, "first fetch")
+        times = await output_times(bootstrap, w.topics.summaries, lambda v: len(v) >= w.summaries, 1800)
         await asyncio.sleep(5.0)
-        changelog = await read_to_end(bootstrap, f"{app_id(settings)}-node-state-changelog", PARTITIONS)
+        changelog = await read_to_end(bootstrap, f"{app_id(w.settings)}-node-state-changelog", PARTITIONS)
         latest = {r.key: len(r.value or b"") for r in changelog}
-        return {"catch_up_s": times[-1] - t0, "rss_kib": status_kib(proc.pid, "VmRSS"),
-                "hwm_kib": status_kib(proc.pid, "VmHWM"), "state_bytes": sum(latest.values()),
+        return {"catch_up_s": times[-1] - t0, "rss_kib": status_kib(w.proc.pid, "VmRSS"),
+                "hwm_kib": status_kib(w.proc.pid, "VmHWM"), "state_bytes": sum(latest.values()),
                 "nodes": len(latest)}
-    finally:
-        stop(proc)
-        await delete_topics(bootstrap, prefix)
 
 
 def main() -> None:
