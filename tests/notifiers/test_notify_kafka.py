@@ -141,3 +141,42 @@ async def test_alerts_from_kafka_reach_feishu_with_silence_ack_dedup_and_dlq(
     log = capsys.readouterr().out
     assert len(re.findall(r" delivered +attempts=1 ", log)) == 8 and "fp-y" in log
     assert SECRET not in log and "feishu-hook-id-secret" not in log
+
+
+async def test_oversized_malformed_alerts_are_dead_lettered_bounded_and_the_worker_goes_on(
+        kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 900 kB truncated record's letter (1.2 MB in base64) was over the producer's 1 MB default:
+    the send raised out of the notify worker. Now both letters are bounded and sent, and the
+    next alert is still handled."""
+    import base64
+    import hashlib
+    import json
+    import random
+
+    prefix = unique_topic("nkp") + "."
+    topics = Topics(prefix)
+    noise = base64.b64encode(random.Random(5).randbytes(4 << 20))
+    big, huge = b'{"schema": "alert/1", "summary": "' + noise[:900_000], b'{"x": "' + noise + noise[:1 << 20] + b'"}'
+    with FakeFeishu() as team, FakeFeishu() as pager, FakeFeishu() as lead:
+        for name, fake in (("TEAM", team), ("PAGER", pager), ("LEAD", lead)):
+            monkeypatch.setenv(f"GW_TEST_URL_{name}", fake.base + fake.hook)
+        monkeypatch.setenv("GW_TEST_FEISHU_SECRET", SECRET)
+        settings = load_settings(write_config(tmp_path, kafka_bootstrap, prefix))
+        await create_topic(kafka_bootstrap, topics.alerts, partitions=1, config={"max.message.bytes": str(8 << 20)})
+        await produce(kafka_bootstrap, topics.alerts, [(b"big", big), (b"huge", huge)], max_request_size=8 << 20)
+        await produce(kafka_bootstrap, topics.alerts, [
+            (b"fp-ok", transition("fp-ok", "critical", "node-01", started=time.time()))])
+        stop, stats = asyncio.Event(), Stats()
+        worker = asyncio.create_task(run_notify(settings, stop=stop, stats=stats))
+        try:
+            await wait_for(lambda: stats.consumed >= 3 or worker.done(), 30, "three records")
+            await wait_for(lambda: len(pager.accepted) >= 1 or worker.done(), 15, "the page after them")
+        finally:
+            stop.set()
+            await asyncio.wait_for(worker, 30)  # raises what the worker raised
+    assert stats.dead_letters == 2 and stats.unsent is not None and stats.unsent.count == 0
+    letters = [json.loads(r.value) for r in await consume_all(kafka_bootstrap, topics.dlq(topics.alerts), 2)]
+    for raw, d in zip((big, huge), letters):
+        assert d["value_sha256"] == hashlib.sha256(raw).hexdigest() and d["value_bytes"] == len(raw)
+    assert not letters[0]["truncated"] and base64.b64decode(letters[0]["value_b64"]) == big
+    assert letters[1]["truncated"] and len(base64.b64decode(letters[1]["value_b64"])) == 64 << 10
