@@ -184,6 +184,9 @@ class NotifyConfig(Section):
     """``gpuwarden notify`` skips alert records older than this (a fresh group reads history first)."""
     tick_interval: Duration = 1.0
     """How often the worker runs timers (group flushes, repeats, escalation, spool drain)."""
+    drain_on_exit: Duration = 30.0
+    """Wall time ``gpuwarden run`` waits at its end for the receivers' queues to empty (a signal cuts
+    it short); what is left stays in the spool and goes out at the next start."""
 
     @model_validator(mode="after")
     def _names(self) -> NotifyConfig:

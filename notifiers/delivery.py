@@ -238,6 +238,7 @@ class Delivery:
                 verdict = await apprise_channel.send(r.channel, part, lang, self.timeout_s)
             else:
                 verdict = await self._post(module, r, part, lang)
+            limiter.answered()
             if not isinstance(verdict, Ok):
                 return verdict
         return Ok()

@@ -16,6 +16,7 @@ escalation in progress.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -93,6 +94,16 @@ class Notifier:
 
     def next_deadline(self) -> float | None:
         return self.router.next_deadline()
+
+    async def drain_before_exit(self, stop: asyncio.Event) -> None:
+        """Give the receivers' queues up to ``notify.drain_on_exit`` of wall time, unless ``stop`` is set."""
+        if stop.is_set() or not self.delivery.drain():
+            return
+        waits = [asyncio.ensure_future(self.delivery.wait_idle()), asyncio.ensure_future(stop.wait())]
+        await asyncio.wait(waits, timeout=self.config.drain_on_exit, return_when=asyncio.FIRST_COMPLETED)
+        for w in waits:
+            w.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
 
     async def aclose(self) -> None:
         self.save_state()

@@ -1,9 +1,12 @@
-"""Per-receiver send limits on the injected clock.
+"""Per-receiver send limits on the wall clock (injected only to simulate it).
 
 Each limit is a bucket of ``count`` tokens where a spent token comes back
-``window`` seconds after it was spent. Unlike a bucket refilled at a steady
-rate, this never lets more than ``count`` sends into any ``window``-long span,
-which is how DingTalk's "20 per minute" is counted on the other side.
+``window`` seconds after the platform answered that send. Unlike a bucket
+refilled at a steady rate, this never lets more than ``count`` sends into any
+``window``-long span, which is how DingTalk's "20 per minute" is counted on the
+other side; counting from the answer (the platform saw the request somewhere
+between the send and its answer) keeps network jitter from squeezing two sends
+into one window as the platform sees them.
 """
 
 from __future__ import annotations
@@ -33,6 +36,11 @@ class WindowBucket:
     def take(self, now: float) -> None:
         self._spent.append(now)
 
+    def restamp(self, now: float) -> None:
+        """Count the newest token as spent at ``now`` (when the platform answered)."""
+        if self._spent:
+            self._spent[-1] = max(self._spent[-1], now)
+
 
 class Limiter:
     """All of a receiver's limits together (Feishu has two: 5/s and 100/min)."""
@@ -53,3 +61,9 @@ class Limiter:
         for b in self.buckets:
             b.take(now)
         return True
+
+    def answered(self) -> None:
+        """The send just taken got its answer: its window starts now."""
+        now = self.clock()
+        for b in self.buckets:
+            b.restamp(now)
