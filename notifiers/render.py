@@ -118,7 +118,11 @@ def render_title(n: Notification, language: str) -> str:
     if n.reason == "test":
         return "gpuwarden test" if language == "en" else "gpuwarden 测试"
     tier = w[top_tier(n).value]
-    state = w["resolved"] if is_resolved(n) else w["firing"]
+    firing = sum(a.state == AlertState.FIRING for a in n.alerts)
+    if 0 < firing < len(n.alerts):  # a mixed message says what its body says: "3 firing, 2 resolved"
+        state = w["alerts"].format(f=firing, r=len(n.alerts) - firing)
+    else:
+        state = w["resolved"] if is_resolved(n) else w["firing"]
     first = n.alerts[0].summary if n.alerts else n.group_key
     more = f" (+{len(n.alerts) - 1})" if len(n.alerts) > 1 else ""
     return f"[{tier}] {state}: {first}{more}"

@@ -365,6 +365,17 @@ def _notification(receiver: str, group_key: str, alerts: list[AlertTransition], 
                         mentions=mentions, escalation_level=level, id=nid)
 
 
+def firing_in_state(data: bytes) -> dict[str, AlertTransition]:
+    """The alerts a :meth:`Router.dump` holds as firing (grouped or paged), by fingerprint; {} if unreadable."""
+    try:
+        st = json.loads(data)
+        held = [a for g in st["groups"] for a in g["alerts"]] + [p["alert"] for p in st["pages"]]
+        alerts = [_alert(a) for a in held]
+    except (KeyError, TypeError, ValueError, ContractError):
+        return {}
+    return {a.fingerprint: a for a in alerts if a.state == AlertState.FIRING}
+
+
 def _routes_by_id(route: Route) -> dict[str, Route]:
     out = {route.id: route}
     for child in route.children:

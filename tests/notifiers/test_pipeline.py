@@ -286,3 +286,42 @@ async def test_ack_reaches_pagerduty_as_acknowledge_between_trigger_and_resolve(
     assert len(chat.accepted) == 2  # firing and resolved; chat has no acknowledge message
     assert [e["detail"] for e in log if e["receiver"] == "team-chat" and e["attempts"] == 0] == [
         "not sent: feishu has no acknowledge message"]
+
+
+async def test_test_notify_resolves_the_pagerduty_incident_it_opened(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    from tests.acceptance.platforms import PagerDuty
+
+    with PagerDuty() as pd:
+        monkeypatch.setenv("GW_PD_KEY", pd.routing_key)
+        cfg = tmp_path / "gpuwarden.yaml"
+        cfg.write_text(yaml.safe_dump({"spool": {"path": str(tmp_path / "spool.db")}, "notify": {"receivers": [
+            {"name": "pager", "pagerduty": {"routing_key": {"env": "GW_PD_KEY"}, "url": pd.url}}]}}))
+        assert await asyncio.to_thread(main, ["test-notify", "--config", str(cfg)]) == 0
+    assert [(h.json["event_action"], h.json["dedup_key"]) for h in pd.accepted] == [
+        ("trigger", "gpuwarden-test"), ("resolve", "gpuwarden-test")]
+    assert pd.open == {}
+    assert "then resolved" in capsys.readouterr().out
+
+
+async def test_ack_of_an_unknown_or_resolved_fingerprint_is_an_error_naming_the_open_ones(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = write_config(tmp_path)
+    s = settings(tmp_path)
+    spool = Spool(s.spool.path)
+    n = Notifier(s, spool=spool, clock=EventClock(T0), delivery=Recorder())
+    await n.handle(alert("fp-open-1", tier="critical"))
+    await n.handle(alert("fp-done-2", tier="critical"))
+    await n.handle(alert("fp-done-2", tier="critical", state="resolved", ts=T0 + 60))
+    ack = ["ack", "--config", str(cfg), "--by", "ann"]
+    assert await asyncio.to_thread(main, [*ack, "deadbeef"]) == 1
+    err = capsys.readouterr().err
+    assert "no open alert 'deadbeef'" in err and "fp-open-1" in err and "fp-done-2" not in err
+    assert await asyncio.to_thread(main, [*ack, "fp-done-2"]) == 1  # already resolved
+    capsys.readouterr()
+    assert await asyncio.to_thread(main, [*ack, "fp-open"]) == 0  # a unique prefix, as messages show it
+    assert capsys.readouterr().out == "acknowledged fp-open-1 by ann\n"
+    await n.aclose()
+    spool.close()
