@@ -324,6 +324,8 @@ class Delivery:
             batch, done_ids = [], []
             records = [(rec.id, decode_notification(rec.value)) for rec in self.spool.pending(topic, limit=MAX_DIGEST)]
             records.sort(key=lambda x: top_tier(x[1]) != Tier.CRITICAL)  # stable: queue order within a tier
+            if r.name not in self._failures and len(records) <= self.limiters[r.name].free():
+                records = records[:1]  # healthy, room for each on its own: merge only what would wait
             for rid, n in records:
                 if (r.name, n.id) in self.delivered:
                     done_ids.append(rid)

@@ -33,6 +33,11 @@ class WindowBucket:
             return 0.0
         return self._spent[0] + self.window_s - now
 
+    def free(self, now: float) -> int:
+        """Tokens free now."""
+        self._expire(now)
+        return self.count - len(self._spent)
+
     def take(self, now: float) -> None:
         self._spent.append(now)
 
@@ -52,6 +57,11 @@ class Limiter:
     def wait_s(self) -> float:
         now = self.clock()
         return max((b.wait_s(now) for b in self.buckets), default=0.0)
+
+    def free(self) -> int:
+        """Sends allowed right now by every limit (a large number when there is none)."""
+        now = self.clock()
+        return min((b.free(now) for b in self.buckets), default=1 << 30)
 
     def try_take(self) -> bool:
         """Spend a token from every bucket if all have one."""
