@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Literal
+from zoneinfo import ZoneInfo
 
 import httpx
 
@@ -42,7 +43,8 @@ from notifiers.outbox import (Delivered, DeliveryLog, decode_notification, encod
 from notifiers.ratelimit import Limiter
 from notifiers.receivers import Receiver, fallback_problems
 from notifiers.redact import LOGGERS as REDACTED_LOGGERS, install as install_redaction, redact
-from notifiers.render import is_resolved, render_text, top_tier
+from notifiers.localise import localise
+from notifiers.render import Lang, is_resolved, render_text, top_tier
 from notifiers.verdict import Ok, Permanent, Retry, Verdict
 
 log = logging.getLogger("notifiers.delivery")
@@ -105,12 +107,13 @@ def digest(receiver: str, items: list[Notification]) -> Notification:
 
 class Delivery:
     def __init__(self, receivers: list[Receiver], *, spool: Spool | None, language: str = "en",
-                 clock: Callable[[], float] = time.time,
+                 timezone: str = "UTC", clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  client: httpx.AsyncClient | None = None, log: DeliveryLog | None = None,
                  max_attempts: int = 4, backoff_s: float = 1.0, max_backoff_s: float = 300.0,
                  timeout_s: float = 10.0, rng: Callable[[], float] = random.random) -> None:
-        """``clock``/``sleep``: the wall clock (never event time); tests inject a simulated one."""
+        """``clock``/``sleep``: the wall clock (never event time); tests inject a simulated one.
+        ``timezone``: the zone messages show times in (validated by the config)."""
         if problems := fallback_problems(receivers):
             raise ValueError("; ".join(problems))
         # Resolve every secret now: a missing one fails at start, and redaction knows them all.
@@ -123,7 +126,7 @@ class Delivery:
         self.receivers = {r.name: r for r in receivers}
         self._own_spool = spool is None
         self.spool = spool if spool is not None else Spool(":memory:")
-        self.language = language
+        self.language, self.tz = language, ZoneInfo(timezone)
         self.clock, self.sleep, self.rng = clock, sleep, rng
         self.max_attempts, self.backoff_s, self.max_backoff_s = max_attempts, backoff_s, max_backoff_s
         self.timeout_s = timeout_s
@@ -225,7 +228,8 @@ class Delivery:
 
     async def _send_once(self, r: Receiver, n: Notification) -> Verdict:
         module = CHANNELS[r.kind]
-        lang = r.language or self.language
+        lang = self._lang(r)
+        n = localise(n, lang)
         parts = [replace(n, alerts=[a]) for a in n.alerts] if getattr(module, "ONE_ALERT_PER_REQUEST", False) else [n]
         for part in parts:
             limiter = self.limiters[r.name]
@@ -364,8 +368,13 @@ class Delivery:
     def _fits(self, r: Receiver, items: list[Notification]) -> bool:
         if len(items) > MAX_DIGEST:
             return False
-        _, body = render_text(digest(r.name, items), r.language or self.language)
+        lang = self._lang(r)
+        _, body = render_text(localise(digest(r.name, items), lang), lang)
         return len(body.encode()) <= CHANNELS[r.kind].TEXT_LIMIT
+
+    def _lang(self, r: Receiver) -> Lang:
+        """The receiver's language (or the default), with the zone its times are shown in."""
+        return Lang(r.language or self.language, self.tz)
 
     # ------------------------------------------------------------------ bookkeeping
 

@@ -56,7 +56,7 @@ class Notifier:
             from notifiers.delivery import Delivery
 
             delivery = Delivery(self.config.receivers, spool=spool,
-                                language=self.config.language or settings.language)
+                                language=self.config.language or settings.language, timezone=self.config.timezone)
         self.delivery = delivery
         self.sent = 0
         """Notifications handed to delivery."""

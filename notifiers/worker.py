@@ -160,7 +160,8 @@ async def _test_notify(settings: Any, only: list[str] | None) -> int:
         return 2
     # No spool and no fallback: a test reports each receiver's own answer.
     delivery = Delivery([r.model_copy(update={"fallback": []}) for r in receivers], spool=None,
-                        language=settings.notify.language or settings.language, max_attempts=1)
+                        language=settings.notify.language or settings.language,
+                        timezone=settings.notify.timezone, max_attempts=1)
     failed = 0
     try:
         now = time.time()
