@@ -171,7 +171,7 @@ class Delivery:
             if queued and not down:
                 return self._queue(r, n, f"queued behind {queued} notification(s)")
             if not down:
-                if self.limiters[r.name].wait_s() > 0:
+                if self._wait_s(r.name) > 0:
                     return self._queue(r, n, "rate limited: queued for the next digest")
                 verdict, attempts = await self._send(r, n, self.max_attempts)
                 if isinstance(verdict, Ok):
@@ -274,8 +274,10 @@ class Delivery:
         self._not_before.pop(name, None)
 
     def _wait_s(self, name: str) -> float:
-        """Seconds until ``name`` may send: its rate limit, backoff or Retry-After, whichever ends last."""
-        return max(self.limiters[name].wait_s(), self._not_before.get(name, 0.0) - self.clock(), 0.0)
+        """Seconds until ``name`` may send: its rate limit (paced past a burst of half of it: what waits
+        is merged), backoff or Retry-After, whichever ends last."""
+        limiter = self.limiters[name]
+        return max(limiter.wait_s(), limiter.pace_s(), self._not_before.get(name, 0.0) - self.clock(), 0.0)
 
     # ------------------------------------------------------------------ fallback, queue, workers
 

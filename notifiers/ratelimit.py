@@ -38,6 +38,16 @@ class WindowBucket:
         self._expire(now)
         return self.count - len(self._spent)
 
+    def pace_s(self, now: float) -> float:
+        """0 while half the tokens or more are free (a burst goes out at once); past that, the free
+        tokens are spread evenly until the oldest spent one comes back, so the bucket never runs
+        dry and leaves a window-long silence."""
+        free = self.free(now)
+        if free * 2 >= self.count or free == 0:
+            return 0.0
+        last = self._spent[-1]
+        return last + (self._spent[0] + self.window_s - last) / free - now
+
     def take(self, now: float) -> None:
         self._spent.append(now)
 
@@ -62,6 +72,12 @@ class Limiter:
         """Sends allowed right now by every limit (a large number when there is none)."""
         now = self.clock()
         return min((b.free(now) for b in self.buckets), default=1 << 30)
+
+    def pace_s(self) -> float:
+        """Seconds until every limit's even share has passed: sends spread over the window under load,
+        rather than a burst that spends the window at once and then a window-long silence."""
+        now = self.clock()
+        return max((b.pace_s(now) for b in self.buckets), default=0.0)
 
     def try_take(self) -> bool:
         """Spend a token from every bucket if all have one."""

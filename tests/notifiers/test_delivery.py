@@ -223,3 +223,23 @@ async def test_a_queued_pagerduty_ack_is_sent_as_acknowledge_not_merged_into_a_d
     assert [o.status for o in outs] == ["spooled", "spooled"]
     assert [(q.json["event_action"], q.json["dedup_key"]) for q in fake.accepted] == [
         ("trigger", "fp00003" + "a" * 11), ("acknowledge", "fp00003" + "a" * 11)]
+
+
+async def test_past_a_burst_of_half_the_limit_sends_are_spread_over_the_window(monkeypatch, clock, spool):
+    """DingTalk 20/min: 10 at once, then the free slots spread out (each a digest of what waited),
+    never a window-long silence after a burst that spent the whole minute."""
+    with FakeDingTalk(clock) as fake:
+        r = dingtalk_receiver(monkeypatch, fake, None)
+        d = Delivery([r], spool=spool, clock=clock, sleep=clock.sleep)
+        try:
+            for i in range(240):
+                await d.deliver(note("dt", i))
+                await clock.sleep(0.25)  # 4 a second for a minute
+            await d.wait_idle()
+        finally:
+            await d.aclose()
+    at = [q.at for q in fake.accepted]
+    gaps = [b - a for a, b in zip(at, at[1:])]
+    assert len(at) >= 20 and at[9] - at[0] < 3.0  # the burst
+    assert min(gaps[10:]) >= 3.0 - 1e-6 and max(gaps) < 10.0, gaps
+    assert max_in_window(at, 60.0) <= 20 and fake.requests == fake.accepted
