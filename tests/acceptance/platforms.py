@@ -182,13 +182,17 @@ class Slack(Platform):
         return 200, text, b"ok"
 
 
-class Feishu(Platform):
-    limits = ((5, 1.0), (100, 60.0))
-    hook = "/open-apis/bot/v2/hook/0b5c3f0e-feishu-hook-secret"
+class Signed(Platform):
+    """A bot that may be signed: ``secret`` None accepts unsigned requests."""
 
     def __init__(self, secret: str | None = None, clock: Callable[[], float] = time.time) -> None:
         super().__init__(clock)
         self.secret = secret
+
+
+class Feishu(Signed):
+    limits = ((5, 1.0), (100, 60.0))
+    hook = "/open-apis/bot/v2/hook/0b5c3f0e-feishu-hook-secret"
 
     @property
     def url(self) -> str:
@@ -213,13 +217,9 @@ class Feishu(Platform):
         return _json(200, {"code": 0, "data": {}, "msg": "success"})
 
 
-class DingTalk(Platform):
+class DingTalk(Signed):
     limits = ((20, 60.0),)
     token = "dingtalk0access0token0secret"
-
-    def __init__(self, secret: str | None = None, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(clock)
-        self.secret = secret
 
     @property
     def url(self) -> str:
