@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpuwarden.spool import Spool
+from notifiers.outbox import outbox_topic
 from tests.acceptance.platforms import DingTalk, Feishu, PagerDuty, Slack, WeCom, most_in_window
 
 FS_SECRET, DT_SECRET = "feishu-sign-secret", "SECdingtalk-sign-secret"
@@ -106,6 +108,9 @@ def test_a_2h_simulated_run_signs_fresh_stays_within_every_limit_and_honours_ret
         p.wait()
         pytest.fail("gpuwarden run --duration 2h did not end within 180 s of wall time (a hang)")
     assert p.returncode == 0, fleet.log()
+    with Spool(fleet.tmp / "spool.db") as spool:  # the run drained its queues before it ended
+        left = {name: spool.pending_count(outbox_topic(name)) for name in [*fleet.chats(), "pd"]}
+    assert left == dict.fromkeys(left, 0), left
     answers = Counter(h.answer[2][:40] for h in fleet.feishu.hits + fleet.dingtalk.hits)
     assert not [a for a in answers if b"19021" in a or b"310000" in a], answers  # no stale or bad signature
     ages = [h.at - int(h.json["timestamp"]) for h in fleet.feishu.hits]
