@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, field_validator, model_validator
 
@@ -169,6 +170,8 @@ class OwnersConfig(Section):
 
 class NotifyConfig(Section):
     language: Literal["en", "zh-CN"] | None = None
+    timezone: str = "UTC"
+    """IANA zone (``Asia/Shanghai``) the messages show times in; alerts themselves stay in epoch seconds."""
     control: Literal["spool", "kafka"] = "spool"
     """Where silences, acks and on-call overrides live (and where the CLI writes them)."""
     receivers: list[Receiver] = Field(default_factory=list)
@@ -184,6 +187,18 @@ class NotifyConfig(Section):
     """``gpuwarden notify`` skips alert records older than this (a fresh group reads history first)."""
     tick_interval: Duration = 1.0
     """How often the worker runs timers (group flushes, repeats, escalation, spool drain)."""
+    drain_on_exit: Duration = 30.0
+    """Wall time ``gpuwarden run`` waits at its end for the receivers' queues to empty (a signal cuts
+    it short); what is left stays in the spool and goes out at the next start."""
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, v: str) -> str:
+        try:
+            ZoneInfo(v)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"expected an IANA time zone such as UTC or Asia/Shanghai (got {v!r})") from None
+        return v
 
     @model_validator(mode="after")
     def _names(self) -> NotifyConfig:

@@ -23,10 +23,13 @@ from typing import Any
 
 from gpuwarden.contract import (
     Ack,
+    AlertState,
     AlertTransition,
     ContractError,
     OnCallOverride,
     Silence,
+    Topics,
+    decode,
     decode_control,
     encode,
     record_key,
@@ -212,9 +215,46 @@ async def _silence(args: argparse.Namespace, settings: Any) -> int:
     return 0
 
 
+def open_alerts(settings: Any, spool: Spool) -> dict[str, AlertTransition] | None:
+    """Firing alerts by fingerprint, as this spool knows them: the alert history ``gpuwarden run``
+    keeps, else the router state a ``gpuwarden notify`` on this host saves; None when it has neither."""
+    from notifiers.pipeline import STATE_KEY, STATE_NS
+    from notifiers.router import firing_in_state
+
+    latest: dict[str, AlertTransition] = {}
+    for rec in spool.read(Topics(settings.kafka.topic_prefix).alerts):
+        try:
+            t = decode(rec.value, AlertTransition)
+        except ContractError:
+            continue
+        latest[t.fingerprint] = t
+    if latest:
+        return {fp: t for fp, t in latest.items() if t.state == AlertState.FIRING}
+    state = spool.kv_get(STATE_NS, STATE_KEY)
+    return None if state is None else firing_in_state(state)
+
+
 def cmd_ack(args: argparse.Namespace, settings: Any) -> int:
-    """``gpuwarden ack FINGERPRINT``: stops repeats and escalation of that alert's current episode."""
-    a = Ack(fingerprint=args.fingerprint, by=_who(args), at=time.time(), comment=args.comment)
+    """``gpuwarden ack FINGERPRINT``: stops repeats and escalation of that alert's current episode.
+
+    The fingerprint (or a unique prefix, as messages show it) must be of an open alert: exit 1
+    naming the open ones otherwise. A spool with no alert history or notifier state (the CLI on
+    another host than ``gpuwarden notify``) cannot tell: the ack is written and that is said."""
+    fp = args.fingerprint
+    with _open_spool(settings) as spool:
+        firing = open_alerts(settings, spool)
+    if firing is None:
+        print(f"gpuwarden ack: no alert history or notifier state in {settings.spool.path}; "
+              f"{fp} not checked against the open alerts", file=sys.stderr)
+    else:
+        hits = [f for f in firing if f == fp] or [f for f in firing if f.startswith(fp)]
+        if len(hits) != 1:
+            listed = "; ".join(f"{f} ({firing[f].rule}: {firing[f].summary})" for f in sorted(firing)[:20])
+            why = f"{fp!r} matches {len(hits)} open alerts" if hits else f"no open alert {fp!r}"
+            print(f"gpuwarden ack: {why}; open: {listed or 'none'}", file=sys.stderr)
+            return 1
+        fp = hits[0]
+    a = Ack(fingerprint=fp, by=_who(args), at=time.time(), comment=args.comment)
     asyncio.run(_write(settings, a))
     print(f"acknowledged {a.fingerprint} by {a.by}")
     return 0

@@ -1,13 +1,22 @@
-"""Delivery: rate limits, retries, digests, fallback and the spool, around pure channels.
+"""Delivery: one queue and one worker per receiver, rate limits, backoff, digests, fallback, around pure channels.
 
-One notification's path: already delivered (same id)? done. Receiver down or
-messages queued before it? queue behind them (and try the fallbacks if it is
-down). Over the platform's limit? queue: the next free slot sends everything
-queued as one digest, so a burst is merged, never dropped. Otherwise send, with
-exponential backoff and jitter on 5xx, timeouts and rate limits (honouring
-Retry-After); no retry on permanent errors. When retries run out the receiver
-counts as down, the fallbacks are tried, and the notification waits in the
-spool until a background flusher (or :meth:`Delivery.drain`) gets it through.
+The notifier hands notifications over with :meth:`Delivery.submit`, which never
+waits on the network: the notification goes to its receiver's queue (the
+spool's ``notify.outbox.<receiver>``, durable across restarts) and that
+receiver's worker sends it. Workers are independent, so one receiver's rate
+limit, Retry-After, backoff or timeout never delays another's; within a queue
+critical notifications go first, and whatever waits is merged into one digest
+at the next free slot (never dropped).
+
+Every wait here is on ``clock``, the wall clock (injected only to simulate
+it): rate limits, signature timestamps, retry backoff and Retry-After. Event
+time only ever appears in what a message says. A failed send (5xx, timeout,
+rate limit) sets the receiver's next attempt at exponential backoff with
+jitter, capped, and never before the platform's Retry-After; while it is down
+the worker probes with one request per backoff step instead of hammering it.
+After ``max_attempts`` failures in a row the fallbacks get the queued
+notifications. :meth:`Delivery.deliver` is the same path for one notification
+whose answer the caller waits for (``test-notify``).
 """
 
 from __future__ import annotations
@@ -21,9 +30,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Literal
+from zoneinfo import ZoneInfo
 
 import httpx
 
+from gpuwarden.contract import Tier
 from gpuwarden.spool import Spool
 from notifiers import apprise_channel, dingtalk, email, feishu, pagerduty, slack, webhook, wecom
 from notifiers.message import Notification
@@ -32,7 +43,8 @@ from notifiers.outbox import (Delivered, DeliveryLog, decode_notification, encod
 from notifiers.ratelimit import Limiter
 from notifiers.receivers import Receiver, fallback_problems
 from notifiers.redact import LOGGERS as REDACTED_LOGGERS, install as install_redaction, redact
-from notifiers.render import is_resolved, render_text
+from notifiers.localise import localise
+from notifiers.render import Lang, is_resolved, render_text, top_tier
 from notifiers.verdict import Ok, Permanent, Retry, Verdict
 
 log = logging.getLogger("notifiers.delivery")
@@ -95,11 +107,13 @@ def digest(receiver: str, items: list[Notification]) -> Notification:
 
 class Delivery:
     def __init__(self, receivers: list[Receiver], *, spool: Spool | None, language: str = "en",
-                 clock: Callable[[], float] = time.time,
+                 timezone: str = "UTC", clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  client: httpx.AsyncClient | None = None, log: DeliveryLog | None = None,
-                 max_attempts: int = 4, backoff_s: float = 1.0, max_backoff_s: float = 60.0,
+                 max_attempts: int = 4, backoff_s: float = 1.0, max_backoff_s: float = 300.0,
                  timeout_s: float = 10.0, rng: Callable[[], float] = random.random) -> None:
+        """``clock``/``sleep``: the wall clock (never event time); tests inject a simulated one.
+        ``timezone``: the zone messages show times in (validated by the config)."""
         if problems := fallback_problems(receivers):
             raise ValueError("; ".join(problems))
         # Resolve every secret now: a missing one fails at start, and redaction knows them all.
@@ -112,7 +126,7 @@ class Delivery:
         self.receivers = {r.name: r for r in receivers}
         self._own_spool = spool is None
         self.spool = spool if spool is not None else Spool(":memory:")
-        self.language = language
+        self.language, self.tz = language, ZoneInfo(timezone)
         self.clock, self.sleep, self.rng = clock, sleep, rng
         self.max_attempts, self.backoff_s, self.max_backoff_s = max_attempts, backoff_s, max_backoff_s
         self.timeout_s = timeout_s
@@ -122,13 +136,27 @@ class Delivery:
         self.delivered = Delivered(self.spool)
         self.limiters = {r.name: Limiter(rate_limits(r), clock) for r in receivers}
         self._locks = {r.name: asyncio.Lock() for r in receivers}
-        self._down: dict[str, int] = {}  # receiver → failed rounds in a row
+        self._failures: dict[str, int] = {}  # receiver → failed sends in a row (present = down)
+        self._not_before: dict[str, float] = {}  # receiver → wall time of its next allowed attempt
         self._flushers: dict[str, asyncio.Task[None]] = {}
 
     # ------------------------------------------------------------------ public
 
+    def submit(self, n: Notification) -> None:
+        """Queue ``n`` for its receiver's worker; returns at once (the outcome goes to the delivery log)."""
+        r = self.receivers.get(n.receiver)
+        n = replace(n, id=notification_id(n))
+        if r is None:
+            self._outcome(n, "failed", f"no receiver named {n.receiver!r}", 0)
+        elif (r.name, n.id) not in self.delivered:
+            if (why := not_sent(r, n)) is not None:
+                self._outcome(n, "delivered", why, 0)
+            else:
+                self.spool.append(outbox_topic(r.name), encode_notification(n), key=n.id, ts=n.at)
+                self._ensure_flusher(r.name)
+
     async def deliver(self, n: Notification) -> Outcome:
-        """Send now, or queue (digest / outage), or hand to a fallback; never drops the notification."""
+        """Send now and return the answer, or queue (digest / backoff), or hand to a fallback; never drops it."""
         r = self.receivers.get(n.receiver)
         n = replace(n, id=notification_id(n))
         if r is None:
@@ -139,40 +167,36 @@ class Delivery:
             return self._outcome(n, "delivered", why, 0)
         async with self._locks[r.name]:
             queued = self.spool.pending_count(outbox_topic(r.name))
-            down = r.name in self._down
+            down = r.name in self._failures
             if queued and not down:
                 return self._queue(r, n, f"queued behind {queued} notification(s)")
             if not down:
-                if self.limiters[r.name].wait_s() > 0:
+                if self._wait_s(r.name) > 0:
                     return self._queue(r, n, "rate limited: queued for the next digest")
                 verdict, attempts = await self._send(r, n, self.max_attempts)
                 if isinstance(verdict, Ok):
                     return self._done(r, [n], attempts)
                 self._warn(r, verdict, attempts)
                 if isinstance(verdict, Retry):
-                    self._down[r.name] = 1
+                    self._failed(r.name, attempts, verdict.after_s)
         if (fb := await self._fallback(r, n)) is not None:
             return fb
         if not down and isinstance(verdict, Permanent):
             return self._outcome(n, "failed", verdict.message, attempts)
         return self._queue(r, n, "receiver down: queued until it recovers")
 
-    async def drain(self) -> int:
-        """One pass over every outbox, in order; returns how many notifications got through."""
-        sent = 0
-        for name in list(self.receivers):
-            if not self.spool.pending_count(outbox_topic(name)):
-                continue
-            if self.limiters[name].wait_s() > 0:
+    def drain(self) -> int:
+        """Start the worker of every outbox that holds notifications (after a restart, on each tick);
+        returns how many are queued. Workers send; this never does, so it cannot bypass a backoff."""
+        queued = 0
+        for name in self.receivers:
+            if n := self.spool.pending_count(outbox_topic(name)):
+                queued += n
                 self._ensure_flusher(name)
-                continue
-            sent += await self._drain_one(self.receivers[name])
-            if self.spool.pending_count(outbox_topic(name)):
-                self._ensure_flusher(name)
-        return sent
+        return queued
 
     async def wait_idle(self) -> None:
-        """Wait until every background flusher has emptied its outbox."""
+        """Wait until every worker has emptied its outbox."""
         while tasks := [t for t in self._flushers.values() if not t.done()]:
             await asyncio.gather(*tasks)
 
@@ -180,6 +204,7 @@ class Delivery:
         return self.spool.pending_count(outbox_topic(receiver))
 
     async def aclose(self) -> None:
+        """Stop the workers at once (what they had not sent stays in the outbox for the next start)."""
         for t in self._flushers.values():
             t.cancel()
         await asyncio.gather(*self._flushers.values(), return_exceptions=True)
@@ -203,11 +228,12 @@ class Delivery:
 
     async def _send_once(self, r: Receiver, n: Notification) -> Verdict:
         module = CHANNELS[r.kind]
-        lang = r.language or self.language
+        lang = self._lang(r)
+        n = localise(n, lang)
         parts = [replace(n, alerts=[a]) for a in n.alerts] if getattr(module, "ONE_ALERT_PER_REQUEST", False) else [n]
         for part in parts:
             limiter = self.limiters[r.name]
-            while (wait := limiter.wait_s()) > 0:
+            while (wait := limiter.wait_s()) > 0:  # wall clock: this wait always ends
                 await self.sleep(wait)
             limiter.try_take()
             if module is email:
@@ -216,6 +242,7 @@ class Delivery:
                 verdict = await apprise_channel.send(r.channel, part, lang, self.timeout_s)
             else:
                 verdict = await self._post(module, r, part, lang)
+            limiter.answered()
             if not isinstance(verdict, Ok):
                 return verdict
         return Ok()
@@ -231,11 +258,28 @@ class Delivery:
         return module.classify(resp.status_code, resp.headers, resp.content)
 
     def _backoff(self, attempt: int, after_s: float | None) -> float:
+        """Exponential in the failures so far, jittered (half to full step), capped; never under Retry-After."""
         base = min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1))
         jittered = base * (0.5 + 0.5 * self.rng())
         return max(jittered, after_s or 0.0)
 
-    # ------------------------------------------------------------------ fallback, queue, drain
+    def _failed(self, name: str, attempts: int, after_s: float | None) -> int:
+        """Count ``attempts`` more failures and set the next attempt; returns the failures in a row."""
+        failures = self._failures[name] = self._failures.get(name, 0) + attempts
+        self._not_before[name] = self.clock() + self._backoff(failures, after_s)
+        return failures
+
+    def _recovered(self, name: str) -> None:
+        self._failures.pop(name, None)
+        self._not_before.pop(name, None)
+
+    def _wait_s(self, name: str) -> float:
+        """Seconds until ``name`` may send: its rate limit (paced past a burst of half of it: what waits
+        is merged), backoff or Retry-After, whichever ends last."""
+        limiter = self.limiters[name]
+        return max(limiter.wait_s(), limiter.pace_s(), self._not_before.get(name, 0.0) - self.clock(), 0.0)
+
+    # ------------------------------------------------------------------ fallback, queue, workers
 
     async def _fallback(self, r: Receiver, n: Notification) -> Outcome | None:
         """Try each fallback now (not queued there: the notification stays owned by ``r``)."""
@@ -244,7 +288,7 @@ class Delivery:
             m = replace(n, receiver=name)
             if (name, m.id) in self.delivered:
                 return Outcome(r.name, n.id, "fallback", f"already delivered via {name}", 0)
-            if name in self._down or self.spool.pending_count(outbox_topic(name)) or not_sent(fb, m):
+            if self._wait_s(name) > 0 or self.spool.pending_count(outbox_topic(name)) or not_sent(fb, m):
                 continue
             async with self._locks[name]:
                 verdict, attempts = await self._send(fb, m, self.max_attempts)
@@ -252,8 +296,7 @@ class Delivery:
                 self._done(fb, [m], attempts)
                 return self._outcome(n, "fallback", f"{r.name} unavailable; delivered via {name}", attempts)
             if isinstance(verdict, Retry):
-                self._down[name] = 1
-                self._ensure_flusher(name)
+                self._failed(name, attempts, verdict.after_s)
             self._warn(fb, verdict, attempts)
         return None
 
@@ -268,42 +311,45 @@ class Delivery:
             self._flushers[name] = asyncio.get_running_loop().create_task(self._flush(name))
 
     async def _flush(self, name: str) -> None:
-        """Background: wait for a free slot (and back off while down), send the queue as digests."""
+        """The receiver's worker: wait for its next slot (rate limit, backoff), send the queue as digests."""
         r = self.receivers[name]
         while self.spool.pending_count(outbox_topic(name)):
-            wait = self.limiters[name].wait_s()
-            if name in self._down:
-                wait = max(wait, self._backoff(self._down[name], None))
-            if wait > 0:
+            if (wait := self._wait_s(name)) > 0:
                 await self.sleep(wait)
+                continue
             try:
                 await self._drain_one(r)
-            except Exception as e:  # a flusher must not die: log and back off
-                self._down[name] = self._down.get(name, 0) + 1
+            except Exception as e:  # a worker must not die: log and back off
+                self._failed(name, 1, None)
                 log.error("%s: flush failed: %s", name, redact(f"{type(e).__name__}: {e}"))
 
     async def _drain_one(self, r: Receiver) -> int:
-        """Send the oldest queued notifications (as one digest when several fit) once."""
+        """Send the oldest queued notifications, critical first (one digest when several fit), once."""
         async with self._locks[r.name]:
             topic = outbox_topic(r.name)
             batch, done_ids = [], []
-            for rec in self.spool.pending(topic, limit=MAX_DIGEST):
-                n = decode_notification(rec.value)
+            records = [(rec.id, decode_notification(rec.value)) for rec in self.spool.pending(topic, limit=MAX_DIGEST)]
+            records.sort(key=lambda x: top_tier(x[1]) != Tier.CRITICAL)  # stable: queue order within a tier
+            if r.name not in self._failures and len(records) <= self.limiters[r.name].free():
+                records = records[:1]  # healthy, room for each on its own: merge only what would wait
+            for rid, n in records:
                 if (r.name, n.id) in self.delivered:
-                    done_ids.append(rec.id)
+                    done_ids.append(rid)
                 elif not batch or ("ack" not in (n.reason, batch[0][1].reason)  # an ack keeps its own event
                                    and self._fits(r, [n for _, n in batch] + [n])):
-                    batch.append((rec.id, n))
+                    batch.append((rid, n))
                 else:
                     break
             self.spool.mark_published(done_ids)
-            if not batch or self.limiters[r.name].wait_s() > 0:
+            if not batch or self._wait_s(r.name) > 0:
                 return 0
             items = [n for _, n in batch]
             verdict, attempts = await self._send(r, digest(r.name, items), 1)
             if isinstance(verdict, Retry):
-                self._down[r.name] = self._down.get(r.name, 0) + 1
-                self._warn(r, verdict, attempts)
+                failures = self._failed(r.name, attempts, verdict.after_s)
+                self._warn(r, verdict, failures)
+                if failures == self.max_attempts and r.fallback:
+                    await self._hand_to_fallbacks(r, batch)
                 return 0
             self.spool.mark_published([rid for rid, _ in batch])
             if isinstance(verdict, Permanent):
@@ -311,15 +357,26 @@ class Delivery:
                 for n in items:
                     self._outcome(n, "failed", verdict.message, attempts)
                 return 0
-            self._down.pop(r.name, None)
+            self._recovered(r.name)
             self._done(r, items, attempts)
             return len(items)
+
+    async def _hand_to_fallbacks(self, r: Receiver, batch: list[tuple[int, Notification]]) -> None:
+        """``r`` just counted as down: what it holds goes to a fallback that takes it now."""
+        for rid, n in batch:
+            if await self._fallback(r, n) is not None:
+                self.spool.mark_published([rid])
 
     def _fits(self, r: Receiver, items: list[Notification]) -> bool:
         if len(items) > MAX_DIGEST:
             return False
-        _, body = render_text(digest(r.name, items), r.language or self.language)
+        lang = self._lang(r)
+        _, body = render_text(localise(digest(r.name, items), lang), lang)
         return len(body.encode()) <= CHANNELS[r.kind].TEXT_LIMIT
+
+    def _lang(self, r: Receiver) -> Lang:
+        """The receiver's language (or the default), with the zone its times are shown in."""
+        return Lang(r.language or self.language, self.tz)
 
     # ------------------------------------------------------------------ bookkeeping
 

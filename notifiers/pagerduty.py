@@ -18,6 +18,7 @@ RATE_LIMITS = [(120, 60.0)]  # ~120 events per minute per integration key
 TEXT_LIMIT = 400_000  # events are per alert; the 512 KB cap is far away
 ONE_ALERT_PER_REQUEST = True
 SENDS_ACK = True  # reason "ack" → event_action "acknowledge" (other channels skip it)
+OPENS_INCIDENTS = True  # a trigger stays open until resolved: test-notify resolves its own
 SUMMARY_CHARS = 1024
 SEVERITY = {Tier.CRITICAL: "critical", Tier.ATTENTION: "warning", Tier.INFO: "info"}
 

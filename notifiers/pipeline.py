@@ -2,7 +2,11 @@
 
 ``gpuwarden run`` (in process, event-time clock) and ``gpuwarden notify``
 (Kafka, wall clock) both drive this class, so both send the same messages for
-the same transitions. Delivery is injected or built from ``notify.receivers``.
+the same transitions. ``clock`` is the router's (what alerts say and when
+groups flush); delivery always runs on the wall clock (signatures, rate limits,
+backoff, Retry-After), so a simulated hour never signs an hour-old timestamp
+and never bursts past a platform's limit. Delivery is injected or built from
+``notify.receivers``; handing it a notification never waits on the network.
 
 The router's state (open groups, who was notified, escalation progress, dedup)
 is kept in the spool's kv store (``notify``/``router``) and restored at start,
@@ -52,17 +56,17 @@ class Notifier:
             from notifiers.delivery import Delivery
 
             delivery = Delivery(self.config.receivers, spool=spool,
-                                language=self.config.language or settings.language, clock=clock)
+                                language=self.config.language or settings.language, timezone=self.config.timezone)
         self.delivery = delivery
         self.sent = 0
-        """Notifications handed to delivery (any outcome)."""
+        """Notifications handed to delivery."""
 
     async def handle(self, transition: AlertTransition) -> None:
         if self.record_history:
             assert self.spool is not None
             self.spool.append(self.alerts_topic, encode(transition), key=transition.fingerprint, ts=transition.ts)
         self._dirty = True
-        await self._deliver(self.router.on_transition(transition, self.clock()))
+        self._submit(self.router.on_transition(transition, self.clock()))
 
     async def tick(self, now: float | None = None) -> None:
         now = self.clock() if now is None else now
@@ -70,11 +74,11 @@ class Notifier:
         if maintain:
             self._maintained_at = now
             self._reload_control()
-            await self.delivery.drain()
+            self.delivery.drain()
         due = self.router.next_deadline()
         notes = self.router.tick(now)
         self._dirty = self._dirty or bool(notes) or (due is not None and due <= now)
-        await self._deliver(notes)
+        self._submit(notes)
         if maintain:
             self.save_state()
 
@@ -90,6 +94,16 @@ class Notifier:
 
     def next_deadline(self) -> float | None:
         return self.router.next_deadline()
+
+    async def drain_before_exit(self, stop: asyncio.Event) -> None:
+        """Give the receivers' queues up to ``notify.drain_on_exit`` of wall time, unless ``stop`` is set."""
+        if stop.is_set() or not self.delivery.drain():
+            return
+        waits = [asyncio.ensure_future(self.delivery.wait_idle()), asyncio.ensure_future(stop.wait())]
+        await asyncio.wait(waits, timeout=self.config.drain_on_exit, return_when=asyncio.FIRST_COMPLETED)
+        for w in waits:
+            w.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
 
     async def aclose(self) -> None:
         self.save_state()
@@ -112,19 +126,9 @@ class Notifier:
             assert self.spool is not None
             warn_each(load_spool(self.spool, self.control)[1])
 
-    async def _deliver(self, notes: list[Notification]) -> None:
-        """Each receiver in order; receivers side by side, so a slow chat never holds up the pager."""
-        if not notes:
-            return
-        by_receiver: dict[str, list[Notification]] = {}
-        for n in notes:
-            by_receiver.setdefault(n.receiver, []).append(n)
-        await asyncio.gather(*(self._deliver_in_order(ns) for ns in by_receiver.values()))
-
-    async def _deliver_in_order(self, notes: list[Notification]) -> None:
+    def _submit(self, notes: list[Notification]) -> None:
+        """Into each receiver's queue; its own worker sends, so no receiver waits on another."""
         for n in notes:
             self.sent += 1
-            outcome = await self.delivery.deliver(n)
-            level = logging.WARNING if outcome.status == "failed" else logging.INFO
-            log.log(level, "%s %s %s → %s (%s)", n.receiver, n.reason,
-                    ",".join(a.fingerprint for a in n.alerts), outcome.status, outcome.detail)
+            self.delivery.submit(n)
+            log.debug("%s %s %s → queued", n.receiver, n.reason, ",".join(a.fingerprint for a in n.alerts))

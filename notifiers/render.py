@@ -7,7 +7,7 @@ once here so every platform tells the same story.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 
 from gpuwarden.contract import AlertState, AlertTransition, Evidence, Tier
 from notifiers.message import Notification
@@ -52,8 +52,26 @@ def is_resolved(n: Notification) -> bool:
     return bool(n.alerts) and all(a.state == AlertState.RESOLVED for a in n.alerts)
 
 
-def _ts(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+class Lang(str):
+    """A language code (``en``, ``zh-CN``) that also carries the zone messages show times in.
+
+    It is a ``str``, so every channel keeps taking ``language: str``; a plain code shows UTC.
+    """
+
+    tz: tzinfo
+
+    def __new__(cls, code: str, tz: tzinfo) -> Lang:
+        lang = super().__new__(cls, code)
+        lang.tz = tz
+        return lang
+
+
+def human_time(t: float, language: str) -> str:
+    """A time in the reader's zone, written the way people there write it."""
+    d = datetime.fromtimestamp(t, language.tz if isinstance(language, Lang) else UTC)
+    if language == "zh-CN":
+        return f"{d.year}年{d.month}月{d.day}日 {d:%H:%M:%S} {d.tzname()}"
+    return f"{d:%Y-%m-%d %H:%M:%S} {d.tzname()}"
 
 
 def _dur(s: float) -> str:
@@ -103,9 +121,9 @@ def alert_block(a: AlertTransition, language: str) -> str:
         lines.append(lab)
     if ev := evidence_parts(a.evidence, w):
         lines.append(f"{w['evidence']}: " + "; ".join(ev))
-    when = f"{w['since']} {_ts(a.started_at)}"
+    when = f"{w['since']} {human_time(a.started_at, language)}"
     if a.ended_at is not None:
-        when += f", {w['ended']} {_ts(a.ended_at)}"
+        when += f", {w['ended']} {human_time(a.ended_at, language)}"
     lines.append(when)
     if a.action and a.state == AlertState.FIRING:
         lines.append(f"{w['action']}: {a.action}")
@@ -118,7 +136,11 @@ def render_title(n: Notification, language: str) -> str:
     if n.reason == "test":
         return "gpuwarden test" if language == "en" else "gpuwarden 测试"
     tier = w[top_tier(n).value]
-    state = w["resolved"] if is_resolved(n) else w["firing"]
+    firing = sum(a.state == AlertState.FIRING for a in n.alerts)
+    if 0 < firing < len(n.alerts):  # a mixed message says what its body says: "3 firing, 2 resolved"
+        state = w["alerts"].format(f=firing, r=len(n.alerts) - firing)
+    else:
+        state = w["resolved"] if is_resolved(n) else w["firing"]
     first = n.alerts[0].summary if n.alerts else n.group_key
     more = f" (+{len(n.alerts) - 1})" if len(n.alerts) > 1 else ""
     return f"[{tier}] {state}: {first}{more}"

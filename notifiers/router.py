@@ -139,14 +139,15 @@ class Router:
                 sources.pop(t.fingerprint, None)
         if t.tier == Tier.INFO:
             return []  # recorded only (the pipeline keeps history)
+        closes: list[Notification] = []
         if t.tier == Tier.CRITICAL and self.config.escalation:
             if firing:
                 self.pages.setdefault(t.fingerprint, Page(t, now))
-            else:
-                self.pages.pop(t.fingerprint, None)
+            elif (p := self.pages.pop(t.fingerprint, None)) is not None:
+                closes = self._close_escalations(p, t, now)
         for route in match_routes(self.tree, labels):
             self._add(route, t, labels, now)
-        return self._flush_due(now)
+        return closes + self._flush_due(now)
 
     def tick(self, now: float) -> list[Notification]:
         out = self._flush_due(now) + self._escalate(now)
@@ -300,9 +301,9 @@ class Router:
         return out
 
     def _flush(self, g: Group, now: float) -> Notification | None:
-        visible = [a for a in g.alerts.values() if not self._muted(a, now)]
-        firing = [a for a in visible if a.state == AlertState.FIRING]
-        resolved = [a for a in visible if a.state == AlertState.RESOLVED and a.fingerprint in g.sent_firing]
+        firing = [a for a in g.alerts.values() if a.state == AlertState.FIRING and not self._muted(a, now)]
+        # Muting stops new notifications, never the close of one already sent: a resolve always goes out.
+        resolved = [a for a in g.alerts.values() if a.state == AlertState.RESOLVED and a.fingerprint in g.sent_firing]
         new = [a for a in firing if a.fingerprint not in g.sent_firing]
         for fp in [fp for fp, a in g.alerts.items() if a.state == AlertState.RESOLVED]:
             del g.alerts[fp]
@@ -325,6 +326,12 @@ class Router:
         g.last_sent = now
         mentions = self._oncall_now(0, now) if g.mention and firing else []
         return _notification(g.receiver, g.key, alerts, reason, now, mentions, 0)
+
+    def _close_escalations(self, p: Page, t: AlertTransition, now: float) -> list[Notification]:
+        """The resolve for receivers paged only by escalation (no group of theirs holds the alert)."""
+        in_groups = {g.receiver for g in self.groups.values() if t.fingerprint in g.sent_firing}
+        return [_notification(r, f"escalation/{t.fingerprint}", [t], "resolved", now, [], p.level)
+                for r in sorted(p.receivers - in_groups)]
 
     def _escalate(self, now: float) -> list[Notification]:
         levels = self.config.escalation
@@ -356,6 +363,17 @@ def _notification(receiver: str, group_key: str, alerts: list[AlertTransition], 
     nid = hashlib.sha256(ident.encode()).hexdigest()[:24]
     return Notification(receiver=receiver, group_key=group_key, alerts=alerts, reason=reason, at=now,
                         mentions=mentions, escalation_level=level, id=nid)
+
+
+def firing_in_state(data: bytes) -> dict[str, AlertTransition]:
+    """The alerts a :meth:`Router.dump` holds as firing (grouped or paged), by fingerprint; {} if unreadable."""
+    try:
+        st = json.loads(data)
+        held = [a for g in st["groups"] for a in g["alerts"]] + [p["alert"] for p in st["pages"]]
+        alerts = [_alert(a) for a in held]
+    except (KeyError, TypeError, ValueError, ContractError):
+        return {}
+    return {a.fingerprint: a for a in alerts if a.state == AlertState.FIRING}
 
 
 def _routes_by_id(route: Route) -> dict[str, Route]:

@@ -16,6 +16,7 @@ import logging
 import signal
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -141,14 +142,16 @@ def _print_log(settings: Any, limit: int) -> int:
     return 0
 
 
-def sample_notification(receiver: str, now: float) -> Notification:
-    """A harmless message that exercises formatting, signing and the receiver's URL."""
+def sample_notification(receiver: str, now: float, *, resolved: bool = False) -> Notification:
+    """A harmless message that exercises formatting, signing and the receiver's URL (``resolved``: its close)."""
+    state = AlertState.RESOLVED if resolved else AlertState.FIRING
     t = AlertTransition(fingerprint="gpuwarden-test", rule="test_notify", tier=Tier.ATTENTION,
-                        state=AlertState.FIRING, labels={"node": "test"}, started_at=now, ts=now,
+                        state=state, labels={"node": "test"}, started_at=now, ts=now,
+                        ended_at=now if resolved else None,
                         summary="gpuwarden test message: this receiver is configured correctly",
                         action="No action needed.")
     return Notification(receiver=receiver, group_key="test", alerts=[t], reason="test", at=now,
-                        id=f"test:{receiver}:{now!r}")
+                        id=f"test:{receiver}:{now!r}" + (":resolved" if resolved else ""))
 
 
 def cmd_test_notify(args: argparse.Namespace, settings: Any) -> int:
@@ -157,7 +160,7 @@ def cmd_test_notify(args: argparse.Namespace, settings: Any) -> int:
 
 
 async def _test_notify(settings: Any, only: list[str] | None) -> int:
-    from notifiers.delivery import Delivery
+    from notifiers.delivery import CHANNELS, Delivery
 
     receivers = settings.notify.receivers
     unknown = sorted(set(only or []) - {r.name for r in receivers})
@@ -169,7 +172,8 @@ async def _test_notify(settings: Any, only: list[str] | None) -> int:
         return 2
     # No spool and no fallback: a test reports each receiver's own answer.
     delivery = Delivery([r.model_copy(update={"fallback": []}) for r in receivers], spool=None,
-                        language=settings.notify.language or settings.language, max_attempts=1)
+                        language=settings.notify.language or settings.language,
+                        timezone=settings.notify.timezone, max_attempts=1)
     failed = 0
     try:
         now = time.time()
@@ -177,6 +181,9 @@ async def _test_notify(settings: Any, only: list[str] | None) -> int:
             if only and r.name not in only:
                 continue
             out = await delivery.deliver(sample_notification(r.name, now))
+            if out.status == "delivered" and getattr(CHANNELS[r.kind], "OPENS_INCIDENTS", False):
+                closed = await delivery.deliver(sample_notification(r.name, now, resolved=True))
+                out = closed if closed.status != "delivered" else replace(out, detail=f"{out.detail}, then resolved")
             failed += out.status != "delivered"
             print(f"{r.name:<20} {r.kind:<10} {out.status:<9} {out.detail}")
     finally:

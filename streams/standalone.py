@@ -171,6 +171,7 @@ async def _run(args: Any, settings: Any, engine: Engine, source: Any, extras: li
                         json_out=sys.stdout if args.json else None, record=record, notifier=None,
                         state_key=SIM_STATE if simulated else LIVE_STATE)
         runner.restore(source.ts if simulated else time.time())
+        # The router runs on the records' time; delivery (signatures, limits, Retry-After) on the wall clock.
         runner.notifier = Notifier(settings, spool=spool, clock=lambda: runner.now)
         live = None
         if not args.json:
@@ -193,6 +194,7 @@ async def _run(args: Any, settings: Any, engine: Engine, source: Any, extras: li
             runner.save()
             if live is not None:
                 live.update(render(engine, runner.now), refresh=True)
+            await runner.notifier.drain_before_exit(stop)
             await runner.notifier.aclose()
     counters = engine.counters()
     print(f"gpuwarden run: {runner.transitions} alert transitions; {counters['late']} late and "

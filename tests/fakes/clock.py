@@ -32,6 +32,11 @@ class SimClock:
         self.t = t
         self._sleepers: dict[asyncio.Task, float] = {}
         """Task → deadline of its simulated sleep."""
+        try:
+            self._outside = set(asyncio.all_tasks())
+        except RuntimeError:  # made outside a running loop (a fixture)
+            self._outside = set()
+        """Tasks that existed when the clock was made (a Kafka client...): :meth:`settle` does not wait for them."""
 
     def __call__(self) -> float:
         return self.t
@@ -61,6 +66,21 @@ class SimClock:
         finally:
             del self._sleepers[me]
         await asyncio.sleep(0)
+
+    async def settle(self) -> None:
+        """Let every other task run until it sleeps on this clock, waits on a task or is done; time stays.
+
+        A driver that moves ``t`` itself calls this after handing work to background
+        tasks (delivery workers), so they act at the time they were given.
+        """
+        me, loop = asyncio.current_task(), asyncio.get_running_loop()
+        quiet, since = 0, loop.time()
+        while quiet <= SETTLE_ROUNDS:
+            busy = [t for t in self._busy_tasks() if t is not me and t not in self._outside]
+            quiet = 0 if busy else quiet + 1
+            if busy and loop.time() - since > STUCK_S:
+                raise RuntimeError(f"SimClock.settle: busy for over {STUCK_S:g}s: {', '.join(map(_describe, busy))}")
+            await asyncio.sleep(POLL_S)
 
     def _busy_tasks(self) -> list[asyncio.Task]:
         """Tasks doing real work now (see the module docstring)."""

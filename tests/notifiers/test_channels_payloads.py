@@ -76,3 +76,15 @@ def test_webhook_truncates_like_alertmanager(monkeypatch):
     body = json.loads(webhook.build_request(r.channel, many("h", 5), "en", 0).body)
     assert body["version"] == "4" and len(body["alerts"]) == 2 and body["truncatedAlerts"] == 3
     assert body["commonLabels"]["alertname"] == "gpu_mem_leak"
+
+
+def test_a_digest_title_says_what_its_body_says():
+    from notifiers.delivery import digest
+
+    items = [note("x", i, tier=Tier.CRITICAL) for i in range(3)]
+    items += [note("x", i, tier=Tier.CRITICAL, state=AlertState.RESOLVED) for i in (3, 4)]
+    title, body = render_text(digest("x", items), "en")
+    assert "3 firing, 2 resolved" in body
+    assert title.startswith("[CRITICAL] 3 firing, 2 resolved: ") and title.endswith("(+4)")
+    title, _ = render_text(digest("x", items[:3]), "en")
+    assert title.startswith("[CRITICAL] firing: ")  # all firing: unchanged

@@ -60,7 +60,7 @@ async def test_apprise_target_down_spools_then_delivers_once_after_recovery(monk
             assert (first.status, second.status) == ("spooled", "spooled") and d.pending("ap") == 2
             assert first.detail == "receiver down: queued until it recovers"
             await d.wait_idle()
-            assert await d.drain() == 0
+            assert d.drain() == 0
         finally:
             await d.aclose()
     assert [q.answer[0] for q in sink.requests[:4]] == [503] * 4  # 4 attempts, each a real POST

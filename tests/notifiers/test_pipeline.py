@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,27 +18,18 @@ from notifiers.pipeline import Notifier
 from tests.notifiers.test_router import T0, alert, receivers
 
 
-@dataclass
-class Result:
-    status: str
-    detail: str = ""
-
-
 class Recorder:
     """Stands in for Delivery at the seam: records what the router hands over, in order."""
 
-    def __init__(self, slow: dict[str, float] | None = None) -> None:
+    def __init__(self) -> None:
         self.got: list[Notification] = []
         self.drains = 0
-        self.slow = slow or {}
         self.closed = False
 
-    async def deliver(self, n: Notification) -> Result:
-        await asyncio.sleep(self.slow.get(n.receiver, 0))
+    def submit(self, n: Notification) -> None:
         self.got.append(n)
-        return Result("delivered")
 
-    async def drain(self) -> int:
+    def drain(self) -> int:
         self.drains += 1
         return 0
 
@@ -198,14 +188,6 @@ async def test_bad_silence_matcher_is_a_usage_error(tmp_path: Path, capsys: pyte
     assert "expected a matcher" in capsys.readouterr().err
 
 
-async def test_a_slow_receiver_does_not_hold_up_the_pager(tmp_path: Path) -> None:
-    s = settings(tmp_path)
-    rec = Recorder(slow={"team-chat": 0.3})
-    n = Notifier(s, spool=None, clock=EventClock(T0), delivery=rec)
-    await n.handle(alert("x", tier="critical"))
-    assert [x.receiver for x in rec.got] == ["pager", "team-chat"]
-
-
 async def test_test_notify_prints_each_receivers_outcome(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     import yaml
@@ -267,6 +249,7 @@ async def test_ack_reaches_pagerduty_as_acknowledge_between_trigger_and_resolve(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from gpuwarden.contract import Ack
     from notifiers.control import write_spool
+    from notifiers.delivery import Delivery
     from tests.fakes.clock import SimClock
     from tests.fakes.http import FakeFeishu, FakePagerDuty
 
@@ -277,17 +260,22 @@ async def test_ack_reaches_pagerduty_as_acknowledge_between_trigger_and_resolve(
         s = settings(tmp_path, receivers=[
             {"name": "pager", "pagerduty": {"routing_key": {"env": "PD_KEY"}, "url": pd.base + "/v2/enqueue"}},
             *receivers("team-chat")])
-        n = Notifier(s, spool=spool, clock=clock)
+        d = Delivery(s.notify.receivers, spool=spool, clock=clock, sleep=clock.sleep)
+        n = Notifier(s, spool=spool, clock=clock, delivery=d)
         try:
             await n.handle(alert("fp-x", tier="critical"))
+            await d.wait_idle()
             write_spool(spool, Ack(fingerprint="fp-x", by="ann", at=T0 + 30))  # what `gpuwarden ack` writes
             clock.t = T0 + 31
             await n.tick()
+            await d.wait_idle()
             clock.t = T0 + 100
             await n.handle(alert("fp-x", tier="critical", state="resolved", ts=T0 + 100))
+            await d.wait_idle()
             for t in (T0 + 120, T0 + 300):
                 clock.t = t
                 await n.tick()
+                await d.wait_idle()
             log = n.delivery.log.read(20)
         finally:
             await n.aclose()
@@ -297,3 +285,42 @@ async def test_ack_reaches_pagerduty_as_acknowledge_between_trigger_and_resolve(
     assert len(chat.accepted) == 2  # firing and resolved; chat has no acknowledge message
     assert [e["detail"] for e in log if e["receiver"] == "team-chat" and e["attempts"] == 0] == [
         "not sent: feishu has no acknowledge message"]
+
+
+async def test_test_notify_resolves_the_pagerduty_incident_it_opened(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    from tests.acceptance.platforms import PagerDuty
+
+    with PagerDuty() as pd:
+        monkeypatch.setenv("GW_PD_KEY", pd.routing_key)
+        cfg = tmp_path / "gpuwarden.yaml"
+        cfg.write_text(yaml.safe_dump({"spool": {"path": str(tmp_path / "spool.db")}, "notify": {"receivers": [
+            {"name": "pager", "pagerduty": {"routing_key": {"env": "GW_PD_KEY"}, "url": pd.url}}]}}))
+        assert await asyncio.to_thread(main, ["test-notify", "--config", str(cfg)]) == 0
+    assert [(h.json["event_action"], h.json["dedup_key"]) for h in pd.accepted] == [
+        ("trigger", "gpuwarden-test"), ("resolve", "gpuwarden-test")]
+    assert pd.open == {}
+    assert "then resolved" in capsys.readouterr().out
+
+
+async def test_ack_of_an_unknown_or_resolved_fingerprint_is_an_error_naming_the_open_ones(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = write_config(tmp_path)
+    s = settings(tmp_path)
+    spool = Spool(s.spool.path)
+    n = Notifier(s, spool=spool, clock=EventClock(T0), delivery=Recorder())
+    await n.handle(alert("fp-open-1", tier="critical"))
+    await n.handle(alert("fp-done-2", tier="critical"))
+    await n.handle(alert("fp-done-2", tier="critical", state="resolved", ts=T0 + 60))
+    ack = ["ack", "--config", str(cfg), "--by", "ann"]
+    assert await asyncio.to_thread(main, [*ack, "deadbeef"]) == 1
+    err = capsys.readouterr().err
+    assert "no open alert 'deadbeef'" in err and "fp-open-1" in err and "fp-done-2" not in err
+    assert await asyncio.to_thread(main, [*ack, "fp-done-2"]) == 1  # already resolved
+    capsys.readouterr()
+    assert await asyncio.to_thread(main, [*ack, "fp-open"]) == 0  # a unique prefix, as messages show it
+    assert capsys.readouterr().out == "acknowledged fp-open-1 by ann\n"
+    await n.aclose()
+    spool.close()

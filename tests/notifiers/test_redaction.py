@@ -43,7 +43,7 @@ async def test_full_run_leaks_no_secret(monkeypatch, tmp_path, caplog, capsys):
         d = Delivery(receivers, spool=spool, clock=clock, sleep=clock.sleep, max_attempts=2)
         try:
             outcomes = [await d.deliver(note(name, i)) for i, name in enumerate(["fs", "dt", "sl", "down"] * 3)]
-            await d.drain()
+            d.drain()
         finally:
             await d.aclose()
         log_entries = d.log.read(1000)

@@ -337,3 +337,15 @@ def test_load_refuses_what_is_not_a_router_dump_and_drops_groups_of_removed_rout
     new = Router(config(route={"receiver": "team-chat"}))
     assert new.load(old.dump()) == ["group 0.0/boss/{}: route 0.0 is not in the routing tree now"]
     assert new.groups == {} and new.tick(T0 + 3600) == []
+
+
+def test_receivers_paged_only_by_escalation_hear_the_resolve() -> None:
+    """lead-chat and boss got the alert from escalation levels, not from a group: they get its resolve too."""
+    r = Router(config())
+    r.on_transition(alert("x", tier="critical"), T0)
+    r.tick(T0 + 900)
+    r.tick(T0 + 1800)
+    out = r.on_transition(alert("x", tier="critical", state="resolved", ts=T0 + 2000), T0 + 2000)
+    out += r.tick(T0 + 2100)
+    assert sorted(sent(out)) == [("boss", "resolved", ["x:resolved"]), ("lead-chat", "resolved", ["x:resolved"]),
+                                 ("pager", "resolved", ["x:resolved"]), ("team-chat", "resolved", ["x:resolved"])]

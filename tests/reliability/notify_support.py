@@ -39,10 +39,12 @@ async def notify(trs: list, tmp_path: Path, monkeypatch, down_s: float | None = 
                 clock.t = max(clock.t, t.ts)
                 await notifier.handle(t)
                 await notifier.tick(clock.t)
+                await clock.settle()
             end = clock.t + 2 * 3600
             while clock.t < end:
                 clock.t += 30
                 await notifier.tick(clock.t)
+                await clock.settle()
             await delivery.wait_idle()
             pending = delivery.pending("wh") + delivery.pending("chat")
         finally:

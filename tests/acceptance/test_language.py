@@ -1,0 +1,83 @@
+"""``language: zh-CN``: the summary and the recommended action are Chinese too; times in ``timezone``."""
+
+from __future__ import annotations
+
+import re
+import string
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuwarden.config import ConfigError, load_settings
+from gpuwarden.contract import AlertState
+from gpuwarden.spool import Spool
+from notifiers.delivery import Delivery
+from notifiers.pipeline import Notifier
+from producers.simulator import Simulator
+from streams.engine import Engine
+from streams.rules import DEFAULT_RULES, load_rule_file
+from tests.acceptance.platforms import Feishu
+from tests.fakes.clock import SimClock
+
+START = 1_767_225_600.0  # 2026-01-01 00:00 UTC
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def placeholders(template: str) -> set[str]:
+    return {name for _, name, _, _ in string.Formatter().parse(template) if name}
+
+
+def test_every_default_rule_has_a_zh_cn_summary_and_action_with_the_same_placeholders() -> None:
+    zh = yaml.safe_load(DEFAULT_RULES.with_name("default_rules.zh-CN.yaml").read_text(encoding="utf-8"))
+    for rule in load_rule_file(DEFAULT_RULES).rules:
+        text = zh.get(rule.name)
+        assert text and CJK.search(text["summary"]) and CJK.search(text["action"]), rule.name
+        assert placeholders(text["summary"]) == placeholders(rule.summary), rule.name
+        assert len(text.get("causes", [])) == len(rule.causes), rule.name
+        for mine, theirs in zip(text.get("causes", []), rule.causes):
+            assert placeholders(mine["summary"]) == placeholders(theirs.summary), rule.name
+            assert CJK.search(mine["action"]), rule.name
+
+
+async def test_zh_cn_messages_carry_chinese_summaries_and_actions_with_times_in_the_zone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = Engine()
+    sim = Simulator("mixed", nodes=2, gpus=8, seed=3, start_ts=START, tick_s=10.0, onset_s=600)
+    transitions = [t for t in engine.process_many(sim.run(3 * 3600)) + engine.flush()
+                   if t.state == AlertState.FIRING]
+    english = {t.summary for t in transitions} | {t.action for t in transitions}
+    clock = SimClock(START + 3 * 3600)
+    with Feishu(clock=clock) as chat, Spool(tmp_path / "spool.db") as spool:
+        monkeypatch.setenv("URL_CHAT", chat.url)
+        cfg = tmp_path / "gpuwarden.yaml"
+        cfg.write_text(yaml.safe_dump({"notify": {
+            "language": "zh-CN", "timezone": "Asia/Shanghai",
+            "receivers": [{"name": "chat", "feishu": {"url": {"env": "URL_CHAT"}}}],
+            "route": {"receivers": ["chat"], "group_by": ["..."], "group_wait": "0s"}}}))
+        s = load_settings(cfg)
+        d = Delivery(s.notify.receivers, spool=spool, language="zh-CN", timezone=s.notify.timezone,
+                     clock=clock, sleep=clock.sleep)
+        n = Notifier(s, spool=spool, clock=clock, delivery=d)
+        try:
+            for t in transitions:
+                await n.handle(t)
+            await d.wait_idle()
+        finally:
+            await n.aclose()
+    bodies = [h.json["card"]["elements"][0]["text"]["content"] for h in chat.accepted]
+    assert bodies and len({t.rule for t in transitions}) >= 10  # most of the rule pack fired
+    for body in bodies:
+        assert not [e for e in english if e and e in body], body  # no English summary or action left
+        lines = [ln for ln in body.splitlines() if ln.startswith("**[") or ln.startswith("建议操作")]
+        assert lines and all(len(CJK.findall(ln)) >= 4 for ln in lines), lines
+        assert "开始于 2026年1月1日 " in body and " CST" in body  # UTC+8, in human form
+
+
+def test_a_bad_timezone_fails_at_start_naming_the_file_and_key(tmp_path: Path) -> None:
+    cfg = tmp_path / "gpuwarden.yaml"
+    cfg.write_text(yaml.safe_dump({"notify": {"timezone": "Mars/Olympus_Mons"}}))
+    with pytest.raises(ConfigError) as e:
+        load_settings(cfg)
+    text = str(e.value)
+    assert str(cfg) in text and "notify.timezone" in text and "IANA time zone" in text
