@@ -22,6 +22,7 @@ import heapq
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -60,10 +61,21 @@ HOLD_MAX = 20000
 #: Producer and changelog-topic record size limit: a busy node's state envelope
 #: is ~200 kB compressed, above a few hundred kB faust's 1 MB default gets close.
 MAX_RECORD_BYTES = 16 << 20
+#: Kafka header stage 1 puts on a task summary it made while the node's inputs were behind
+#: (catching up); stage 2 then waits for that node beyond ``summary_lateness``.
+CATCHING_UP = "gw-catching-up"
+_STAMP = ((CATCHING_UP, b"1"),)
 #: Per-partition fetch size. A fetch's records are merged by their Kafka timestamps,
 #: but one topic's fetch can run ahead of another's while catching up on a backlog;
 #: small fetches bound how far (see docs/streams-faust.md).
 FETCH_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class Stamped(Outbound):
+    """An output with Kafka headers (a summary's catching-up stamp)."""
+
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 def app_id(settings: Any) -> str:
@@ -154,7 +166,8 @@ def build_app(
         worker's time on a fetch of 3,600 snapshots with 280 outputs."""
         await declare_outputs()
         producer = app.producer
-        futs = [await producer.send(o.topic, o.key, o.value, None, None, None) for o in out]
+        futs = [await producer.send(o.topic, o.key, o.value, None, None, list(getattr(o, "headers", ())) or None)
+                for o in out]
         if futs:
             await asyncio.gather(*futs)
 
@@ -251,36 +264,43 @@ def build_app(
 
     def emit_node(record: Any, msg: Consumed) -> list[Outbound]:
         try:
-            node_stage.process(record, backlog.behind(msg.topic, msg.partition, msg.offset, msg.key), scratch)
+            behind = backlog.behind(msg.topic, msg.partition, msg.offset, msg.key)
+            node_stage.process(record, behind, scratch)
             nodes_at[msg.partition].add(record.node)
-            return node_outbound(scratch)
+            return node_outbound(scratch, bool(behind))
         finally:
             scratch.transitions.clear()
             scratch.summaries.clear()
 
-    def node_outbound(out: Any) -> list[Outbound]:
+    def node_outbound(out: Any, catching_up: bool) -> list[Outbound]:
+        """Transitions and summaries to produce; summaries made while the node's inputs were
+        behind carry the catching-up stamp."""
         if not out.transitions and not out.summaries:
             return []
         return [*(Outbound(topics.alerts, t.fingerprint.encode(), encode(t)) for t in out.transitions),
-                *(Outbound(topics.summaries, s.task.encode(), encode(s)) for s in out.summaries)]
+                *(Stamped(topics.summaries, s.task.encode(), encode(s), _STAMP) if catching_up
+                  else Outbound(topics.summaries, s.task.encode(), encode(s)) for s in out.summaries)]
 
     def settle_nodes(partitions: Iterable[int]) -> Settle:
         """After a fetch: the nodes of its partitions release what their inputs' final state
         allows. A node held back by an input behind at its last record would otherwise wait for
         its next record (a sample period live, forever at the end of a replayed topic)."""
         def settle() -> tuple[list[str], list[Outbound]]:
-            out, changed = StageOutput([], []), []
+            changed: list[str] = []
+            sends: list[Outbound] = []
             for p in partitions:
-                behind = backlog.behind_at_end(p)
+                out, behind = StageOutput([], []), backlog.behind_at_end(p)
                 for node in sorted(nodes_at.get(p, ())):
                     if node_runner.synced(node) and node_stage.advance(node, behind, out):
                         changed.append(node)
-            return changed, node_outbound(out)
+                sends += node_outbound(out, bool(behind))
+            return changed, sends
         return settle
 
     def emit_class(summary: TaskSummary, msg: Consumed) -> list[Outbound]:
+        catching_up = any(k == CATCHING_UP for k, _ in getattr(msg, "headers", None) or ())
         return [Outbound(topics.alerts, t.fingerprint.encode(), encode(t))
-                for t in class_stage.process(summary)]
+                for t in class_stage.process(summary, catching_up)]
 
     def node_of(record: Any) -> str:
         return record.node

@@ -52,6 +52,7 @@ async def test_two_hour_backlog_from_scratch_gives_the_in_process_transitions(
         return transition_ids([r.value for r in await read_to_end(kafka_bootstrap, topics.alerts, PARTITIONS)])
 
     async def done() -> bool:
+        assert all(w.alive() for w in started), [w.tail() for w in started]
         sums = await read_to_end(kafka_bootstrap, topics.summaries, PARTITIONS)
         return len({(s.node, s.task_id, s.ts) for s in (decode(r.value, TaskSummary) for r in sums)}) \
             >= engine.summaries and expected <= set(await alerts())
