@@ -173,9 +173,17 @@ def build_app(
 
     held: dict[str, list[tuple[TP, int]]] = {"node-state": [], "class-state": []}
 
-    async def apply(runner: KeyedRunner, table: faust.Table, records: list[Any],
-                    settle: Settle | None = None) -> None:
-        """One batch; its offsets are held (not committable) until a checkpoint covers them."""
+    async def apply(runner: KeyedRunner, table: faust.Table, records: list[Any], fence: int,
+                    settle: Settle | None = None) -> bool:
+        """One batch; its offsets are held (not committable) until a checkpoint covers them.
+        Not applied (False) once a rebalance began since the fetch's ``fence``
+        (``app.rebalancing_count`` then): its partitions may be another worker's now and this
+        worker's keys of them un-synced, so a run would load a key's stale stored state, apply
+        this batch on top and store that as the key's state at these offsets (the records
+        between lost for good: issue #15, defect 4). faust seeks back to the committed offsets
+        after the rebalance and the records come again."""
+        if app.rebalancing or app.rebalancing_count != fence:
+            return False
         waiting = held[table.name]
         waiting.extend((TP(r.topic, r.partition), r.offset) for r in records)
         res = runner.run(records, lambda key: table.get(key.encode()),
@@ -195,6 +203,7 @@ def build_app(
             waiting.clear()
             log.debug("%s checkpoint: %d keys, %d bytes, %s", table.name, len(res.state),
                       sum(map(len, res.state.values())), getattr(runner.stage, "counters", dict)())
+        return True
 
     ranks = {topics.samples: 0, topics.events: 1, topics.metrics: 2}
     backlog = Backlog(ranks)
@@ -338,7 +347,8 @@ def build_app(
 
     async def handle(fetched: Mapping[TP, list[Any]]) -> None:
         """One fetch: stage-1 records merged in Kafka timestamp order (the order agents sent
-        them), then stage 2's."""
+        them), then stage 2's. A rebalance during the fetch's awaits ends it (see ``apply``)."""
+        fence = app.rebalancing_count
         assigned = app.consumer.assignment()
         node_lists = [recs for tp, recs in fetched.items() if tp.topic in ranks and tp in assigned]
         if node_lists:
@@ -346,22 +356,24 @@ def build_app(
             await find_behind(fetched, partitions, assigned)
             merged = node_lists[0] if len(node_lists) == 1 else \
                 list(heapq.merge(*node_lists, key=attrgetter("timestamp")))
-            await apply(node_runner, node_table, merged, settle_nodes(partitions))
+            if not await apply(node_runner, node_table, merged, fence, settle_nodes(partitions)):
+                return
         summaries = [r for tp, recs in fetched.items() if tp.topic == topics.summaries and tp in assigned
                      for r in recs]
         if summaries:
-            await apply(class_runner, class_table, summaries)
+            await apply(class_runner, class_table, summaries, fence)
 
     async def idle() -> None:
         """Nothing came: nodes held by an input judged behind (a backlog, or a high-water mark
         older than the records applied) are judged again with what the fetcher read since,
         and settled. Otherwise they would wait for the next record (at the end of a replayed
         topic: forever)."""
+        fence = app.rebalancing_count
         assigned = app.consumer.assignment()
         waiting = {p for p in nodes_at if backlog.behind_at_end(p) and TP(topics.samples, p) in assigned}
         if waiting:
             await find_behind({}, waiting, assigned)
-            await apply(node_runner, node_table, [], settle_nodes(waiting))
+            await apply(node_runner, node_table, [], fence, settle_nodes(waiting))
 
     inputs = (topics.samples, topics.events, topics.metrics, topics.summaries)
     app.transport.Consumer = batch_consumer(inputs, handle, idle)
