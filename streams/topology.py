@@ -181,8 +181,10 @@ def build_app(
         worker's keys of them un-synced, so a run would load a key's stale stored state, apply
         this batch on top and store that as the key's state at these offsets (the records
         between lost for good: issue #15, defect 4). faust seeks back to the committed offsets
-        after the rebalance and the records come again."""
-        if app.rebalancing or app.rebalancing_count != fence:
+        when the rebalance ends and the records come again. Not ``app.rebalancing``: faust
+        resumes the flow after that seek but clears the flag only later, and a fetch refused
+        then is never read again."""
+        if app.rebalancing_count != fence:
             return False
         waiting = held[table.name]
         waiting.extend((TP(r.topic, r.partition), r.offset) for r in records)
