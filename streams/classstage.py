@@ -16,6 +16,14 @@ far behind is no longer live. So what a class applies does not depend on how its
 contributors were interleaved, within that bound. A summary older than the last
 applied one is applied at once and counted ``late``; one not newer than its
 contributor's newest (stage 1 re-emits after a restart) is dropped.
+
+Catching up: stage 1 says whether it made a summary while its node's inputs were
+still behind (reading a backlog: ``process(summary, catching_up=True)``). Such a
+node's contributors stay live up to ``max_source_skew`` behind the class's newest,
+not ``summary_lateness``: their summaries are still being made, hours of event
+time apart from other nodes' (partitions read at different speeds), and the class
+waits for them as in-process order would. The node's next summary made with its
+inputs caught up puts it back under ``summary_lateness``.
 """
 
 from __future__ import annotations
@@ -53,7 +61,9 @@ class JobState:
 @state
 class ClassState:
     __slots__ = ("task", "first_ts", "max_ts", "values", "cache", "cache_ts", "jobs", "versions",
-                 "job_alerts", "buffer", "received", "heap", "newest", "late")
+                 "job_alerts", "buffer", "received", "heap", "newest", "late", "catching")
+    #: Slots added since state format 5: state written before them loads with these.
+    ADDED = {"catching": dict}
 
     def __init__(self, task: str, first_ts: float, keep: int) -> None:
         self.task = task
@@ -70,6 +80,7 @@ class ClassState:
         self.heap: list = []  # (ts, task_id, node), lazily pruned: finds the slowest live contributor
         self.newest = first_ts  # newest received
         self.late = 0
+        self.catching: dict = {}  # node -> ts of its newest summary made while catching up
 
 
 class _ClassCtx(Context):
@@ -118,6 +129,7 @@ class ClassStage:
         self._ctx = _ClassCtx(self)
         self._maxlen = int(config.history // config.summary_interval) + 1
         self.lateness = float(config.summary_lateness)
+        self.skew = float(config.max_source_skew)
 
     def classes(self) -> list[str]:
         return sorted(self._classes)
@@ -173,15 +185,21 @@ class ClassStage:
                 out.extend((fp, s) for fp, s in alerts.items() if s.firing_since is not None)
         return out
 
-    def process(self, summary: TaskSummary) -> list[AlertTransition]:
+    def process(self, summary: TaskSummary, catching_up: bool = False) -> list[AlertTransition]:
         """Take one summary; returns the transitions of the summaries this releases (which may be
-        earlier ones of the class, or none while it waits for a slower contributor)."""
+        earlier ones of the class, or none while it waits for a slower contributor).
+        ``catching_up``: stage 1 made it while the node's inputs were behind (a copy counts too:
+        it says where stage 1 stands now)."""
         if not isinstance(summary, TaskSummary):
             return []
         t = summary.ts
         cls = self._classes.get(summary.task)
         if cls is None:
             cls = self._classes[summary.task] = ClassState(summary.task, t, self.cfg.baseline_samples)
+        if catching_up:
+            cls.catching[summary.node] = max(t, cls.catching.get(summary.node, t))
+        else:
+            cls.catching.pop(summary.node, None)
         who = (summary.task_id, summary.node)
         if t <= cls.received.get(who, float("-inf")):
             return []  # a summary stage 1 produced again after a restart (they come in ts order)
@@ -189,6 +207,9 @@ class ClassStage:
         heappush(cls.heap, (t, *who))
         if t > cls.newest:
             cls.newest = t
+            if cls.catching:  # a node that went silent while catching up: past the skew, forgotten
+                for node in [n for n, ts in cls.catching.items() if ts <= t - self.skew]:
+                    del cls.catching[node]
         out: list[AlertTransition] = []
         if t < cls.max_ts:
             cls.late += 1
@@ -200,7 +221,7 @@ class ClassStage:
                 buf.append(item)
             else:
                 insort(buf, item, key=_content)
-        floor = max(self._slowest(cls), cls.newest - self.lateness)
+        floor = self._slowest(cls)  # every live contributor is within the lateness (or skew)
         buf = cls.buffer
         while buf and buf[0][0] <= floor:
             out += self._apply(cls, buf.popleft()[-1])
@@ -216,13 +237,15 @@ class ClassStage:
         return out
 
     def _slowest(self, cls: ClassState) -> float:
-        """Newest ts of the class's slowest live contributor (inf: none); forgets the others."""
-        heap, received = cls.heap, cls.received
-        dead = cls.newest - self.lateness
+        """Newest ts of the class's slowest live contributor (inf: none); forgets the others.
+        Live: less than ``summary_lateness`` behind the class's newest, ``max_source_skew`` for a
+        node still catching up."""
+        heap, received, catching = cls.heap, cls.received, cls.catching
+        dead, dead_catching = cls.newest - self.lateness, cls.newest - self.skew
         while heap:
             ts, tid, node = heap[0]
             got = received.get((tid, node))
-            if got == ts and ts > dead:
+            if got == ts and ts > (dead_catching if node in catching else dead):
                 return ts
             heappop(heap)
             if got == ts:

@@ -56,11 +56,12 @@ class Inbound:
 
 @dataclass(frozen=True)
 class Outbound:
-    """One record to produce: raw key and value bytes for ``topic``."""
+    """One record to produce: raw key and value bytes for ``topic``, and Kafka headers."""
 
     topic: str
     key: bytes | None
     value: bytes
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Deterministic JSON for engine state (``dump``/``load``), without pickle.
 
-State objects are small ``__slots__`` classes registered here; the codec walks
+State objects are small ``__slots__`` classes registered here (a class's ``ADDED``
+maps slots added later to a factory for their value in older state); the codec walks
 them, deques, tuples and dicts with non-string keys and writes sorted, compact
 JSON (dicts as ordered pairs), so the same state always gives the same bytes (changelog-friendly).
 """
@@ -63,8 +64,9 @@ def _dec(v: Any) -> Any:
     if "__s" in v:
         obj.__setstate__(_dec(v["__s"]))
         return obj
+    added = getattr(cls, "ADDED", {})
     for s in cls.__slots__:
-        setattr(obj, s, _dec(v[s]))
+        setattr(obj, s, _dec(v[s]) if s in v or s not in added else added[s]())
     return obj
 
 

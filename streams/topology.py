@@ -65,6 +65,10 @@ HOLD_MAX = 20000
 MAX_RECORD_BYTES = 16 << 20
 #: The workers' outputs (dead letters holding base64 JSON: ~4x smaller) are compressed.
 COMPRESSION = "zstd"
+#: Kafka header stage 1 puts on a task summary it made while the node's inputs were behind
+#: (catching up); stage 2 then waits for that node beyond ``summary_lateness``.
+CATCHING_UP = "gw-catching-up"
+_STAMP = ((CATCHING_UP, b"1"),)
 #: Per-partition fetch size. A fetch's records are merged by their Kafka timestamps,
 #: but one topic's fetch can run ahead of another's while catching up on a backlog;
 #: small fetches bound how far (see docs/streams-faust.md).
@@ -165,7 +169,7 @@ def build_app(
         sent = []
         for o in out:
             try:
-                sent.append((o, await producer.send(o.topic, o.key, o.value, None, None, None)))
+                sent.append((o, await producer.send(o.topic, o.key, o.value, None, None, list(o.headers) or None)))
             except KafkaError as e:  # refused before sending (too large for the producer)
                 refused(o, e)
         if sent:
@@ -184,9 +188,19 @@ def build_app(
 
     held: dict[str, list[tuple[TP, int]]] = {"node-state": [], "class-state": []}
 
-    async def apply(runner: KeyedRunner, table: faust.Table, records: list[Any],
-                    settle: Settle | None = None) -> None:
-        """One batch; its offsets are held (not committable) until a checkpoint covers them."""
+    async def apply(runner: KeyedRunner, table: faust.Table, records: list[Any], fence: int,
+                    settle: Settle | None = None) -> bool:
+        """One batch; its offsets are held (not committable) until a checkpoint covers them.
+        Not applied (False) once a rebalance began since the fetch's ``fence``
+        (``app.rebalancing_count`` then): its partitions may be another worker's now and this
+        worker's keys of them un-synced, so a run would load a key's stale stored state, apply
+        this batch on top and store that as the key's state at these offsets (the records
+        between lost for good: issue #15, defect 4). faust seeks back to the committed offsets
+        when the rebalance ends and the records come again. Not ``app.rebalancing``: faust
+        resumes the flow after that seek but clears the flag only later, and a fetch refused
+        then is never read again."""
+        if app.rebalancing_count != fence:
+            return False
         waiting = held[table.name]
         waiting.extend((TP(r.topic, r.partition), r.offset) for r in records)
         res = runner.run(records, lambda key: table.get(key.encode()),
@@ -206,6 +220,7 @@ def build_app(
             waiting.clear()
             log.debug("%s checkpoint: %d keys, %d bytes, %s", table.name, len(res.state),
                       sum(map(len, res.state.values())), getattr(runner.stage, "counters", dict)())
+        return True
 
     reported: dict[str, Any] = {"at": float("-inf")}  # the counts last logged
 
@@ -290,36 +305,43 @@ def build_app(
 
     def emit_node(record: Any, msg: Consumed) -> list[Outbound]:
         try:
-            node_stage.process(record, backlog.behind(msg.topic, msg.partition, msg.offset, msg.key), scratch)
+            behind = backlog.behind(msg.topic, msg.partition, msg.offset, msg.key)
+            node_stage.process(record, behind, scratch)
             nodes_at[msg.partition].add(record.node)
-            return node_outbound(scratch)
+            return node_outbound(scratch, bool(behind))
         finally:
             scratch.transitions.clear()
             scratch.summaries.clear()
 
-    def node_outbound(out: Any) -> list[Outbound]:
+    def node_outbound(out: Any, catching_up: bool) -> list[Outbound]:
+        """Transitions and summaries to produce; summaries made while the node's inputs were
+        behind carry the catching-up stamp."""
         if not out.transitions and not out.summaries:
             return []
+        stamp = _STAMP if catching_up else ()
         return [*(Outbound(topics.alerts, t.fingerprint.encode(), encode(t)) for t in out.transitions),
-                *(Outbound(topics.summaries, s.task.encode(), encode(s)) for s in out.summaries)]
+                *(Outbound(topics.summaries, s.task.encode(), encode(s), stamp) for s in out.summaries)]
 
     def settle_nodes(partitions: Iterable[int]) -> Settle:
         """After a fetch: the nodes of its partitions release what their inputs' final state
         allows. A node held back by an input behind at its last record would otherwise wait for
         its next record (a sample period live, forever at the end of a replayed topic)."""
         def settle() -> tuple[list[str], list[Outbound]]:
-            out, changed = StageOutput([], []), []
+            changed: list[str] = []
+            sends: list[Outbound] = []
             for p in partitions:
-                behind = backlog.behind_at_end(p)
+                out, behind = StageOutput([], []), backlog.behind_at_end(p)
                 for node in sorted(nodes_at.get(p, ())):
                     if node_runner.synced(node) and node_stage.advance(node, behind, out):
                         changed.append(node)
-            return changed, node_outbound(out)
+                sends += node_outbound(out, bool(behind))
+            return changed, sends
         return settle
 
     def emit_class(summary: TaskSummary, msg: Consumed) -> list[Outbound]:
+        catching_up = any(k == CATCHING_UP for k, _ in getattr(msg, "headers", None) or ())
         return [Outbound(topics.alerts, t.fingerprint.encode(), encode(t))
-                for t in class_stage.process(summary)]
+                for t in class_stage.process(summary, catching_up)]
 
     def node_of(record: Any) -> str:
         return record.node
@@ -359,7 +381,8 @@ def build_app(
 
     async def handle(fetched: Mapping[TP, list[Any]]) -> None:
         """One fetch: stage-1 records merged in Kafka timestamp order (the order agents sent
-        them), then stage 2's."""
+        them), then stage 2's. A rebalance during the fetch's awaits ends it (see ``apply``)."""
+        fence = app.rebalancing_count
         trim.busy(sum(map(len, fetched.values())))
         assigned = app.consumer.assignment()
         node_lists = [recs for tp, recs in fetched.items() if tp.topic in ranks and tp in assigned]
@@ -368,11 +391,12 @@ def build_app(
             await find_behind(fetched, partitions, assigned)
             merged = node_lists[0] if len(node_lists) == 1 else \
                 list(heapq.merge(*node_lists, key=attrgetter("timestamp")))
-            await apply(node_runner, node_table, merged, settle_nodes(partitions))
+            if not await apply(node_runner, node_table, merged, fence, settle_nodes(partitions)):
+                return
         summaries = [r for tp, recs in fetched.items() if tp.topic == topics.summaries and tp in assigned
                      for r in recs]
         if summaries:
-            await apply(class_runner, class_table, summaries)
+            await apply(class_runner, class_table, summaries, fence)
         report_counts()
 
     async def idle() -> None:
@@ -380,13 +404,14 @@ def build_app(
         older than the records applied) are judged again with what the fetcher read since,
         and settled. Otherwise they would wait for the next record (at the end of a replayed
         topic: forever)."""
+        fence = app.rebalancing_count
         report_counts()
         trim.idle()
         assigned = app.consumer.assignment()
         waiting = {p for p in nodes_at if backlog.behind_at_end(p) and TP(topics.samples, p) in assigned}
         if waiting:
             await find_behind({}, waiting, assigned)
-            await apply(node_runner, node_table, [], settle_nodes(waiting))
+            await apply(node_runner, node_table, [], fence, settle_nodes(waiting))
 
     inputs = (topics.samples, topics.events, topics.metrics, topics.summaries)
     app.transport.Consumer = batch_consumer(inputs, handle, idle)

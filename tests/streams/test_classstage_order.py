@@ -7,6 +7,7 @@ faust topology does after a worker takeover: from ``TAKEOVER`` on, one node's su
 
 from __future__ import annotations
 
+import json
 from functools import cache
 
 import pytest
@@ -50,9 +51,10 @@ def _delayed(sums: tuple[TaskSummary, ...], node: str) -> list[TaskSummary]:
 
 
 def _run(sums: list[TaskSummary] | tuple[TaskSummary, ...], lateness: float,
-         cut: int | None = None) -> tuple[list[AlertTransition], ClassStage]:
+         cut: int | None = None, catching: str = "") -> tuple[list[AlertTransition], ClassStage]:
     """Stage 2 over ``sums`` then flush; with ``cut``: dump every class after that many, load into
-    a fresh stage and go on there."""
+    a fresh stage and go on there. ``catching``: a node whose summaries come stamped as made while
+    catching up (stage 1 in faust reading its backlog)."""
     stage = ClassStage(RULES, _config(lateness))
     out = []
     for i, s in enumerate(sums):
@@ -62,7 +64,7 @@ def _run(sums: list[TaskSummary] | tuple[TaskSummary, ...], lateness: float,
                 fresh.load(c, stage.dump(c))
                 assert fresh.dump(c) == stage.dump(c)
             stage = fresh
-        out += stage.process(s)
+        out += stage.process(s, s.node == catching)
     out += stage.flush()
     return out, stage
 
@@ -101,6 +103,49 @@ def test_without_the_hold_the_lagging_order_changes_results(scenario: str, nodes
     lagging, stage = _run(_delayed(sums, f"node-{nodes - 1:02d}"), 0.0)
     assert _bytes(lagging) != _bytes(in_order)
     assert stage.counters()["late"] > 0
+
+
+@pytest.mark.parametrize(("scenario", "nodes"), RUNS)
+def test_a_node_catching_up_holds_its_classes_past_the_default_lateness(scenario: str, nodes: int) -> None:
+    """Issue #15, defect 3: with the default bound (5 min) a node 1 h behind gave other
+    transitions; stamped as catching up it holds its classes and they match in-order."""
+    sums, node = _summaries(scenario, nodes), f"node-{nodes - 1:02d}"
+    default = EngineConfig().summary_lateness
+    in_order, _ = _run(sums, default)
+    unstamped, _ = _run(_delayed(sums, node), default)
+    assert _bytes(unstamped) != _bytes(in_order)
+    stamped, stage = _run(_delayed(sums, node), default, catching=node)
+    assert in_order and _bytes(stamped) == _bytes(in_order)
+    assert stage.counters() == {"late": 0}
+    cut = next(i for i, s in enumerate(_delayed(sums, node)) if s.ts >= TAKEOVER + LAG + 600)
+    resumed, _ = _run(_delayed(sums, node), default, cut=cut, catching=node)
+    assert _bytes(resumed) == _bytes(in_order)  # the stamp's effect survives a checkpoint
+
+
+def test_a_node_caught_up_again_is_under_the_lateness_bound() -> None:
+    """Its next summary made with inputs caught up ends the exemption: a task of it that then
+    goes silent stops holding the class after ``summary_lateness``, as in-process."""
+    stage = ClassStage(RULES, EngineConfig(summary_lateness=300))
+    buffered = lambda: [(s.ts, s.node) for *_, s in stage._classes["train"].buffer]  # noqa: E731
+    for who in (("k", "c"), ("m", "c")):
+        stage.process(_summary(60, *who), catching_up=True)
+    stage.process(_summary(60, "j", "a"))
+    stage.process(_summary(1000, "j", "a"))
+    stage.process(_summary(1000, "k", "c"), catching_up=True)
+    assert buffered() == [(1000.0, "a"), (1000.0, "c")]  # m on c, silent since 60, still holds it
+    stage.process(_summary(1060, "k", "c"))  # c caught up: m is past the bound, forgotten
+    assert buffered() == [(1060.0, "c")]
+
+
+def test_class_state_written_before_the_stamp_loads() -> None:
+    stage = ClassStage(RULES, EngineConfig())
+    stage.process(_summary(60, "j", "a"), catching_up=True)
+    doc = json.loads(stage.dump("train"))
+    slots = doc["s"]
+    del slots["catching"]
+    fresh = ClassStage(RULES, EngineConfig())
+    fresh.load("train", json.dumps(doc).encode())
+    assert fresh._classes["train"].catching == {}
 
 
 @pytest.mark.parametrize(("scenario", "nodes"), RUNS)

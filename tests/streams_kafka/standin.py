@@ -63,7 +63,7 @@ class StandinClassStage:
         self.after = after
         self.counts: dict[str, int] = {}
 
-    def process(self, summary: TaskSummary) -> list[AlertTransition]:
+    def process(self, summary: TaskSummary, catching_up: bool = False) -> list[AlertTransition]:
         n = self.counts[summary.task] = self.counts.get(summary.task, 0) + 1
         return [_alert(f"class:{summary.task}", "class", summary.ts)] if n == self.after else []
 
