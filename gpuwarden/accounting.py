@@ -277,13 +277,13 @@ def usage_from_spool(settings: Any, spool: Spool, *, since: float, until: float,
 
 def cmd_report_usage(args: argparse.Namespace, settings: Any) -> int:
     """``gpuwarden report usage``: the table, CSV or JSON on stdout."""
-    from streams.replay_sources import ReplayError, parse_time
+    from gpuwarden.units import parse_time
 
     now = time.time()
     try:
         since = parse_time(args.since, now)
         until = parse_time(getattr(args, "until", None), now) or now
-    except ReplayError as e:
+    except ValueError as e:
         print(f"gpuwarden report usage: {e}", file=sys.stderr)
         return 2
     if getattr(args, "idle_util_below", None) is not None:

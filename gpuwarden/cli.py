@@ -57,7 +57,7 @@ def _add_simulation(p: argparse.ArgumentParser, many: bool = False) -> None:
                         "simulated GPUs then tick every 5 s up to 6h, 10 s up to 2d, 30 s beyond "
                         "(in real time: every second, agent.fast_interval for the agent)")
     p.add_argument("--start", metavar="TIME", default=None,
-                   help="simulated clock start (ISO 8601 or epoch seconds; default: SPAN before now)")
+                   help="simulated clock start (ISO 8601, UTC unless it has an offset; epoch seconds; or 2h ago; default: SPAN before now)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,8 +1,10 @@
-"""Human units in config and on the command line: ``90s``, ``15m``, ``2h``, ``14d``, ``1GiB``."""
+"""Human units in config and on the command line: ``90s``, ``15m``, ``2h``, ``14d``, ``1GiB``, and
+points in time (``--start``, ``--since``, ``--until``), parsed one way for every command."""
 
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator
@@ -44,3 +46,32 @@ def parse_size(value: Any) -> int:
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 Size = Annotated[int, BeforeValidator(parse_size)]
+
+
+_EPOCH = re.compile(r"^\s*\d+(\.\d+)?\s*$")
+_RELATIVE = re.compile(r"^\s*(?P<span>\d+(\.\d+)?\s*(ms|s|m|h|d|w))(\s+ago)?\s*$")
+
+
+def parse_time(text: str | None, now: float) -> float | None:
+    """A point in time → epoch seconds: ISO 8601, epoch seconds, or ``2h``/``7d`` (ago).
+
+    A bare number is epoch seconds; a span needs its unit, so ``90`` is never mistaken for
+    "90 seconds ago". An ISO time without an offset is UTC, whatever ``TZ`` says (the agent
+    once read it as local time, ``run`` and ``replay`` as UTC: 8 h apart under Asia/Shanghai).
+    ValueError otherwise.
+    """
+    if text is None:
+        return None
+    if _EPOCH.match(text):
+        return float(text)
+    if m := _RELATIVE.match(text):
+        return now - parse_duration(m.group("span").replace(" ", ""))
+    try:
+        dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"expected a time such as 2026-05-01T12:00:00Z, 1746100800 or 2h (ago), got {text!r}"
+        ) from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()

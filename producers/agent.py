@@ -15,12 +15,12 @@ import signal
 import socket
 import sys
 import time
-from datetime import datetime
 from typing import Any
 
 from gpuwarden.contract import EventKind, GpuEvent, Topics
 from gpuwarden.kafka import client_kwargs
 from gpuwarden.spool import Spool
+from gpuwarden.units import parse_time
 from producers.publisher import within_limit
 from producers.source import Source, paced
 
@@ -29,18 +29,13 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
 def parse_start(text: str | None, duration: float | None, now: float) -> float:
-    """``--start``: epoch seconds or ISO 8601; default ``now - duration`` (or now)."""
+    """``--start`` (:func:`gpuwarden.units.parse_time`); default ``now - duration`` (or now)."""
     if text is None:
         return now - (duration or 0.0)
     try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"--start: expected ISO 8601 or epoch seconds, got {text!r}") from None
-    return dt.timestamp()
+        return parse_time(text, now)  # type: ignore[return-value]
+    except ValueError as e:
+        raise ValueError(f"--start: {e}") from None
 
 
 class Sink:

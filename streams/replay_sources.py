@@ -11,56 +11,32 @@ run exactly); Kafka partitions are merged by event time.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from gpuwarden.contract import ContractError, GpuEvent, NodeSnapshot, TaskMetric, Topics, decode
 from gpuwarden.spool import Spool
-from gpuwarden.units import parse_duration
+from gpuwarden.units import parse_time
 
 #: The record kinds the engine consumes; everything else in a source is passed over.
 INPUT_KINDS = (NodeSnapshot, GpuEvent, TaskMetric)
 InputRecord = NodeSnapshot | GpuEvent | TaskMetric
 OnReject = Callable[[str, str], None]
 
-_EPOCH = re.compile(r"^\s*\d+(\.\d+)?\s*$")
-_RELATIVE = re.compile(r"^\s*(?P<span>\d+(\.\d+)?\s*(ms|s|m|h|d|w))(\s+ago)?\s*$")
 
 
 class ReplayError(ValueError):
     """A source that cannot be read at all (missing file, bad time range, unreachable broker)."""
 
 
-def parse_time(text: str | None, now: float) -> float | None:
-    """``--since``/``--until`` → epoch seconds: ISO 8601, epoch seconds, or ``2h``/``7d`` (ago).
-
-    A bare number is epoch seconds; a span needs its unit, so ``90`` is never
-    mistaken for "90 seconds ago". An ISO time without an offset is UTC.
-    """
-    if text is None:
-        return None
-    if _EPOCH.match(text):
-        return float(text)
-    if m := _RELATIVE.match(text):
-        return now - parse_duration(m.group("span").replace(" ", ""))
-    try:
-        dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise ReplayError(
-            f"expected a time such as 2026-05-01T12:00:00Z, 1746100800 or 2h (ago), got {text!r}"
-        ) from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return dt.timestamp()
-
-
 def time_range(since: str | None, until: str | None, now: float) -> tuple[float | None, float | None]:
     """Both ends parsed; an empty or inverted range is an error rather than an empty replay."""
-    lo, hi = parse_time(since, now), parse_time(until, now)
+    try:
+        lo, hi = parse_time(since, now), parse_time(until, now)
+    except ValueError as e:
+        raise ReplayError(str(e)) from None
     if lo is not None and hi is not None and hi <= lo:
         raise ReplayError(f"--until ({hi:.0f}) must be after --since ({lo:.0f})")
     return lo, hi

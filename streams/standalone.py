@@ -56,7 +56,7 @@ def _source(args: Any, settings: Any) -> tuple[Any, list[Any]]:
 
 
 def _start_ts(text: str | None, span: float) -> float:
-    from streams.replay_sources import parse_time
+    from gpuwarden.units import parse_time
 
     now = time.time()
     if text is None:

@@ -18,12 +18,12 @@ from streams.replay_sources import (
     KafkaReadStats,
     ReplayError,
     input_topics,
-    parse_time,
     read_file,
     read_kafka,
     time_range,
 )
 from streams.rules import load_rules
+from gpuwarden.units import parse_time
 from tests.history.builders import REPO, config, gw
 from tests.kafka_support import create_topic, unique_topic
 
@@ -69,8 +69,10 @@ def test_time_parsing():
     assert parse_time("2025-05-01T12:00:00Z", now) == 1746100800.0
     assert parse_time("2025-05-01T14:00:00+02:00", now) == 1746100800.0
     assert parse_time("2025-05-01T12:00:00", now) == 1746100800.0  # no offset: UTC
-    with pytest.raises(ReplayError, match="expected a time"):
+    with pytest.raises(ValueError, match="expected a time"):
         parse_time("yesterday", now)
+    with pytest.raises(ReplayError, match="expected a time"):
+        time_range("yesterday", None, now)
     with pytest.raises(ReplayError, match="must be after"):
         time_range("1h", "2h", now)
 

@@ -98,3 +98,22 @@ def test_agent_output_and_run_record_tick_alike(tmp_path):
         return sorted({r.ts for r in map(decode, path.read_text().splitlines()) if r.schema_.startswith("node_")})
 
     assert ticks(out) == ticks(rec) and ticks(out)[1] - ticks(out)[0] == 5.0
+
+
+def test_the_same_start_means_the_same_time_in_every_zone_and_command(tmp_path):
+    """An ISO --start without an offset is UTC for agent and run alike (the agent once read it
+    as local time: 8 h apart from run under Asia/Shanghai)."""
+    import os
+
+    start = "2026-05-01T12:00:00"
+    firsts = []
+    for tz in ("UTC", "Asia/Shanghai"):
+        env = {**os.environ, "TZ": tz}
+        out, rec = tmp_path / f"agent-{tz[:3]}.jsonl", tmp_path / f"run-{tz[:3]}.jsonl"
+        args = ("--simulate", "healthy", "--gpus", "2", "--duration", "1m", "--start", start)
+        for cmd, path, flag in (("agent", out, "--output"), ("run", rec, "--record")):
+            p = subprocess.run([sys.executable, "-m", "gpuwarden.cli", cmd, *args, flag, str(path)],
+                               capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+            assert p.returncode == 0, p.stderr
+            firsts.append(decode(path.read_text().splitlines()[0]).ts)
+    assert firsts == [1777636800.0] * 4
