@@ -13,13 +13,16 @@ polling with the nvidia-smi subprocess (figures measured on the same H200).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
-from gpuwarden.contract import encode
-from producers.attrib import Attributor
-from producers.fakenvml import LATENCY_US_H200, FakeGpu, FakeNvml
-from producers.nvml import NvmlCollector
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo: tests.fakes is no package data
+
+from gpuwarden.contract import encode  # noqa: E402
+from producers.attrib import Attributor  # noqa: E402
+from producers.nvml import NvmlCollector  # noqa: E402
+from tests.fakes.nvml import LATENCY_US_H200, FakeGpu, FakeNvml  # noqa: E402
 
 NVIDIA_SMI_GPU_MS, NVIDIA_SMI_APPS_MS = 27.9, 19.5  # median wall per poll (reference)
 INPROC_NVML_CPU_US = 69.0  # same fields + process list, in-process, per poll (reference, 1 GPU)

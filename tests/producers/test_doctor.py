@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 
 from producers.doctor import check_kafka, check_kmsg, check_nvml, check_socket
-from producers.fakenvml import FakeGpu, FakeNvml
+from tests.fakes.nvml import FakeGpu, FakeNvml
 
 
 def test_nvml_present_reports_driver_and_persistence():

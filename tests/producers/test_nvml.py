@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpuwarden.contract import EventKind, GpuEvent, NodeSnapshot, decode, encode
 from producers.attrib import Attribution
-from producers.fakenvml import FakeGpu, FakeNvml
+from tests.fakes.nvml import FakeGpu, FakeNvml
 from producers.nvml import NvmlCollector
 
 
