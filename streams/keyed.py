@@ -161,10 +161,8 @@ class KeyedRunner:
                 if msg.offset <= self._lettered.get(tp, -1):  # read again (a rebalance): sent already
                     res.skipped += 1
                     continue
-                why = str(e) if isinstance(e, ContractError) else f"decode: {type(e).__name__}: {e}"
-                res.out.append(to_dlq(msg, why, dlq_topic=src.dlq_topic, max_bytes=self.limits.max_bytes))
-                res.dead += 1
-                self.dead += 1
+                self._letter(msg, str(e) if isinstance(e, ContractError) else f"decode: {type(e).__name__}: {e}",
+                             src, res)
                 self._lettered[tp] = msg.offset
                 continue
             key = src.key_of(record)
@@ -181,10 +179,7 @@ class KeyedRunner:
             try:
                 res.out.extend(self.emit(record, msg))
             except Exception as e:  # one record must not stop the worker
-                res.out.append(to_dlq(msg, f"engine: {type(e).__name__}: {e}", dlq_topic=src.dlq_topic,
-                                      max_bytes=self.limits.max_bytes))
-                res.dead += 1
-                self.dead += 1
+                self._letter(msg, f"engine: {type(e).__name__}: {e}", src, res)
             offsets[tp] = msg.offset
             self._dirty.add(key)
             res.applied += 1
@@ -198,6 +193,11 @@ class KeyedRunner:
             res.state = {k: pack(self._applied[k], self.stage.dump(k)) for k in sorted(self._dirty)}
             self._dirty.clear()
         return res
+
+    def _letter(self, msg: Consumed, why: str, src: Source, res: BatchResult) -> None:
+        res.out.append(to_dlq(msg, why, dlq_topic=src.dlq_topic, max_bytes=self.limits.max_bytes))
+        res.dead += 1
+        self.dead += 1
 
     def _unknown(self, topic: str, fields: list[str]) -> None:
         """Count fields a newer writer sends; the first of each is logged (upgrade the workers)."""

@@ -127,15 +127,16 @@ def build_app(
         return app.topic(*names, key_serializer="raw", value_serializer="raw",
                          partitions=k.partitions, internal=True, config=config)
 
+    big = {"max.message.bytes": str(MAX_RECORD_BYTES)}  # changelogs and dead-letter topics
+
     def state_table(name: str) -> faust.Table:
         # bytes key and value types make faust use the raw codec both ways (a
         # ``schema`` alone leaves recovery decoding JSON). The changelog partition
         # comes from the same murmur2 partitioner as the source records' keys.
         return app.Table(name, default=None, partitions=k.partitions, use_partitioner=True,
                          key_type=bytes, value_type=bytes,
-                         extra_topic_configs={"max.message.bytes": str(MAX_RECORD_BYTES)})
+                         extra_topic_configs=big)
 
-    big = {"max.message.bytes": str(MAX_RECORD_BYTES)}
     outputs = {
         **{name: raw_topic(name) for name in (topics.alerts, topics.summaries)},
         **{name: raw_topic(name, config=big)
