@@ -20,8 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo: tests.fakes is no package data
 
 from gpuwarden.contract import encode  # noqa: E402
-from producers.attrib import Attributor  # noqa: E402
-from producers.nvml import NvmlCollector  # noqa: E402
+from gpuwarden.producers.attrib import Attributor  # noqa: E402
+from gpuwarden.producers.nvml import NvmlCollector  # noqa: E402
 from tests.fakes.nvml import LATENCY_US_H200, FakeGpu, FakeNvml  # noqa: E402
 
 NVIDIA_SMI_GPU_MS, NVIDIA_SMI_APPS_MS = 27.9, 19.5  # median wall per poll (reference)

@@ -35,9 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the fakes liv
 from gpuwarden.config import validate_settings  # noqa: E402
 from gpuwarden.contract import GpuEvent, GpuSample, NodeSnapshot  # noqa: E402
 from gpuwarden.spool import Spool  # noqa: E402
-from notifiers.pipeline import Notifier  # noqa: E402
-from streams.config import EngineConfig  # noqa: E402
-from streams.engine import Engine  # noqa: E402
+from gpuwarden.notifiers.pipeline import Notifier  # noqa: E402
+from gpuwarden.streams.config import EngineConfig  # noqa: E402
+from gpuwarden.streams.engine import Engine  # noqa: E402
 from tests.fakes.http import FakeFeishu, feishu_sign  # noqa: E402
 
 SECRET = "bench-feishu-secret"

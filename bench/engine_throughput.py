@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from gpuwarden.contract import NodeSnapshot
-from streams.engine import Engine
+from gpuwarden.streams.engine import Engine
 
 
 def measure(records: list[Any], engine: Engine | None = None) -> dict[str, float]:
@@ -36,7 +36,7 @@ def simulate(scenario: str, nodes: int, minutes: float, tick_s: float = 1.0) -> 
     dead-letter records older than ``limits.max_past_skew`` (7 days)."""
     import time
 
-    from producers.simulator import Simulator
+    from gpuwarden.producers.simulator import Simulator
 
     start = float(int(time.time()) // 86400 * 86400 - 86400)
     sim = Simulator(scenario, nodes=nodes, gpus=8, seed=1, start_ts=start, tick_s=tick_s)

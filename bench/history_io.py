@@ -25,9 +25,9 @@ from gpuwarden.contract import Topics, encode, record_key  # noqa: E402
 from gpuwarden.history import HistoryFile, export_history, import_to_spool  # noqa: E402
 from gpuwarden.kafka import produce_records  # noqa: E402
 from gpuwarden.spool import Spool  # noqa: E402
-from producers.simulator import Simulator  # noqa: E402
-from streams.engine import Engine  # noqa: E402
-from streams.replay_sources import input_topics, read_file, read_kafka, read_spool  # noqa: E402
+from gpuwarden.producers.simulator import Simulator  # noqa: E402
+from gpuwarden.streams.engine import Engine  # noqa: E402
+from gpuwarden.streams.replay_sources import input_topics, read_file, read_kafka, read_spool  # noqa: E402
 
 
 def timed(fn: Callable[[], int]) -> tuple[int, float]:

@@ -20,8 +20,8 @@ from collections import deque
 from collections.abc import Callable
 
 from gpuwarden.contract import GpuSample, NodeSnapshot
-from producers.simulator import Simulator
-from streams.engine import ClassStage, Engine, NodeStage
+from gpuwarden.producers.simulator import Simulator
+from gpuwarden.streams.engine import ClassStage, Engine, NodeStage
 
 START = 1_767_225_600.0
 

@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx  # noqa: E402
 
 from gpuwarden.spool import Spool  # noqa: E402
-from notifiers.delivery import Delivery  # noqa: E402
-from notifiers.receivers import Receiver  # noqa: E402
+from gpuwarden.notifiers.delivery import Delivery  # noqa: E402
+from gpuwarden.notifiers.receivers import Receiver  # noqa: E402
 from gpuwarden.contract import Tier  # noqa: E402
 from tests.acceptance.platforms import DingTalk, Feishu, PagerDuty, Slack, WeCom, most_in_window  # noqa: E402
 from tests.fakes.alerts import note  # noqa: E402

@@ -4,7 +4,7 @@ Usage: .venv/bin/python bench/notify_latency.py [ALERTS] [RATE_PER_S]
 Needs a broker: $KAFKA_BOOTSTRAP, else the one ``scripts/kafka-local`` runs.
 
 Critical alerts (no group_wait) go through the real worker loop
-(``notifiers.worker.run_notify``: aiokafka consumer group, decode, router,
+(``gpuwarden.notifiers.worker.run_notify``: aiokafka consumer group, decode, router,
 delivery with rate limits, delivery log in the spool) to four fake Feishu bots
 on loopback, one per project, paced below Feishu's 100/min per bot so the
 figure is the pipeline's, not the platform's limit. p50/p99 are per alert.
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the fakes liv
 
 from gpuwarden.config import validate_settings  # noqa: E402
 from gpuwarden.contract import AlertTransition, Topics, encode  # noqa: E402
-from notifiers.worker import Stats, run_notify  # noqa: E402
+from gpuwarden.notifiers.worker import Stats, run_notify  # noqa: E402
 from tests.fakes.http import FakeFeishu  # noqa: E402
 from tests.kafka_support import create_topic, unique_topic  # noqa: E402
 

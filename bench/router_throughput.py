@@ -16,9 +16,9 @@ import sys
 import time
 
 from gpuwarden.contract import AlertState, AlertTransition, Silence
-from notifiers.config import NotifyConfig, parse_matcher
-from notifiers.control import ControlState
-from notifiers.router import Router
+from gpuwarden.notifiers.config import NotifyConfig, parse_matcher
+from gpuwarden.notifiers.control import ControlState
+from gpuwarden.notifiers.router import Router
 
 T0 = 1_700_000_000.0
 

@@ -36,9 +36,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the harness lives under tests/
 
 from gpuwarden.contract import NodeSnapshot, Topics, encode  # noqa: E402
-from producers.publisher import COMPRESSION  # noqa: E402
-from producers.simulator import Simulator  # noqa: E402
-from streams.topology import COMMIT_INTERVAL_S, app_id  # noqa: E402
+from gpuwarden.producers.publisher import COMPRESSION  # noqa: E402
+from gpuwarden.producers.simulator import Simulator  # noqa: E402
+from gpuwarden.streams.topology import COMMIT_INTERVAL_S, app_id  # noqa: E402
 from tests.kafka_support import create_topic  # noqa: E402
 from tests.streams_kafka.records import settings_for  # noqa: E402
 from tests.streams_kafka.workers import group_members, wait_for, workers, write_config  # noqa: E402

@@ -15,7 +15,7 @@ Same simulated data for all three (seeded ``mixed``, 8-GPU nodes, 1 s ticks):
     end marker loaded after the data on every partition.
 
 Both read a backlog (a worker catching up after an outage, or a replay), loaded compressed as
-the agent's publisher sends it (``producers.publisher.COMPRESSION``): timed from the first send
+the agent's publisher sends it (``gpuwarden.producers.publisher.COMPRESSION``): timed from the first send
 instead, the worker raced this script's producer for the same 2 cores. ``bench/scale_run.py``
 measures the live case. Wall time on a shared 2-core machine (broker and worker share the
 cores); the worker's own CPU time over the same span is printed beside it (all its threads, from
@@ -103,7 +103,7 @@ async def send(bootstrap: str, records: list[tuple[str, bytes | None, bytes, int
     """(topic, key, value, partition) in order, all acknowledged."""
     from aiokafka import AIOKafkaProducer
 
-    from producers.publisher import COMPRESSION  # as the agents send
+    from gpuwarden.producers.publisher import COMPRESSION  # as the agents send
 
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=1 << 20,
                                 compression_type=COMPRESSION)
@@ -184,7 +184,7 @@ async def backlog_worker(bootstrap: str, records: list[Any], tmp: Path) -> Async
 
     from gpuwarden.config import validate_settings
     from gpuwarden.contract import Topics, encode, record_key
-    from streams.engine import Engine
+    from gpuwarden.streams.engine import Engine
 
     prefix = f"bench-{uuid.uuid4().hex[:8]}."
     settings = validate_settings({"kafka": {"bootstrap": bootstrap, "topic_prefix": prefix,
@@ -260,7 +260,7 @@ def naive_worker(bootstrap: str, prefix: str) -> None:
     import faust
 
     from gpuwarden.contract import GpuSample
-    from streams.worker import quiet_worker  # the same worker runtime as (b)
+    from gpuwarden.streams.worker import quiet_worker  # the same worker runtime as (b)
 
     app = faust.App(prefix + "naive", broker=f"kafka://{bootstrap}", store="memory://",
                     web_enabled=False, autodiscover=False, consumer_auto_offset_reset="earliest",

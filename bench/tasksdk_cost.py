@@ -13,8 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from producers.taskrecv import TaskReceiver
-from producers.tasksdk import Task
+from gpuwarden.producers.taskrecv import TaskReceiver
+from gpuwarden.producers.tasksdk import Task
 
 
 def per_call(fn, n: int) -> float:

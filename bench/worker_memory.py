@@ -39,7 +39,7 @@ def status_kib(pid: int | str, field: str) -> int:
 
 def simulate(nodes: int, hours: float) -> Iterator[Any]:
     """The seeded records, one at a time (the peer never holds the whole input)."""
-    from producers.simulator import Simulator
+    from gpuwarden.producers.simulator import Simulator
 
     start = float(int(time.time() - hours * 3600) // 3600 * 3600 - 3600)
     return Simulator("mixed", nodes=nodes, gpus=8, seed=1, start_ts=start, tick_s=1.0).run(hours * 3600)
@@ -49,7 +49,7 @@ ENGINE_ALONE = """
 import json, sys
 sys.path[:0] = [{repo!r}, {bench!r}]
 from worker_memory import simulate, status_kib
-from streams.engine import Engine
+from gpuwarden.streams.engine import Engine
 engine = Engine()
 engine.process_many(simulate({nodes}, {hours}))
 state = sum(len(engine.nodes.dump(n)) for n in engine.nodes.nodes())
@@ -65,7 +65,7 @@ def engine_alone(nodes: int, hours: float) -> dict[str, int]:
 
 
 async def worker_run(bootstrap: str, records: list[Any], tmp: Path) -> dict[str, float]:
-    from streams.topology import app_id
+    from gpuwarden.streams.topology import app_id
     from tests.streams_kafka.workers import read_to_end
 
     async with backlog_worker(bootstrap, records, tmp) as w:

@@ -320,7 +320,7 @@ def _post(settings: Any, spool: Spool, now: float) -> int:
 def digest_notification(u: Usage, receiver: str, currency: str = "") -> Any:
     """The usage table as a notification: one info-tier record whose note is the table."""
     from gpuwarden.contract import AlertState, AlertTransition, Evidence, Tier
-    from notifiers.message import Notification
+    from gpuwarden.notifiers.message import Notification
 
     total = u.total
     summary = (f"GPU usage {_day(u.since)} → {_day(u.until)}: {total.card_hours:.1f} card-hours, "
@@ -354,7 +354,7 @@ async def post_weekly_digest(settings: Any, spool: Spool, *, now: float, deliver
     note = digest_notification(u, cfg.digest_receiver, cfg.currency)
     if delivery is not None:
         return await delivery.deliver(note)
-    from notifiers.delivery import Delivery
+    from gpuwarden.notifiers.delivery import Delivery
 
     own = Delivery(settings.notify.receivers, spool=spool, language=settings.language)
     try:

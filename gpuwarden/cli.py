@@ -80,26 +80,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write every input record to FILE (replay it with 'gpuwarden replay --from-file')")
     p.add_argument("--onset", type=_duration, metavar="SPAN", default=None,
                    help="simulated faults start SPAN after the start (default 3m)")
-    p.set_defaults(handler="streams.standalone:cmd_run")
+    p.set_defaults(handler="gpuwarden.streams.standalone:cmd_run")
 
     p = sub.add_parser("agent", help="node agent: sample GPUs and events, publish to Kafka or a file")
     _add_config(p)
     _add_simulation(p, many=True)
     p.add_argument("--output", metavar="FILE.jsonl", help="write contract records to FILE instead of Kafka")
     p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
-    p.set_defaults(handler="producers.agent:cmd_agent")
+    p.set_defaults(handler="gpuwarden.producers.agent:cmd_agent")
 
     p = sub.add_parser("streams", help="stream worker (faust): baselines, rules, tiers")
     _add_config(p)
     p.add_argument("--worker-id", default=None, help="distinguishes workers sharing partitions")
     p.add_argument("--data-dir", metavar="DIR", default=None, help="faust data directory")
-    p.set_defaults(handler="streams.worker:cmd_streams")
+    p.set_defaults(handler="gpuwarden.streams.worker:cmd_streams")
 
     p = sub.add_parser("notify", help="notifier worker: route alerts from Kafka to chat and on-call")
     _add_config(p)
     p.add_argument("--log", type=_positive_int, nargs="?", const=50, default=None, metavar="N",
                    help="print the last N delivery-log entries (default 50) and exit")
-    p.set_defaults(handler="notifiers.worker:cmd_notify")
+    p.set_defaults(handler="gpuwarden.notifiers.worker:cmd_notify")
 
     p = sub.add_parser("replay", help="feed recorded records through the engine (incident retros)")
     _add_config(p)
@@ -113,13 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rules file; give it twice to compare two rule sets")
     p.add_argument("--json", action="store_true", help="print alert transitions as JSON lines")
     p.add_argument("--report", metavar="FILE.html", help="write a self-contained retro report")
-    p.set_defaults(handler="streams.replay:cmd_replay")
+    p.set_defaults(handler="gpuwarden.streams.replay:cmd_replay")
 
     p = sub.add_parser("rules", help="rule files")
     rsub = p.add_subparsers(dest="rules_command", metavar="ACTION", required=True)
     rc = rsub.add_parser("check", help="validate a rules file (exit 0 valid, 2 invalid)")
     rc.add_argument("file", metavar="FILE")
-    rc.set_defaults(handler="streams.rules:cmd_check")
+    rc.set_defaults(handler="gpuwarden.streams.rules:cmd_check")
 
     p = sub.add_parser("config", help="configuration files")
     csub = p.add_subparsers(dest="config_command", metavar="ACTION", required=True)
@@ -140,14 +140,14 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("id")
     for action in (sa, sl, se):  # --config before or after the action
         _add_config(action, argparse.SUPPRESS)
-    p.set_defaults(handler="notifiers.control:cmd_silence")
+    p.set_defaults(handler="gpuwarden.notifiers.control:cmd_silence")
 
     p = sub.add_parser("ack", help="acknowledge an alert: stops repeats and escalation")
     _add_config(p)
     p.add_argument("fingerprint")
     p.add_argument("--comment", default="")
     p.add_argument("--by", default=None, help="who (default: $USER)")
-    p.set_defaults(handler="notifiers.control:cmd_ack")
+    p.set_defaults(handler="gpuwarden.notifiers.control:cmd_ack")
 
     p = sub.add_parser("report", help="reports from history")
     _add_config(p)
@@ -179,12 +179,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("doctor", help="check NVML, driver, persistence mode, kmsg, socket and Kafka")
     _add_config(p)
-    p.set_defaults(handler="producers.doctor:cmd_doctor")
+    p.set_defaults(handler="gpuwarden.producers.doctor:cmd_doctor")
 
     p = sub.add_parser("test-notify", help="send a test message to every configured receiver")
     _add_config(p)
     p.add_argument("--receiver", action="append", help="only this receiver (repeatable)")
-    p.set_defaults(handler="notifiers.worker:cmd_test_notify")
+    p.set_defaults(handler="gpuwarden.notifiers.worker:cmd_test_notify")
 
     return parser
 

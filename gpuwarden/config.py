@@ -4,8 +4,8 @@ Where the file comes from: ``--config``, else ``$GPUWARDEN_CONFIG``, else
 ``./gpuwarden.yaml``, else the built-in defaults (which work: standalone, simulated
 GPUs where there is no NVML, a spool under ``./var``).
 
-Each room owns its section model (``producers.config``, ``streams.config``,
-``notifiers.config``); this module composes them, loads the file and turns
+Each room owns its section model (``gpuwarden.producers.config``, ``gpuwarden.streams.config``,
+``gpuwarden.notifiers.config``); this module composes them, loads the file and turns
 validation errors into ``file: key.path: what was expected`` lines.
 """
 
@@ -109,9 +109,9 @@ class LimitsConfig(Section):
 def _sections() -> dict[str, type[BaseModel]]:
     # Imported here so each room can import gpuwarden.config's helpers without a cycle.
     from gpuwarden.accounting import AccountingConfig
-    from notifiers.config import NotifyConfig
-    from producers.config import AgentConfig
-    from streams.config import EngineConfig
+    from gpuwarden.notifiers.config import NotifyConfig
+    from gpuwarden.producers.config import AgentConfig
+    from gpuwarden.streams.config import EngineConfig
 
     return {"agent": AgentConfig, "engine": EngineConfig, "notify": NotifyConfig,
             "accounting": AccountingConfig}

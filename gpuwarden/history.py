@@ -265,7 +265,7 @@ def _warn(where: str, reason: str) -> None:
 
 
 def cmd_export(args: argparse.Namespace, settings: Any) -> int:
-    from streams.replay_sources import ReplayError, time_range
+    from gpuwarden.streams.replay_sources import ReplayError, time_range
 
     try:
         since, until = time_range(args.since, args.until, time.time())

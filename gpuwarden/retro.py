@@ -152,7 +152,7 @@ def _trend_window(inc: Incident, key: GpuKey) -> float:
 
 def plot_memory(inc: Incident, keys: list[GpuKey]) -> str:
     """Memory used per GPU, a least-squares trend line over the trend window, checkpoint markers."""
-    from streams.trend import slope
+    from gpuwarden.streams.trend import slope
 
     plt = _mpl()
     fig, ax = plt.subplots(figsize=(10, 3.8))
@@ -311,7 +311,7 @@ def _when(ts: float | None) -> str:
 
 
 def _evidence(t: AlertTransition) -> str:
-    from notifiers.render import evidence_parts, words
+    from gpuwarden.notifiers.render import evidence_parts, words
 
     parts = evidence_parts(t.evidence, words("en"))
     return "<br>".join(html.escape(p) for p in parts) or '<span class="muted">none</span>'

@@ -19,10 +19,10 @@ from types import ModuleType
 from urllib.parse import unquote, urlsplit
 
 from gpuwarden.contract import Tier
-from notifiers.message import Notification
-from notifiers.receivers import AppriseConfig
-from notifiers.render import is_resolved, render_text, top_tier, truncate_utf8
-from notifiers.verdict import Ok, Retry, Verdict, reveal
+from gpuwarden.notifiers.message import Notification
+from gpuwarden.notifiers.receivers import AppriseConfig
+from gpuwarden.notifiers.render import is_resolved, render_text, top_tier, truncate_utf8
+from gpuwarden.notifiers.verdict import Ok, Retry, Verdict, reveal
 
 INSTALL_HINT = "pip install 'gpuwarden[apprise]'"
 #: Loggers that see apprise URLs: apprise's own and urllib3's request line (under requests).

@@ -17,7 +17,7 @@ from pydantic import Field, field_validator, model_validator
 from gpuwarden.config import Section
 from gpuwarden.contract import Matcher
 from gpuwarden.units import Duration
-from notifiers.receivers import Receiver, fallback_problems
+from gpuwarden.notifiers.receivers import Receiver, fallback_problems
 
 _MATCHER = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(=~|!~|!=|=)\s*(.*?)\s*$")
 

@@ -35,9 +35,9 @@ from gpuwarden.contract import (
     record_key,
 )
 from gpuwarden.spool import Spool
-from notifiers.config import parse_matcher
-from notifiers.matchers import alert_labels, matches_all, show
-from notifiers.oncall import Cover
+from gpuwarden.notifiers.config import parse_matcher
+from gpuwarden.notifiers.matchers import alert_labels, matches_all, show
+from gpuwarden.notifiers.oncall import Cover
 
 ControlRecord = Silence | Ack | OnCallOverride
 KV_NS = "control"
@@ -147,7 +147,7 @@ def _open_spool(settings: Any) -> Spool:
 
 async def _read(settings: Any) -> ControlState:
     if settings.notify.control == "kafka":
-        from notifiers.kafka import read_control
+        from gpuwarden.notifiers.kafka import read_control
 
         return await read_control(settings)
     with _open_spool(settings) as spool:
@@ -158,7 +158,7 @@ async def _read(settings: Any) -> ControlState:
 
 async def _write(settings: Any, record: ControlRecord) -> None:
     if settings.notify.control == "kafka":
-        from notifiers.kafka import write_control
+        from gpuwarden.notifiers.kafka import write_control
 
         await write_control(settings, record)
     else:
@@ -218,8 +218,8 @@ async def _silence(args: argparse.Namespace, settings: Any) -> int:
 def open_alerts(settings: Any, spool: Spool) -> dict[str, AlertTransition] | None:
     """Firing alerts by fingerprint, as this spool knows them: the alert history ``gpuwarden run``
     keeps, else the router state a ``gpuwarden notify`` on this host saves; None when it has neither."""
-    from notifiers.pipeline import STATE_KEY, STATE_NS
-    from notifiers.router import firing_in_state
+    from gpuwarden.notifiers.pipeline import STATE_KEY, STATE_NS
+    from gpuwarden.notifiers.router import firing_in_state
 
     latest: dict[str, AlertTransition] = {}
     for rec in spool.read(Topics(settings.kafka.topic_prefix).alerts):

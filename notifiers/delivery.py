@@ -36,18 +36,18 @@ import httpx
 
 from gpuwarden.contract import Tier
 from gpuwarden.spool import Spool
-from notifiers import apprise_channel, dingtalk, email, feishu, pagerduty, slack, webhook, wecom
-from notifiers.message import Notification
-from notifiers.outbox import (Delivered, DeliveryLog, decode_notification, encode_notification,
+from gpuwarden.notifiers import apprise_channel, dingtalk, email, feishu, pagerduty, slack, webhook, wecom
+from gpuwarden.notifiers.message import Notification
+from gpuwarden.notifiers.outbox import (Delivered, DeliveryLog, decode_notification, encode_notification,
                               outbox_topic)
-from notifiers.ratelimit import Limiter
-from notifiers.receivers import Receiver, fallback_problems
-from notifiers.redact import LOGGERS as REDACTED_LOGGERS, install as install_redaction, redact
-from notifiers.localise import localise
-from notifiers.render import Lang, is_resolved, render_text, top_tier
-from notifiers.verdict import Ok, Permanent, Retry, Verdict
+from gpuwarden.notifiers.ratelimit import Limiter
+from gpuwarden.notifiers.receivers import Receiver, fallback_problems
+from gpuwarden.notifiers.redact import LOGGERS as REDACTED_LOGGERS, install as install_redaction, redact
+from gpuwarden.notifiers.localise import localise
+from gpuwarden.notifiers.render import Lang, is_resolved, render_text, top_tier
+from gpuwarden.notifiers.verdict import Ok, Permanent, Retry, Verdict
 
-log = logging.getLogger("notifiers.delivery")
+log = logging.getLogger("gpuwarden.notifiers.delivery")
 
 CHANNELS: dict[str, ModuleType] = {
     "slack": slack, "feishu": feishu, "dingtalk": dingtalk, "wecom": wecom,

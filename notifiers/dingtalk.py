@@ -13,10 +13,10 @@ import hmac
 from urllib.parse import quote_plus
 
 from gpuwarden.contract import Tier
-from notifiers.message import Notification
-from notifiers.receivers import DingTalkConfig
-from notifiers.render import is_resolved, render_text, top_tier, truncate_utf8
-from notifiers.verdict import HttpRequest, Verdict, body_code_verdict, json_request, reveal
+from gpuwarden.notifiers.message import Notification
+from gpuwarden.notifiers.receivers import DingTalkConfig
+from gpuwarden.notifiers.render import is_resolved, render_text, top_tier, truncate_utf8
+from gpuwarden.notifiers.verdict import HttpRequest, Verdict, body_code_verdict, json_request, reveal
 
 RATE_LIMITS = [(20, 60.0)]  # 20 messages per minute per robot
 TEXT_LIMIT = 18_000  # markdown size limit is not documented officially; stay well under 20 KB

@@ -8,10 +8,10 @@ import ssl
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 
-from notifiers.message import Notification
-from notifiers.receivers import EmailConfig
-from notifiers.render import render_text
-from notifiers.verdict import Ok, Permanent, Retry, Verdict, reveal
+from gpuwarden.notifiers.message import Notification
+from gpuwarden.notifiers.receivers import EmailConfig
+from gpuwarden.notifiers.render import render_text
+from gpuwarden.notifiers.verdict import Ok, Permanent, Retry, Verdict, reveal
 
 RATE_LIMITS: list[tuple[int, float]] = []
 TEXT_LIMIT = 1_000_000

@@ -12,10 +12,10 @@ import hashlib
 import hmac
 
 from gpuwarden.contract import Tier
-from notifiers.message import Notification
-from notifiers.receivers import FeishuConfig
-from notifiers.render import is_resolved, render_text, top_tier, truncate_utf8
-from notifiers.verdict import HttpRequest, Verdict, body_code_verdict, json_request, reveal
+from gpuwarden.notifiers.message import Notification
+from gpuwarden.notifiers.receivers import FeishuConfig
+from gpuwarden.notifiers.render import is_resolved, render_text, top_tier, truncate_utf8
+from gpuwarden.notifiers.verdict import HttpRequest, Verdict, body_code_verdict, json_request, reveal
 
 RATE_LIMITS = [(5, 1.0), (100, 60.0)]  # per bot: 5/s and 100/min
 TEXT_LIMIT = 18_000  # the body must stay under 20 KB

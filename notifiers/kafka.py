@@ -44,7 +44,7 @@ async def write_control(settings: Any, record: Any) -> None:
 
 async def read_control(settings: Any) -> Any:
     """The control state as of now: the topic read from the beginning to its end offsets."""
-    from notifiers.control import ControlState, warn_each
+    from gpuwarden.notifiers.control import ControlState, warn_each
 
     topic = await ensure_control_topic(settings)
     state = ControlState()

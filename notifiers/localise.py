@@ -18,9 +18,9 @@ from typing import Any
 import yaml
 
 from gpuwarden.contract import AlertTransition
-from notifiers.message import Notification
-from streams.evaluate import LIKELY_CAUSE, humanize, template_names
-from streams.rules import DEFAULT_RULES, RuleSpec, load_rule_file, render
+from gpuwarden.notifiers.message import Notification
+from gpuwarden.streams.evaluate import LIKELY_CAUSE, humanize, template_names
+from gpuwarden.streams.rules import DEFAULT_RULES, RuleSpec, load_rule_file, render
 
 CATALOGUES = {"zh-CN": DEFAULT_RULES.with_name("default_rules.zh-CN.yaml")}
 LIKELY_CAUSE_IN = {"zh-CN": " 可能原因："}

@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from notifiers.config import ScheduleConfig
+from gpuwarden.notifiers.config import ScheduleConfig
 
 PERIOD_S = {"daily": 86400.0, "weekly": 7 * 86400.0}
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from gpuwarden.contract import AlertTransition, decode, encode
 from gpuwarden.spool import Spool
-from notifiers.message import Notification
+from gpuwarden.notifiers.message import Notification
 
 LOG_TOPIC = "notify.log"
 DELIVERED_NS = "notify.delivered"

@@ -9,10 +9,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from gpuwarden.contract import AlertState, AlertTransition, Tier
-from notifiers.message import Notification
-from notifiers.receivers import PagerDutyConfig
-from notifiers.render import alert_block
-from notifiers.verdict import HttpRequest, Ok, Permanent, Verdict, http_status_verdict, json_request, reveal
+from gpuwarden.notifiers.message import Notification
+from gpuwarden.notifiers.receivers import PagerDutyConfig
+from gpuwarden.notifiers.render import alert_block
+from gpuwarden.notifiers.verdict import HttpRequest, Ok, Permanent, Verdict, http_status_verdict, json_request, reveal
 
 RATE_LIMITS = [(120, 60.0)]  # ~120 events per minute per integration key
 TEXT_LIMIT = 400_000  # events are per alert; the 512 KB cap is far away

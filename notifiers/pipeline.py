@@ -24,9 +24,9 @@ from typing import Any
 
 from gpuwarden.contract import AlertTransition, Topics, encode
 from gpuwarden.spool import Spool
-from notifiers.control import ControlRecord, ControlState, load_spool, warn_each
-from notifiers.message import Notification
-from notifiers.router import Router
+from gpuwarden.notifiers.control import ControlRecord, ControlState, load_spool, warn_each
+from gpuwarden.notifiers.message import Notification
+from gpuwarden.notifiers.router import Router
 
 log = logging.getLogger("gpuwarden.notify")
 STATE_NS, STATE_KEY = "notify", "router"
@@ -53,7 +53,7 @@ class Notifier:
         """Router state changed since it was last saved."""
         self._restore_state()
         if delivery is None:
-            from notifiers.delivery import Delivery
+            from gpuwarden.notifiers.delivery import Delivery
 
             delivery = Delivery(self.config.receivers, spool=spool,
                                 language=self.config.language or settings.language, timezone=self.config.timezone)

@@ -21,7 +21,7 @@ _FEISHU_HOOK = re.compile(r"(/open-apis/bot/v2/hook/)[^\s\"'?#]+")
 MIN_SECRET_LEN = 4
 
 # Loggers whose records can carry a request URL.
-LOGGERS = ("httpx", "httpcore", "notifiers", "notifiers.delivery", "asyncio")
+LOGGERS = ("httpx", "httpcore", "gpuwarden.notifiers", "gpuwarden.notifiers.delivery", "asyncio")
 
 
 class Redactor:

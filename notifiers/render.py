@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, tzinfo
 
 from gpuwarden.contract import AlertState, AlertTransition, Evidence, Tier
-from notifiers.message import Notification
+from gpuwarden.notifiers.message import Notification
 
 _WORDS: dict[str, dict[str, str]] = {
     "en": {

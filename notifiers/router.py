@@ -22,11 +22,11 @@ import json
 from dataclasses import dataclass, field
 
 from gpuwarden.contract import AlertState, AlertTransition, ContractError, Matcher, Tier, decode, encode
-from notifiers.config import GROUP_BY_ALL, ONCALL, OWNER, TEAM, NotifyConfig, RouteConfig
-from notifiers.control import ControlState
-from notifiers.matchers import alert_labels, matches_all
-from notifiers.message import Notification, Reason
-from notifiers.oncall import on_call
+from gpuwarden.notifiers.config import GROUP_BY_ALL, ONCALL, OWNER, TEAM, NotifyConfig, RouteConfig
+from gpuwarden.notifiers.control import ControlState
+from gpuwarden.notifiers.matchers import alert_labels, matches_all
+from gpuwarden.notifiers.message import Notification, Reason
+from gpuwarden.notifiers.oncall import on_call
 
 #: How long a resolved alert's dedup entry is kept (event time) against late redeliveries.
 DEDUP_KEEP_S = 86400.0

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from notifiers.message import Notification
-from notifiers.receivers import SlackConfig
-from notifiers.render import alert_block, alert_line, render_text, truncate_utf8, DETAILED_ALERTS
-from notifiers.verdict import HttpRequest, Ok, Permanent, Verdict, http_status_verdict, json_request, reveal
+from gpuwarden.notifiers.message import Notification
+from gpuwarden.notifiers.receivers import SlackConfig
+from gpuwarden.notifiers.render import alert_block, alert_line, render_text, truncate_utf8, DETAILED_ALERTS
+from gpuwarden.notifiers.verdict import HttpRequest, Ok, Permanent, Verdict, http_status_verdict, json_request, reveal
 
 RATE_LIMITS = [(1, 1.0)]  # 1 message per second per webhook
 TEXT_LIMIT = 30_000

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from gpuwarden.contract import AlertState, AlertTransition
-from notifiers.message import Notification
-from notifiers.receivers import WebhookConfig
-from notifiers.render import evidence_parts, is_resolved, words
-from notifiers.verdict import HttpRequest, Ok, Permanent, Verdict, http_status_verdict, json_request, reveal
+from gpuwarden.notifiers.message import Notification
+from gpuwarden.notifiers.receivers import WebhookConfig
+from gpuwarden.notifiers.render import evidence_parts, is_resolved, words
+from gpuwarden.notifiers.verdict import HttpRequest, Ok, Permanent, Verdict, http_status_verdict, json_request, reveal
 
 RATE_LIMITS: list[tuple[int, float]] = []  # no platform limit
 TEXT_LIMIT = 1_000_000

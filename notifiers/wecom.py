@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from notifiers.message import Notification
-from notifiers.receivers import WeComConfig
-from notifiers.render import render_text, truncate_utf8
-from notifiers.verdict import HttpRequest, Verdict, body_code_verdict, json_request, reveal
+from gpuwarden.notifiers.message import Notification
+from gpuwarden.notifiers.receivers import WeComConfig
+from gpuwarden.notifiers.render import render_text, truncate_utf8
+from gpuwarden.notifiers.verdict import HttpRequest, Verdict, body_code_verdict, json_request, reveal
 
 RATE_LIMITS = [(20, 60.0)]  # 20 messages per minute per robot
 MARKDOWN_BYTES = 4096

@@ -26,10 +26,10 @@ from gpuwarden.contract import AlertState, AlertTransition, ContractError, Tier,
 from gpuwarden.deadletter import UnsentLog, letter
 from gpuwarden.kafka import client_kwargs, start_client
 from gpuwarden.spool import Spool
-from notifiers.kafka import assign_from_beginning, catch_up, ensure_control_topic, poll
-from notifiers.control import warn_each
-from notifiers.message import Notification
-from notifiers.pipeline import Notifier
+from gpuwarden.notifiers.kafka import assign_from_beginning, catch_up, ensure_control_topic, poll
+from gpuwarden.notifiers.control import warn_each
+from gpuwarden.notifiers.message import Notification
+from gpuwarden.notifiers.pipeline import Notifier
 
 log = logging.getLogger("gpuwarden.notify")
 MIN_WAIT_MS = 5  # a poll never spins: even a past-due timer waits this long for records
@@ -132,7 +132,7 @@ async def _main(settings: Any) -> int:
 
 
 def _print_log(settings: Any, limit: int) -> int:
-    from notifiers.outbox import DeliveryLog
+    from gpuwarden.notifiers.outbox import DeliveryLog
 
     with Spool(settings.spool.path) as spool:
         for e in DeliveryLog(spool).read(limit):
@@ -160,7 +160,7 @@ def cmd_test_notify(args: argparse.Namespace, settings: Any) -> int:
 
 
 async def _test_notify(settings: Any, only: list[str] | None) -> int:
-    from notifiers.delivery import CHANNELS, Delivery
+    from gpuwarden.notifiers.delivery import CHANNELS, Delivery
 
     receivers = settings.notify.receivers
     unknown = sorted(set(only or []) - {r.name for r in receivers})

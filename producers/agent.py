@@ -21,8 +21,8 @@ from gpuwarden.contract import EventKind, GpuEvent, Topics
 from gpuwarden.kafka import client_kwargs
 from gpuwarden.spool import Spool
 from gpuwarden.units import parse_time
-from producers.publisher import within_limit
-from producers.source import Source, paced
+from gpuwarden.producers.publisher import within_limit
+from gpuwarden.producers.source import Source, paced
 
 log = logging.getLogger(__name__)
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -46,7 +46,7 @@ class Sink:
         self.publisher = None
         self.spool = None
         if self.file is None:
-            from producers.publisher import Publisher
+            from gpuwarden.producers.publisher import Publisher
 
             sp, kafka = settings.spool, settings.kafka
             self.spool = Spool(sp.path, max_bytes=sp.max_bytes, max_age_s=sp.max_age)
@@ -85,15 +85,15 @@ def build_source(args: Any, settings: Any, start_ts: float) -> tuple[Source, lis
     """The simulator or the NVML collector (with its event watchers and the SDK socket)."""
     cfg = settings.agent
     if args.simulate or cfg.source == "simulate":
-        from producers.simulator import Simulator, tick_for
+        from gpuwarden.producers.simulator import Simulator, tick_for
 
         scenarios = args.simulate or ["mixed"]
         return Simulator(scenarios, nodes=args.nodes or 1, gpus=args.gpus or 8, seed=args.seed,
                          start_ts=start_ts, tick_s=tick_for(args.duration, cfg.fast_interval)), []
-    from producers.attrib import Attributor
-    from producers.events import KmsgWatcher, NvmlEventWatcher
-    from producers.nvml import NvmlCollector, load_nvml
-    from producers.taskrecv import TaskReceiver
+    from gpuwarden.producers.attrib import Attributor
+    from gpuwarden.producers.events import KmsgWatcher, NvmlEventWatcher
+    from gpuwarden.producers.nvml import NvmlCollector, load_nvml
+    from gpuwarden.producers.taskrecv import TaskReceiver
 
     nv = load_nvml()
     attributor = Attributor(cfg.proc_root)
@@ -149,7 +149,7 @@ async def _agent(args: Any, settings: Any) -> int:
     metrics = None
     port = args.metrics_port or settings.agent.metrics_port
     if port:
-        from producers.metrics import AgentMetrics
+        from gpuwarden.producers.metrics import AgentMetrics
 
         metrics = AgentMetrics()
         metrics.serve(port, settings.agent.metrics_bind)

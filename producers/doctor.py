@@ -18,7 +18,7 @@ class Check:
 
 
 def check_nvml(nvml_loader=None) -> list[Check]:
-    from producers.nvml import load_nvml
+    from gpuwarden.producers.nvml import load_nvml
 
     try:
         nv = (nvml_loader or load_nvml)()

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpuwarden.contract import EventKind, GpuEvent, GpuSample
-from producers import clocks
-from producers.xid import lookup, lookup_sxid
+from gpuwarden.producers import clocks
+from gpuwarden.producers.xid import lookup, lookup_sxid
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuwarden.contract import EventKind, GpuProcess, GpuSample, NodeSnapshot
-from producers import clocks
-from producers.attrib import Attributor
-from producers.events import EventLog, HwEvent, counter_events, normalize_bus_id
+from gpuwarden.producers import clocks
+from gpuwarden.producers.attrib import Attributor
+from gpuwarden.producers.events import EventLog, HwEvent, counter_events, normalize_bus_id
 
 log = logging.getLogger(__name__)
 AGENT_VERSION = "gpuwarden-agent/0.1"
@@ -57,7 +57,7 @@ class _Gpu:
 
 
 class NvmlCollector:
-    """A :class:`producers.source.Source` over the local GPUs."""
+    """A :class:`gpuwarden.producers.source.Source` over the local GPUs."""
 
     def __init__(self, nvml: Any, *, node: str | None = None, tick_s: float = 1.0, slow_s: float = 15.0,
                  attributor: Callable[[int], Any] | None = None, events: EventLog | None = None,

@@ -30,9 +30,9 @@ from gpuwarden.contract import (
     TaskMetric,
     TaskMetricKind,
 )
-from producers import clocks
-from producers.gpumodels import MIB, GpuModel, bus_id, model
-from producers.xid import lookup
+from gpuwarden.producers import clocks
+from gpuwarden.producers.gpumodels import MIB, GpuModel, bus_id, model
+from gpuwarden.producers.xid import lookup
 
 AGENT_VERSION = "gpuwarden-sim/0.1"
 DRIVER, CUDA = "550.127.05", "12.4"

@@ -16,7 +16,7 @@ from gpuwarden.contract import CatalogueEntry, Severity
 
 @cache
 def _catalogue() -> tuple[dict[int, CatalogueEntry], dict, dict]:
-    data = json.loads(resources.files("producers").joinpath("xid_catalogue.json").read_text())
+    data = json.loads(resources.files("gpuwarden.producers").joinpath("xid_catalogue.json").read_text())
     entries = {
         e["code"]: CatalogueEntry(code=e["code"], meaning=e["meaning"], action=e["action"],
                                   severity=Severity(e["severity"]))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 
 from gpuwarden.contract import AlertState, AlertTransition, Baseline, Evidence, Tier
-from streams.statecodec import state
+from gpuwarden.streams.statecodec import state
 
 
 def fingerprint(rule: str, identity: dict[str, str]) -> str:

@@ -34,14 +34,14 @@ from heapq import heappop, heappush
 from typing import Any
 
 from gpuwarden.contract import AlertTransition, Baseline, TaskSummary, decode, encode
-from streams import statecodec
-from streams.baseline import band, median_mad
-from streams.config import EngineConfig
-from streams.evaluate import Context, evaluate, resolve_all
-from streams.metrics import CLASS_INDEX, CLASS_ROW
-from streams.rules import RulePack
-from streams.statecodec import state
-from streams.windows import BucketWindow
+from gpuwarden.streams import statecodec
+from gpuwarden.streams.baseline import band, median_mad
+from gpuwarden.streams.config import EngineConfig
+from gpuwarden.streams.evaluate import Context, evaluate, resolve_all
+from gpuwarden.streams.metrics import CLASS_INDEX, CLASS_ROW
+from gpuwarden.streams.rules import RulePack
+from gpuwarden.streams.statecodec import state
+from gpuwarden.streams.windows import BucketWindow
 
 VERSION_HORIZON = 600.0
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuwarden.contract import DEFAULT_MAX_PAST_SKEW_S, AlertTransition, TaskSummary
-from streams.alerts import transition
-from streams.classstage import ClassStage
-from streams.config import EngineConfig
-from streams.nodestage import NodeStage
-from streams.rules import RulePack, load_rules
+from gpuwarden.streams.alerts import transition
+from gpuwarden.streams.classstage import ClassStage
+from gpuwarden.streams.config import EngineConfig
+from gpuwarden.streams.nodestage import NodeStage
+from gpuwarden.streams.rules import RulePack, load_rules
 
 __all__ = ["ClassStage", "Engine", "NodeStage", "StageOutput"]
 

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuwarden.contract import AlertTransition
-from streams.alerts import AlertSlot, fingerprint, step, transition
-from streams.rules import Rule, render
+from gpuwarden.streams.alerts import AlertSlot, fingerprint, step, transition
+from gpuwarden.streams.rules import Rule, render
 
 
 class Context:

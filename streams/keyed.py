@@ -1,6 +1,6 @@
 """Applying batches of Kafka records to a keyed engine stage, with state that survives workers.
 
-This is the pure core of the faust topology (``streams.topology`` is the thin
+This is the pure core of the faust topology (``gpuwarden.streams.topology`` is the thin
 adapter): no faust, no Kafka client, so it is tested directly.
 
 The durable copy of a key's state is an *envelope*: the stage's ``dump(key)``
@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import cramjam  # aiokafka's codec library (zstd), a dependency through aiokafka[zstd]
 
 from gpuwarden.contract import ContractError, unknown_fields
-from streams.dlq import Consumed, Limits, Outbound, decode_inbound, to_dlq
+from gpuwarden.streams.dlq import Consumed, Limits, Outbound, decode_inbound, to_dlq
 
 log = logging.getLogger("gpuwarden.streams")
 

@@ -16,7 +16,7 @@ class Metric(NamedTuple):
     doc: str
 
 
-# Order of the raw per-sample GPU row; streams.nodestage builds rows in this order.
+# Order of the raw per-sample GPU row; gpuwarden.streams.nodestage builds rows in this order.
 GPU_RAW = (
     "util_gpu", "mem_used_gib", "mem_total_gib", "temp_gpu_c", "power_w", "power_limit_w",
     "clock_sm_mhz", "clock_sm_max_mhz", "hw_slowdown", "hw_thermal", "power_brake", "sw_thermal",

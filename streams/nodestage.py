@@ -41,15 +41,15 @@ from gpuwarden.contract import (
     decode,
     encode,
 )
-from streams import statecodec
-from streams import trend as tr
-from streams.config import EngineConfig
-from streams.evaluate import Context, evaluate, resolve_all
-from streams.metrics import GPU_INDEX, GPU_RAW, NODE_INDEX, TASK_INDEX
-from streams.metrics import GPU_DERIVED, NODE_ROW, TASK_DERIVED, TASK_ROW
-from streams.rules import RulePack, event_reach, series_reach
-from streams.statecodec import state
-from streams.windows import BucketWindow, EventLog, pack_floats, unpack_floats
+from gpuwarden.streams import statecodec
+from gpuwarden.streams import trend as tr
+from gpuwarden.streams.config import EngineConfig
+from gpuwarden.streams.evaluate import Context, evaluate, resolve_all
+from gpuwarden.streams.metrics import GPU_INDEX, GPU_RAW, NODE_INDEX, TASK_INDEX
+from gpuwarden.streams.metrics import GPU_DERIVED, NODE_ROW, TASK_DERIVED, TASK_ROW
+from gpuwarden.streams.rules import RulePack, event_reach, series_reach
+from gpuwarden.streams.statecodec import state
+from gpuwarden.streams.windows import BucketWindow, EventLog, pack_floats, unpack_floats
 
 _GIB = float(1 << 30)
 #: The GPU columns a window row is made of (``Snap``).
@@ -186,7 +186,7 @@ class Snap:
             if gpu not in owners or (task_id and not owners[gpu][0]):
                 owners[gpu] = (task_id, user, task, project)
         self.owners = owners
-        # One window row per GPU, in ``streams.metrics.GPU_RAW`` order; written out inline
+        # One window row per GPU, in ``gpuwarden.streams.metrics.GPU_RAW`` order; written out inline
         # rather than a function per GPU (worker hot path 93 -> 87 µs per snapshot).
         self.gpus = tuple(
             (i, uuid, (
@@ -391,7 +391,7 @@ class NodeStage:
         catching up, so their newest ts holds this node's watermark back (faust only).
         Outputs are appended to ``out`` (a new StageOutput when None), which is returned."""
         if out is None:
-            from streams.engine import StageOutput
+            from gpuwarden.streams.engine import StageOutput
 
             out = StageOutput([], [])
         ids = _ids(record)
@@ -470,7 +470,7 @@ class NodeStage:
 
     def flush(self) -> Any:
         """Release every buffered record (end of a finite input) and close the open buckets."""
-        from streams.engine import StageOutput
+        from gpuwarden.streams.engine import StageOutput
 
         out = StageOutput([], [])
         for n in self.nodes():

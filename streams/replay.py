@@ -12,8 +12,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from gpuwarden.contract import encode
-from streams.engine import Engine
-from streams.replay_sources import (
+from gpuwarden.streams.engine import Engine
+from gpuwarden.streams.replay_sources import (
     ReplayError,
     input_topics,
     read_file,
@@ -22,7 +22,7 @@ from streams.replay_sources import (
     spool_path,
     time_range,
 )
-from streams.rules import RulesError, load_rules
+from gpuwarden.streams.rules import RulesError, load_rules
 
 
 def cmd_replay(args: Any, settings: Any) -> int:
@@ -95,7 +95,7 @@ def _source(args: Any, settings: Any, since: float | None, until: float | None,
 
 def _compare(args: Any, settings: Any, records: list[Any], paths: list[Any], engine: Engine) -> list[Any]:
     """Both rule sets over the same records; prints the comparison, returns B's transitions."""
-    from streams.compare import replay_both
+    from gpuwarden.streams.compare import replay_both
 
     first = Engine(load_rules(paths[0]), settings.engine, settings.limits.max_past_skew)
     comparison, _, b = replay_both(records, first, engine, str(paths[0]), str(paths[1]))

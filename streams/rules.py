@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, Validatio
 
 from gpuwarden.contract import Tier
 from gpuwarden.units import Duration
-from streams.metrics import SCOPES
+from gpuwarden.streams.metrics import SCOPES
 
 DEFAULT_RULES = Path(__file__).with_name("default_rules.yaml")
 _CONDITIONS = ("all", "any", "not", "threshold", "trend", "deviation", "count_within")
@@ -284,8 +284,8 @@ def _compile(cond: Any, scope: str, evidence: bool = True) -> Check:
     rejects on its cheaper test first): rules are evaluated that way, and only one that fires
     is evaluated again with evidence (the same truth: conditions only read state).
     """
-    from streams import trend as tr
-    from streams.baseline import band
+    from gpuwarden.streams import trend as tr
+    from gpuwarden.streams.baseline import band
 
     known = SCOPES[scope]
     if isinstance(cond, AllOf):

@@ -21,8 +21,8 @@ from typing import Any, TextIO
 
 from gpuwarden.contract import AlertTransition, Topics, encode, record_key
 from gpuwarden.spool import Spool
-from streams.engine import Engine
-from streams.rules import RulesError, load_rules
+from gpuwarden.streams.engine import Engine
+from gpuwarden.streams.rules import RulesError, load_rules
 
 STATE_NS = "engine"
 LIVE_STATE, SIM_STATE = "state", "sim-state"
@@ -34,12 +34,12 @@ VIEW_EVERY_S = 0.5  # wall time between live-view frames
 def _source(args: Any, settings: Any) -> tuple[Any, list[Any]]:
     """(source, extras): the agent's NVML source with its event watchers and SDK socket when
     NVML is present and nothing is simulated, else the simulator (no extras)."""
-    from producers.simulator import Simulator, tick_for
+    from gpuwarden.producers.simulator import Simulator, tick_for
 
     scenario = args.simulate
     if scenario is None and settings.agent.source != "simulate":
         try:
-            from producers.agent import build_source
+            from gpuwarden.producers.agent import build_source
 
             return build_source(args, settings, time.time())
         except Exception as e:  # noqa: BLE001 - any NVML failure means: simulate instead
@@ -70,9 +70,9 @@ async def _ticks(source: Any, extras: list[Any], args: Any,
                  stop: asyncio.Event) -> AsyncIterator[list]:
     """A simulated span runs as fast as possible; a live source (or a simulation without
     ``--duration``) is paced in wall time, for ``--duration`` when given."""
-    from producers.agent import step_with_extras
-    from producers.simulator import Simulator
-    from producers.source import paced
+    from gpuwarden.producers.agent import step_with_extras
+    from gpuwarden.producers.simulator import Simulator
+    from gpuwarden.producers.source import paced
 
     if isinstance(source, Simulator) and args.duration is not None:
         end = source.ts + args.duration
@@ -158,9 +158,9 @@ async def _run(args: Any, settings: Any, engine: Engine, source: Any, extras: li
     from rich.console import Console
     from rich.live import Live
 
-    from notifiers.pipeline import Notifier
-    from producers.simulator import Simulator
-    from streams.live_view import render
+    from gpuwarden.notifiers.pipeline import Notifier
+    from gpuwarden.producers.simulator import Simulator
+    from gpuwarden.streams.live_view import render
 
     with ExitStack() as stack:
         spool = Spool(settings.spool.path, settings.spool.max_bytes, settings.spool.max_age)
@@ -205,7 +205,7 @@ async def _run(args: Any, settings: Any, engine: Engine, source: Any, extras: li
 def cmd_run(args: Any, settings: Any) -> int:
     """``gpuwarden run``: exit 0 after ``--duration`` or Ctrl-C; 2 on a bad rules file."""
     if args.list_scenarios:
-        from producers.simulator import scenario_list
+        from gpuwarden.producers.simulator import scenario_list
 
         print(scenario_list())
         return 0
@@ -219,7 +219,7 @@ def cmd_run(args: Any, settings: Any) -> int:
     except ValueError as e:
         print(f"gpuwarden run: {e}", file=sys.stderr)
         return 2
-    from producers.agent import stop_extras
+    from gpuwarden.producers.agent import stop_extras
 
     engine = Engine(rules, settings.engine, settings.limits.max_past_skew)
     try:

@@ -1,17 +1,17 @@
 """The faust topology: two keyed stages over Kafka, state in changelog tables.
 
 Stage 1 (key node) reads ``gpu.samples``, ``gpu.events`` and ``task.metrics``
-(all keyed by node, so co-partitioned), runs :class:`streams.engine.NodeStage`,
+(all keyed by node, so co-partitioned), runs :class:`gpuwarden.streams.engine.NodeStage`,
 and produces transitions to ``alerts`` (key fingerprint) and task summaries to
 ``task.summaries`` (key task class: the repartition for stage 2). Stage 2 (key
-task class) reads ``task.summaries`` and runs :class:`streams.engine.ClassStage`
+task class) reads ``task.summaries`` and runs :class:`gpuwarden.streams.engine.ClassStage`
 for the per-class baselines. Each stage keeps a faust Table (compacted changelog)
-of per-key envelopes (see :mod:`streams.keyed`), written for the keys that changed
+of per-key envelopes (see :mod:`gpuwarden.streams.keyed`), written for the keys that changed
 every ``engine.checkpoint_interval`` of wall time; input offsets are acknowledged
 (so committed) only after the checkpoint that covers them.
 
 faust costs ~130-200 µs per record on its Stream path, so the input topics are
-not read by agents: :mod:`streams.batchconsumer` hands each fetch to
+not read by agents: :mod:`gpuwarden.streams.batchconsumer` hands each fetch to
 :func:`build_app`'s handler in one call, and values stay raw bytes.
 """
 
@@ -41,12 +41,12 @@ from gpuwarden.contract import (
 )
 from gpuwarden.deadletter import UnsentLog
 from gpuwarden.kafka import broker_credentials
-from streams.backlog import Backlog
-from streams.batchconsumer import batch_consumer
-from streams.dlq import Consumed, Limits, Outbound
-from streams.engine import StageOutput
-from streams.keyed import KeyedRunner, Settle, Source
-from streams.runtime import HeapTrim
+from gpuwarden.streams.backlog import Backlog
+from gpuwarden.streams.batchconsumer import batch_consumer
+from gpuwarden.streams.dlq import Consumed, Limits, Outbound
+from gpuwarden.streams.engine import StageOutput
+from gpuwarden.streams.keyed import KeyedRunner, Settle, Source
+from gpuwarden.streams.runtime import HeapTrim
 
 log = logging.getLogger("gpuwarden.streams")
 
@@ -82,8 +82,8 @@ def app_id(settings: Any) -> str:
 
 def default_stages(settings: Any) -> tuple[Any, Any]:
     """The real engine stages, with the rules named in the config (else the default pack)."""
-    from streams.engine import ClassStage, NodeStage
-    from streams.rules import load_rules
+    from gpuwarden.streams.engine import ClassStage, NodeStage
+    from gpuwarden.streams.rules import load_rules
 
     rules = load_rules(settings.engine.rules)
     return NodeStage(rules, settings.engine, settings.limits.max_past_skew), ClassStage(rules, settings.engine)

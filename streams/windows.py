@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Sequence
 from math import isnan
 
-from streams.statecodec import state
+from gpuwarden.streams.statecodec import state
 
 _NAN = float("nan")
 _ALL = (1,) * 256  # no ``keep``: every column's maximum is kept

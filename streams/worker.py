@@ -1,4 +1,4 @@
-"""``gpuwarden streams``: run one faust worker of the topology in :mod:`streams.topology`.
+"""``gpuwarden streams``: run one faust worker of the topology in :mod:`gpuwarden.streams.topology`.
 
 Workers started with the same config join one consumer group and share the
 partitions; each recovers the state of the partitions it is given from the
@@ -22,7 +22,7 @@ def cmd_streams(args: argparse.Namespace, settings: Any) -> int:
     import asyncio
 
     from gpuwarden.kafka import KafkaConnectError, client_kwargs, diagnose
-    from streams.topology import app_id, build_app
+    from gpuwarden.streams.topology import app_id, build_app
 
     why = asyncio.run(diagnose(client_kwargs(settings)))  # faust retries a refused login forever
     if why:
@@ -52,7 +52,7 @@ def quiet_worker(app: Any, **kwargs: Any) -> Any:
     the level given (``-v``)."""
     import faust
 
-    from streams.runtime import tune_gc
+    from gpuwarden.streams.runtime import tune_gc
 
     class Worker(faust.Worker):
         async def on_startup_finished(self) -> None:

@@ -17,9 +17,9 @@ import pytest
 from gpuwarden.config import validate_settings
 from gpuwarden.contract import AlertTransition, Matcher, Silence, Tier
 from gpuwarden.spool import Spool
-from notifiers.control import write_spool
-from notifiers.delivery import Delivery
-from notifiers.pipeline import Notifier
+from gpuwarden.notifiers.control import write_spool
+from gpuwarden.notifiers.delivery import Delivery
+from gpuwarden.notifiers.pipeline import Notifier
 from tests.acceptance.platforms import Answer, Feishu, Hit, PagerDuty, Slack
 from tests.fakes.alerts import note
 from tests.fakes.clock import SimClock

@@ -12,11 +12,11 @@ import yaml
 from gpuwarden.config import ConfigError, load_settings
 from gpuwarden.contract import AlertState
 from gpuwarden.spool import Spool
-from notifiers.delivery import Delivery
-from notifiers.pipeline import Notifier
-from producers.simulator import Simulator
-from streams.engine import Engine
-from streams.rules import DEFAULT_RULES, load_rule_file
+from gpuwarden.notifiers.delivery import Delivery
+from gpuwarden.notifiers.pipeline import Notifier
+from gpuwarden.producers.simulator import Simulator
+from gpuwarden.streams.engine import Engine
+from gpuwarden.streams.rules import DEFAULT_RULES, load_rule_file
 from tests.acceptance.platforms import Feishu
 from tests.fakes.clock import SimClock
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from gpuwarden.spool import Spool
-from notifiers.outbox import outbox_topic
+from gpuwarden.notifiers.outbox import outbox_topic
 from tests.acceptance.platforms import DingTalk, Feishu, PagerDuty, Slack, WeCom, most_in_window
 
 FS_SECRET, DT_SECRET = "feishu-sign-secret", "SECdingtalk-sign-secret"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from gpuwarden.contract import AlertState, AlertTransition, Evidence, Tier
-from notifiers.message import Notification
+from gpuwarden.notifiers.message import Notification
 
 T0 = 1_767_225_600.0
 FP = re.compile(r"fp\d{5}")

@@ -17,9 +17,9 @@ from gpuwarden.contract import (
 )
 from gpuwarden.history import HistoryError, HistoryFile, export_history, import_to_kafka, import_to_spool
 from gpuwarden.spool import Spool
-from streams.config import EngineConfig
-from streams.engine import Engine
-from streams.replay_sources import read_file
+from gpuwarden.streams.config import EngineConfig
+from gpuwarden.streams.engine import Engine
+from gpuwarden.streams.replay_sources import read_file
 from tests.history.builders import config, gw
 from tests.history.test_accounting import T0, scenario
 from tests.kafka_support import consume_all, unique_topic

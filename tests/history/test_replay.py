@@ -11,9 +11,9 @@ import yaml
 
 from gpuwarden.contract import decode, encode
 from gpuwarden.kafka import produce_records
-from streams.compare import compare, replay_both
-from streams.engine import Engine
-from streams.replay_sources import (
+from gpuwarden.streams.compare import compare, replay_both
+from gpuwarden.streams.engine import Engine
+from gpuwarden.streams.replay_sources import (
     INPUT_KINDS,
     KafkaReadStats,
     ReplayError,
@@ -22,7 +22,7 @@ from streams.replay_sources import (
     read_kafka,
     time_range,
 )
-from streams.rules import load_rules
+from gpuwarden.streams.rules import load_rules
 from gpuwarden.units import parse_time
 from tests.history.builders import REPO, config, gw
 from tests.kafka_support import create_topic, unique_topic

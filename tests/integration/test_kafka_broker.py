@@ -18,7 +18,7 @@ import faust
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from producers.publisher import COMPRESSION
+from gpuwarden.producers.publisher import COMPRESSION
 from tests.kafka_support import (
     consume_all,
     create_topic,

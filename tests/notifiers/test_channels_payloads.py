@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 from gpuwarden.contract import AlertState, Tier
-from notifiers import dingtalk, feishu, pagerduty, slack, webhook, wecom
-from notifiers.message import Notification
-from notifiers.receivers import Receiver
-from notifiers.render import render_text, truncate_utf8
-from notifiers.verdict import Ok, Permanent, Retry
+from gpuwarden.notifiers import dingtalk, feishu, pagerduty, slack, webhook, wecom
+from gpuwarden.notifiers.message import Notification
+from gpuwarden.notifiers.receivers import Receiver
+from gpuwarden.notifiers.render import render_text, truncate_utf8
+from gpuwarden.notifiers.verdict import Ok, Permanent, Retry
 from tests.fakes.alerts import alert, note
 
 
@@ -79,7 +79,7 @@ def test_webhook_truncates_like_alertmanager(monkeypatch):
 
 
 def test_a_digest_title_says_what_its_body_says():
-    from notifiers.delivery import digest
+    from gpuwarden.notifiers.delivery import digest
 
     items = [note("x", i, tier=Tier.CRITICAL) for i in range(3)]
     items += [note("x", i, tier=Tier.CRITICAL, state=AlertState.RESOLVED) for i in (3, 4)]

@@ -10,11 +10,11 @@ import sys
 import pytest
 
 from gpuwarden.contract import AlertState, Tier
-from notifiers import wecom
-from notifiers.delivery import Delivery
-from notifiers.message import Notification
-from notifiers.receivers import Receiver
-from notifiers.render import render_text
+from gpuwarden.notifiers import wecom
+from gpuwarden.notifiers.delivery import Delivery
+from gpuwarden.notifiers.message import Notification
+from gpuwarden.notifiers.receivers import Receiver
+from gpuwarden.notifiers.render import render_text
 from tests.fakes.alerts import FP, alert, note
 from tests.fakes.http import FakeAppriseJson, FakeDingTalk, FakeSlack, FakeWeCom, max_in_window
 

@@ -9,8 +9,8 @@ import urllib.parse
 
 import pytest
 
-from notifiers import dingtalk, feishu
-from notifiers.receivers import Receiver
+from gpuwarden.notifiers import dingtalk, feishu
+from gpuwarden.notifiers.receivers import Receiver
 from tests.fakes.alerts import note
 from tests.fakes.http import FakeDingTalk, FakeFeishu
 

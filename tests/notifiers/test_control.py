@@ -12,10 +12,10 @@ import yaml
 from gpuwarden.cli import main
 from gpuwarden.config import load_settings
 from gpuwarden.contract import Ack, Silence, Topics, encode, record_key
-from notifiers.config import ScheduleConfig, parse_matcher
-from notifiers.control import ControlState
-from notifiers.kafka import read_control
-from notifiers.oncall import Cover, on_call
+from gpuwarden.notifiers.config import ScheduleConfig, parse_matcher
+from gpuwarden.notifiers.control import ControlState
+from gpuwarden.notifiers.kafka import read_control
+from gpuwarden.notifiers.oncall import Cover, on_call
 from tests.kafka_support import produce, unique_topic
 from tests.notifiers.test_router import DAY, T0, alert
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gpuwarden.contract import Tier
-from notifiers.delivery import Delivery
-from notifiers.receivers import Receiver
+from gpuwarden.notifiers.delivery import Delivery
+from gpuwarden.notifiers.receivers import Receiver
 from tests.fakes.alerts import FP, note
 from tests.fakes.http import FakeDingTalk, FakeFeishu, FakePagerDuty, FakeSlack, FakeWebhook, max_in_window
 from tests.fakes.smtp import FakeSmtp

@@ -19,7 +19,7 @@ import yaml
 from gpuwarden.cli import main
 from gpuwarden.config import load_settings
 from gpuwarden.contract import AlertTransition, DeadLetter, Topics, decode, encode
-from notifiers.worker import Stats, run_notify
+from gpuwarden.notifiers.worker import Stats, run_notify
 from tests.fakes.http import FakeFeishu
 from tests.kafka_support import consume_all, create_topic, produce, unique_topic
 

@@ -13,8 +13,8 @@ from gpuwarden.cli import main
 from gpuwarden.config import validate_settings
 from gpuwarden.contract import AlertTransition, Topics, decode
 from gpuwarden.spool import Spool
-from notifiers.message import Notification
-from notifiers.pipeline import Notifier
+from gpuwarden.notifiers.message import Notification
+from gpuwarden.notifiers.pipeline import Notifier
 from tests.notifiers.test_router import T0, alert, receivers
 
 
@@ -168,7 +168,7 @@ async def test_a_restart_keeps_what_was_paged_and_the_escalation_in_progress(tmp
 
 async def test_an_unreadable_router_state_is_logged_and_the_notifier_starts_empty(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from notifiers.pipeline import STATE_KEY, STATE_NS
+    from gpuwarden.notifiers.pipeline import STATE_KEY, STATE_NS
 
     s = settings(tmp_path)
     with Spool(s.spool.path) as spool:
@@ -248,8 +248,8 @@ async def test_silence_cli_with_config_after_the_action_writes_to_that_spool(
 async def test_ack_reaches_pagerduty_as_acknowledge_between_trigger_and_resolve(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from gpuwarden.contract import Ack
-    from notifiers.control import write_spool
-    from notifiers.delivery import Delivery
+    from gpuwarden.notifiers.control import write_spool
+    from gpuwarden.notifiers.delivery import Delivery
     from tests.fakes.clock import SimClock
     from tests.fakes.http import FakeFeishu, FakePagerDuty
 

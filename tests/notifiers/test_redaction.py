@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 
 from gpuwarden.spool import Spool
-from notifiers.delivery import Delivery
-from notifiers.receivers import Receiver
-from notifiers.redact import Redactor
+from gpuwarden.notifiers.delivery import Delivery
+from gpuwarden.notifiers.receivers import Receiver
+from gpuwarden.notifiers.redact import Redactor
 from tests.fakes.alerts import note
 from tests.fakes.clock import SimClock
 from tests.fakes.http import FakeDingTalk, FakeFeishu, FakeSlack

@@ -8,9 +8,9 @@ import pytest
 from pydantic import ValidationError
 
 from gpuwarden.contract import Ack, AlertTransition, OnCallOverride, Silence
-from notifiers.config import NotifyConfig, parse_matcher
-from notifiers.control import ControlState
-from notifiers.router import Router
+from gpuwarden.notifiers.config import NotifyConfig, parse_matcher
+from gpuwarden.notifiers.control import ControlState
+from gpuwarden.notifiers.router import Router
 
 T0 = 1_700_000_000.0
 DAY = 86400.0

@@ -67,7 +67,7 @@ def test_spool_over_limit_drops_oldest_and_reports_an_agent_event(tmp_path):
     from types import SimpleNamespace
 
     from gpuwarden.spool import Spool
-    from producers.agent import _SpoolDrops
+    from gpuwarden.producers.agent import _SpoolDrops
 
     spool = Spool(tmp_path / "s.db", max_bytes=1000, max_age_s=3600)
     for i in range(30):

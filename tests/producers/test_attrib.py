@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from producers.attrib import Attributor, command_label, parse_cgroup, pod_owner
+from gpuwarden.producers.attrib import Attributor, command_label, parse_cgroup, pod_owner
 
 ROOT = Path(__file__).parent.parent / "fixtures" / "proc"
 CID = "4f1c2b3a" * 8

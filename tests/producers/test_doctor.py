@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from producers.doctor import check_kafka, check_kmsg, check_nvml, check_socket
+from gpuwarden.producers.doctor import check_kafka, check_kmsg, check_nvml, check_socket
 from tests.fakes.nvml import FakeGpu, FakeNvml
 
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from gpuwarden.contract import EventKind, GpuSample, decode, encode
-from producers.events import (EV_CLOCK, EV_PSTATE, EV_XID, EventLog, HwEvent, KmsgWatcher,
+from gpuwarden.producers.events import (EV_CLOCK, EV_PSTATE, EV_XID, EventLog, HwEvent, KmsgWatcher,
                               counter_events, nvml_event, parse_kmsg_line)
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "kmsg" / "xid-lines.txt"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import socket
 import urllib.request
 
-from producers.metrics import AgentMetrics
-from producers.simulator import Simulator
+from gpuwarden.producers.metrics import AgentMetrics
+from gpuwarden.producers.simulator import Simulator
 
 
 def free_port() -> int:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from gpuwarden.contract import EventKind, GpuEvent, NodeSnapshot, decode, encode
-from producers.attrib import Attribution
+from gpuwarden.producers.attrib import Attribution
 from tests.fakes.nvml import FakeGpu, FakeNvml
-from producers.nvml import NvmlCollector
+from gpuwarden.producers.nvml import NvmlCollector
 
 
 def collector(gpus, **kw):

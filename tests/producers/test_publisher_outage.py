@@ -16,8 +16,8 @@ from aiokafka import AIOKafkaConsumer
 
 from gpuwarden.contract import NodeSnapshot, Topics, decode
 from gpuwarden.spool import Spool
-from producers.publisher import Publisher
-from producers.simulator import Simulator
+from gpuwarden.producers.publisher import Publisher
+from gpuwarden.producers.simulator import Simulator
 from tests.kafka_support import OwnBroker, create_topic
 
 OUTAGE_S = 20.0

@@ -9,8 +9,8 @@ import logging
 from gpuwarden.config import validate_settings
 from gpuwarden.contract import GpuProcess, GpuSample, NodeSnapshot
 from gpuwarden.spool import Spool
-from producers.agent import Sink
-from producers.publisher import Publisher
+from gpuwarden.producers.agent import Sink
+from gpuwarden.producers.publisher import Publisher
 
 LIMIT = 16 << 10
 

@@ -6,11 +6,11 @@ import pytest
 
 from gpuwarden.contract import (EventKind, GpuEvent, NodeSnapshot, TaskMetric, TaskMetricKind,
                                 decode, encode)
-from producers import clocks
-from producers.events import normalize_bus_id, parse_kmsg_line
-from producers.gpumodels import bus_id
-from producers.simulator import FAULTS, MIXED_FAULTS, SCENARIOS, Simulator
-from producers.source import Source
+from gpuwarden.producers import clocks
+from gpuwarden.producers.events import normalize_bus_id, parse_kmsg_line
+from gpuwarden.producers.gpumodels import bus_id
+from gpuwarden.producers.simulator import FAULTS, MIXED_FAULTS, SCENARIOS, Simulator
+from gpuwarden.producers.source import Source
 
 T0 = 1_700_000_000.0
 

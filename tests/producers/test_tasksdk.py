@@ -8,9 +8,9 @@ import time
 import pytest
 
 from gpuwarden.contract import ContractError
-from producers.attrib import Attribution
-from producers.taskrecv import TaskReceiver
-from producers.tasksdk import Task
+from gpuwarden.producers.attrib import Attribution
+from gpuwarden.producers.taskrecv import TaskReceiver
+from gpuwarden.producers.tasksdk import Task
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from gpuwarden.config import validate_settings
 from gpuwarden.spool import Spool
-from notifiers.delivery import Delivery
-from notifiers.pipeline import Notifier
+from gpuwarden.notifiers.delivery import Delivery
+from gpuwarden.notifiers.pipeline import Notifier
 from tests.fakes.clock import SimClock
 from tests.fakes.http import FakeFeishu, FakeWebhook
 

@@ -19,8 +19,8 @@ import pytest
 
 from gpuwarden.contract import TaskSummary, Topics, decode, encode
 from gpuwarden.kafka import produce_records
-from producers.simulator import Simulator
-from streams.engine import Engine
+from gpuwarden.producers.simulator import Simulator
+from gpuwarden.streams.engine import Engine
 from tests.kafka_support import create_topic
 from tests.streams_kafka.records import T0, settings_for, transition_ids
 from tests.streams_kafka.workers import read_to_end, wait_for, workers, write_config

@@ -25,9 +25,9 @@ import pytest
 
 from gpuwarden.contract import Topics, decode, encode
 from gpuwarden.spool import Spool
-from producers.publisher import Publisher
-from producers.simulator import Simulator
-from streams.engine import Engine
+from gpuwarden.producers.publisher import Publisher
+from gpuwarden.producers.simulator import Simulator
+from gpuwarden.streams.engine import Engine
 from tests.kafka_support import OwnBroker, consume_all, create_topic
 from tests.reliability.notify_support import notify
 

@@ -14,9 +14,9 @@ import json
 import time
 
 from gpuwarden.contract import ContractError, DeadLetter, decode, encode, record_key
-from producers.simulator import Simulator
-from streams.dlq import Inbound, Limits, decode_inbound, to_dlq
-from streams.engine import Engine
+from gpuwarden.producers.simulator import Simulator
+from gpuwarden.streams.dlq import Inbound, Limits, decode_inbound, to_dlq
+from gpuwarden.streams.engine import Engine
 
 AHEAD_S, BEHIND_S = 600.0, 120.0
 

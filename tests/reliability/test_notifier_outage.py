@@ -9,8 +9,8 @@ notified) and nothing is duplicated (no transition is notified more often).
 
 from __future__ import annotations
 
-from producers.simulator import Simulator
-from streams.engine import Engine
+from gpuwarden.producers.simulator import Simulator
+from gpuwarden.streams.engine import Engine
 from tests.reliability.notify_support import notify
 
 START = 1_767_225_600.0

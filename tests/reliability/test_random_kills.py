@@ -23,10 +23,10 @@ import pytest
 
 from gpuwarden.contract import TaskSummary, Topics, decode, encode
 from gpuwarden.kafka import produce_records as send_records
-from producers.simulator import Simulator
-from streams.engine import Engine, StageOutput
-from streams.nodestage import NodeStage
-from streams.topology import app_id
+from gpuwarden.producers.simulator import Simulator
+from gpuwarden.streams.engine import Engine, StageOutput
+from gpuwarden.streams.nodestage import NodeStage
+from gpuwarden.streams.topology import app_id
 from tests.kafka_support import create_topic
 from tests.streams_kafka.records import settings_for, transition_ids
 from tests.streams_kafka.test_failover import CHUNK_S

@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 from statistics import mean
 
-from producers.simulator import Simulator
-from streams.config import EngineConfig
-from streams.engine import Engine
+from gpuwarden.producers.simulator import Simulator
+from gpuwarden.streams.config import EngineConfig
+from gpuwarden.streams.engine import Engine
 
 HOUR = 3600.0
 START = 1_767_225_600.0

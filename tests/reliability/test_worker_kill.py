@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from gpuwarden.contract import GpuEvent, NodeSnapshot, Topics, decode, encode
-from producers.simulator import Simulator
-from streams.engine import Engine
+from gpuwarden.producers.simulator import Simulator
+from gpuwarden.streams.engine import Engine
 from tests.kafka_support import create_topic
 from tests.reliability.notify_support import notify
 from tests.streams_kafka.records import settings_for, transition_ids

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from producers.taskrecv import TaskReceiver
+from gpuwarden.producers.taskrecv import TaskReceiver
 
 NOBODY = 65534
 

@@ -24,8 +24,8 @@ from gpuwarden.config import validate_settings
 from gpuwarden.contract import NodeSnapshot, Topics, decode
 from gpuwarden.kafka import KafkaConnectError, broker_credentials, client_kwargs, start_client
 from gpuwarden.spool import Spool
-from producers.publisher import Publisher
-from producers.simulator import Simulator
+from gpuwarden.producers.publisher import Publisher
+from gpuwarden.producers.simulator import Simulator
 from tests.kafka_support import ScramBroker, consume_all, create_topic
 
 WRONG = "definitely-not-the-password"

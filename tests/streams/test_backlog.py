@@ -2,7 +2,7 @@
 
 One partition holds the nodes' three inputs; a fetch is a contiguous offset range per
 input, merged by timestamp. After a takeover one input's fetch can run hours ahead of
-another's (task metrics are small). With :class:`streams.backlog.Backlog` judging each
+another's (task metrics are small). With :class:`gpuwarden.streams.backlog.Backlog` judging each
 record's "behind" inputs and the nodes settled at each fetch's end, the stage releases
 exactly what the in-process stage releases, and drops nothing as late.
 """
@@ -14,12 +14,12 @@ from functools import cache
 from typing import Any
 
 from gpuwarden.contract import GpuEvent, NodeSnapshot, TaskMetric, encode
-from producers.simulator import Simulator
-from streams.backlog import Backlog
-from streams.config import EngineConfig
-from streams.engine import StageOutput
-from streams.nodestage import NodeStage
-from streams.rules import load_rules
+from gpuwarden.producers.simulator import Simulator
+from gpuwarden.streams.backlog import Backlog
+from gpuwarden.streams.config import EngineConfig
+from gpuwarden.streams.engine import StageOutput
+from gpuwarden.streams.nodestage import NodeStage
+from gpuwarden.streams.rules import load_rules
 
 T0 = 1_700_000_000.0
 RULES = load_rules(None)

@@ -13,12 +13,12 @@ from functools import cache
 import pytest
 
 from gpuwarden.contract import AlertTransition, TaskSummary, encode
-from producers.simulator import Simulator
-from streams.classstage import ClassStage
-from streams.config import EngineConfig
-from streams.engine import Engine, StageOutput
-from streams.nodestage import NodeStage
-from streams.rules import load_rules
+from gpuwarden.producers.simulator import Simulator
+from gpuwarden.streams.classstage import ClassStage
+from gpuwarden.streams.config import EngineConfig
+from gpuwarden.streams.engine import Engine, StageOutput
+from gpuwarden.streams.nodestage import NodeStage
+from gpuwarden.streams.rules import load_rules
 
 T0 = 1_700_000_000.0
 TAKEOVER = T0 + 50 * 60

@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 
 from gpuwarden.contract import GpuEvent, NodeSnapshot, Silence, encode
-from producers.simulator import Simulator
-from streams.config import EngineConfig
-from streams.engine import Engine
+from gpuwarden.producers.simulator import Simulator
+from gpuwarden.streams.config import EngineConfig
+from gpuwarden.streams.engine import Engine
 
 T0 = 1_700_000_000.0
 
@@ -136,7 +136,7 @@ def test_every_alert_has_evidence_labels_and_action() -> None:
 
 
 def _xid(seq: int, ts: float, code: int, gpu: int = 2, kind: str = "xid") -> GpuEvent:
-    from producers.xid import lookup
+    from gpuwarden.producers.xid import lookup
 
     return GpuEvent(ts=ts, node="n1", seq=seq, boot_id="b", kind=kind, source="kmsg", gpu_index=gpu,
                     code=code, catalogue=lookup(code) if kind == "xid" else None, message="m")

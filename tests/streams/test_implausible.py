@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpuwarden.contract import NodeSnapshot, encode
-from producers.simulator import Simulator
-from streams.engine import Engine
+from gpuwarden.producers.simulator import Simulator
+from gpuwarden.streams.engine import Engine
 from tests.history.builders import gw
 
 T0 = 1_790_000_000.0

@@ -6,11 +6,11 @@ from collections import deque
 
 import pytest
 
-from streams import statecodec
-from streams.alerts import AlertSlot, fingerprint, step
-from streams.baseline import band, median_mad
-from streams.trend import monotonicity, slope, time_to_full
-from streams.windows import BucketWindow, EventLog
+from gpuwarden.streams import statecodec
+from gpuwarden.streams.alerts import AlertSlot, fingerprint, step
+from gpuwarden.streams.baseline import band, median_mad
+from gpuwarden.streams.trend import monotonicity, slope, time_to_full
+from gpuwarden.streams.windows import BucketWindow, EventLog
 
 
 def test_slope_of_a_line_and_undefined_cases() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpuwarden.cli import main
-from streams.rules import RulesError, load_rules
+from gpuwarden.streams.rules import RulesError, load_rules
 
 RULE = """
   - name: {name}

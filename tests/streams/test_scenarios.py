@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from producers.simulator import SCENARIOS
-from streams.rules import load_rules
+from gpuwarden.producers.simulator import SCENARIOS
+from gpuwarden.streams.rules import load_rules
 from tests.streams.scenario_table import CASES, case_run, expected_rules, onset_ts
 
 _RUNS: dict[tuple, list[dict]] = {}

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from gpuwarden.contract import ContractError, NodeSnapshot, Topics, decode, encode
-from streams.topology import app_id
+from gpuwarden.streams.topology import app_id
 from tests.kafka_support import consume_all, create_topic, produce
 from tests.streams_kafka.records import settings_for, snapshot
 from tests.streams_kafka.workers import read_to_end, wait_for, workers, write_config

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from gpuwarden.contract import GpuEvent, NodeSnapshot, decode, encode
-from streams.dlq import Inbound, Limits, Outbound
-from streams.keyed import KeyedRunner, Source, pack, unpack
+from gpuwarden.streams.dlq import Inbound, Limits, Outbound
+from gpuwarden.streams.keyed import KeyedRunner, Source, pack, unpack
 from tests.streams_kafka.records import T0, snapshot, xid
 from tests.streams_kafka.standin import StandinNodeStage
 

@@ -20,9 +20,9 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from gpuwarden.contract import TaskMetric, TaskSummary, Topics, decode, encode, record_key
-from producers.simulator import Simulator
-from streams.engine import Engine
-from streams.topology import app_id
+from gpuwarden.producers.simulator import Simulator
+from gpuwarden.streams.engine import Engine
+from gpuwarden.streams.topology import app_id
 from tests.kafka_support import create_topic
 from tests.streams_kafka.records import settings_for, transition_ids
 from tests.streams_kafka.workers import group_members, read_to_end, wait_for, workers, write_config

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuwarden.contract import Topics
-from streams.topology import build_app
+from gpuwarden.streams.topology import build_app
 from tests.kafka_support import consume_all, create_topic, produce
 from tests.streams_kafka.records import T0, keyed, settings_for, snapshot, transition_ids, xid
 from tests.streams_kafka.standin import StandinClassStage, StandinNodeStage
