@@ -181,7 +181,7 @@ async def _test_notify(settings: Any, only: list[str] | None) -> int:
             if only and r.name not in only:
                 continue
             out = await delivery.deliver(sample_notification(r.name, now))
-            if out.status == "delivered" and getattr(CHANNELS[r.kind], "OPENS_INCIDENTS", False):
+            if out.status == "delivered" and CHANNELS[r.kind].opens_incidents:
                 closed = await delivery.deliver(sample_notification(r.name, now, resolved=True))
                 out = closed if closed.status != "delivered" else replace(out, detail=f"{out.detail}, then resolved")
             failed += out.status != "delivered"
