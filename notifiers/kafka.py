@@ -3,26 +3,27 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
+from gpuwarden.config import KafkaConfig
 from gpuwarden.contract import ContractError, Topics, encode, record_key
-from gpuwarden.kafka import client_kwargs
+from gpuwarden.kafka import kafka_kwargs
+from gpuwarden.notifiers.control import ControlRecord, ControlState, warn_each
 
 READ_TIMEOUT_S = 15.0
 
 
-async def ensure_control_topic(settings: Any) -> str:
+async def ensure_control_topic(kafka: KafkaConfig) -> str:
     """Create the compacted control topic if it is missing; returns its name."""
-    topic = Topics(settings.kafka.topic_prefix).control
-    admin = AIOKafkaAdminClient(**client_kwargs(settings))
+    topic = Topics(kafka.topic_prefix).control
+    admin = AIOKafkaAdminClient(**kafka_kwargs(kafka))
     await admin.start()
     try:
         await admin.create_topics([NewTopic(
-            topic, num_partitions=1, replication_factor=settings.kafka.replication_factor,
+            topic, num_partitions=1, replication_factor=kafka.replication_factor,
             topic_configs={"cleanup.policy": "compact"})])
     except TopicAlreadyExistsError:
         pass
@@ -31,10 +32,10 @@ async def ensure_control_topic(settings: Any) -> str:
     return topic
 
 
-async def write_control(settings: Any, record: Any) -> None:
+async def write_control(kafka: KafkaConfig, record: ControlRecord) -> None:
     """Produce one control record keyed by ``record_key`` and wait for the ack."""
-    topic = await ensure_control_topic(settings)
-    producer = AIOKafkaProducer(**client_kwargs(settings), acks="all")
+    topic = await ensure_control_topic(kafka)
+    producer = AIOKafkaProducer(**kafka_kwargs(kafka), acks="all")
     await producer.start()
     try:
         await producer.send_and_wait(topic, encode(record), key=record_key(record).encode())
@@ -42,13 +43,11 @@ async def write_control(settings: Any, record: Any) -> None:
         await producer.stop()
 
 
-async def read_control(settings: Any) -> Any:
+async def read_control(kafka: KafkaConfig) -> ControlState:
     """The control state as of now: the topic read from the beginning to its end offsets."""
-    from gpuwarden.notifiers.control import ControlState, warn_each
-
-    topic = await ensure_control_topic(settings)
+    topic = await ensure_control_topic(kafka)
     state = ControlState()
-    consumer = AIOKafkaConsumer(**client_kwargs(settings), enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(**kafka_kwargs(kafka), enable_auto_commit=False)
     await consumer.start()
     try:
         warn_each(await catch_up(consumer, await assign_from_beginning(consumer, topic), state))
@@ -57,7 +56,7 @@ async def read_control(settings: Any) -> Any:
     return state
 
 
-async def catch_up(consumer: AIOKafkaConsumer, parts: list[TopicPartition], state: Any) -> list[str]:
+async def catch_up(consumer: AIOKafkaConsumer, parts: list[TopicPartition], state: ControlState) -> list[str]:
     """Apply records until the end offsets seen now; returns a line per bad record."""
     ends = await consumer.end_offsets(parts)
     loop = asyncio.get_running_loop()
@@ -70,7 +69,7 @@ async def catch_up(consumer: AIOKafkaConsumer, parts: list[TopicPartition], stat
     return problems
 
 
-def poll(batch: dict[TopicPartition, list[Any]], state: Any) -> list[str]:
+def poll(batch: dict[TopicPartition, list[ConsumerRecord]], state: ControlState) -> list[str]:
     """Apply a fetched batch of control records; returns a line per bad record."""
     return [p for records in batch.values() for r in records
             if (p := apply_record(state, r.key, r.value)) is not None]
@@ -90,7 +89,7 @@ async def assign_from_beginning(consumer: AIOKafkaConsumer, topic: str) -> list[
     raise TimeoutError(f"no metadata for topic {topic}")
 
 
-def apply_record(state: Any, key: bytes | None, value: bytes | None) -> str | None:
+def apply_record(state: ControlState, key: bytes | None, value: bytes | None) -> str | None:
     """Apply one control-topic record; returns a problem line instead of raising on a bad one."""
     if key is None:
         return "control record without a key (ignored)"
