@@ -65,7 +65,8 @@ async def run_notify(settings: NotifierSettings, *, stop: asyncio.Event, deliver
     try:
         if control is not None:
             await control.start()
-            parts = await assign_from_beginning(control, await ensure_control_topic(settings.kafka))
+            parts = await ensure_control_topic(settings.kafka)
+            await assign_from_beginning(control, parts)
             warn_each(await catch_up(control, parts, notifier.control))  # silences apply from the first alert
         while not stop.is_set():
             if control is not None:
