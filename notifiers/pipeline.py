@@ -23,11 +23,11 @@ from collections.abc import Callable
 
 from gpuwarden.contract import AlertTransition, Topics, encode
 from gpuwarden.spool import Spool
-from gpuwarden.notifiers.config import NotifierSettings
 from gpuwarden.notifiers.control import ControlRecord, ControlState, load_spool, warn_each
 from gpuwarden.notifiers.delivery import Delivery
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.router import Router
+from gpuwarden.notifiers.settings import NotifierSettings
 
 log = logging.getLogger("gpuwarden.notify")
 STATE_NS, STATE_KEY = "notify", "router"

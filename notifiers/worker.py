@@ -25,13 +25,13 @@ from gpuwarden.contract import AlertState, AlertTransition, ContractError, Tier,
 from gpuwarden.deadletter import UnsentLog, letter
 from gpuwarden.kafka import kafka_kwargs, start_client
 from gpuwarden.spool import Spool
-from gpuwarden.notifiers.config import NotifierSettings
 from gpuwarden.notifiers.control import warn_each
 from gpuwarden.notifiers.delivery import CHANNELS, Delivery
 from gpuwarden.notifiers.kafka import assign_from_beginning, catch_up, ensure_control_topic, poll
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.outbox import DeliveryLog
 from gpuwarden.notifiers.pipeline import Notifier
+from gpuwarden.notifiers.settings import NotifierSettings
 
 log = logging.getLogger("gpuwarden.notify")
 MIN_WAIT_MS = 5  # a poll never spins: even a past-due timer waits this long for records
