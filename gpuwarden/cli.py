@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(p)
     p.add_argument("--log", type=_positive_int, nargs="?", const=50, default=None, metavar="N",
                    help="print the last N delivery-log entries (default 50) and exit")
+    p.add_argument("--no-kafka", action="store_true",
+                   help="serve only Alertmanager's webhook (notify.alertmanager_webhook), no Kafka")
     p.set_defaults(handler="gpuwarden.notifiers.worker:cmd_notify")
 
     p = sub.add_parser("replay", help="feed recorded records through the engine (incident retros)")

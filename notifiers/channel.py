@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import httpx
+from pydantic import BaseModel
 
 from gpuwarden.config import SecretRef
 from gpuwarden.notifiers.message import Notification
@@ -61,9 +62,22 @@ class Channel(ABC, Generic[C]):
         """Deliver ``n`` once and classify the answer; never raises for what the platform says."""
 
     def secrets(self, cfg: C) -> list[str]:
-        """Every secret value of ``cfg``, resolved now: a missing one fails at start, and redaction hides them."""
-        return [reveal(v) for v in (getattr(cfg, f) for f in type(cfg).model_fields) if isinstance(v, SecretRef)]
+        """Every secret value of ``cfg`` (nested sections too, e.g. ``basic_auth.password``), resolved now:
+        a missing one fails at start, and redaction hides them."""
+        return secret_values(cfg)
 
     def problems(self, receivers: list[tuple[str, C]]) -> list[str]:
         """Why these receivers (name, config) cannot run in this process; checked once at start."""
         return []
+
+
+def secret_values(section: BaseModel) -> list[str]:
+    """The resolved value of every :class:`SecretRef` in ``section`` and the sections it holds."""
+    out: list[str] = []
+    for name in type(section).model_fields:
+        v = getattr(section, name)
+        if isinstance(v, SecretRef):
+            out.append(reveal(v))
+        elif isinstance(v, BaseModel):
+            out.extend(secret_values(v))
+    return out

@@ -35,7 +35,7 @@ import httpx
 
 from gpuwarden.contract import Tier
 from gpuwarden.spool import Spool
-from gpuwarden.notifiers import apprise_channel, dingtalk, email, feishu, pagerduty, slack, webhook, wecom
+from gpuwarden.notifiers import alertmanager, apprise_channel, dingtalk, email, feishu, pagerduty, slack, webhook, wecom
 from gpuwarden.notifiers.channel import Channel, SendContext
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.outbox import (Delivered, DeliveryLog, decode_notification, encode_notification,
@@ -52,7 +52,8 @@ log = logging.getLogger("gpuwarden.notifiers.delivery")
 #: Every channel by its receiver section's name: the only place delivery learns of a platform.
 CHANNELS: dict[str, Channel[Any]] = {
     "slack": slack.CHANNEL, "feishu": feishu.CHANNEL, "dingtalk": dingtalk.CHANNEL, "wecom": wecom.CHANNEL,
-    "pagerduty": pagerduty.CHANNEL, "webhook": webhook.CHANNEL, "email": email.CHANNEL,
+    "pagerduty": pagerduty.CHANNEL, "webhook": webhook.CHANNEL, "alertmanager": alertmanager.CHANNEL,
+    "email": email.CHANNEL,
     "apprise": apprise_channel.CHANNEL,
 }
 MAX_DIGEST = 1000  # notifications merged into one digest at most (the text limit usually binds first)

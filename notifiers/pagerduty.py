@@ -13,7 +13,7 @@ from gpuwarden.notifiers.http_channel import HttpChannel
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.receivers import PagerDutyConfig
 from gpuwarden.notifiers.render import Locale, alert_block
-from gpuwarden.notifiers.verdict import HttpRequest, Ok, Permanent, Verdict, http_status_verdict, json_request, reveal
+from gpuwarden.notifiers.verdict import HttpRequest, json_request, reveal, status_verdict
 
 SUMMARY_CHARS = 1024
 SEVERITY = {Tier.CRITICAL: "critical", Tier.ATTENTION: "warning", Tier.INFO: "info"}
@@ -53,16 +53,8 @@ def build_request(cfg: PagerDutyConfig, n: Notification, locale: Locale, now: fl
     return json_request(cfg.url, event(cfg, n, n.alerts[0], reveal(cfg.routing_key), locale))
 
 
-def classify(status: int, headers: object, body: bytes) -> Verdict:
-    """202 accepted; 400 invalid event (no retry); 429 and 5xx retried."""
-    if (v := http_status_verdict(status, headers, body)) is not None:
-        return v
-    if 200 <= status < 300:
-        return Ok()
-    return Permanent(f"HTTP {status}: {body[:300].decode('utf-8', 'replace')}")
-
-
+#: 202 accepted; 400 invalid event (no retry); 429 and 5xx retried.
 #: ~120 events per minute per integration key; events are per alert, so the 512 KB cap is far away.
 #: Reason ``ack`` becomes ``acknowledge``; a trigger stays open until resolved.
-CHANNEL = HttpChannel(build_request, classify, limits=((120, 60.0),), text_limit=400_000,
+CHANNEL = HttpChannel(build_request, status_verdict, limits=((120, 60.0),), text_limit=400_000,
                       one_alert_per_request=True, sends_ack=True, opens_incidents=True)

@@ -62,10 +62,14 @@ class Notifier:
 
     async def handle(self, transition: AlertTransition) -> None:
         if self.record_history:
-            assert self.spool is not None
-            self.spool.append(self.alerts_topic, encode(transition), key=transition.fingerprint, ts=transition.ts)
+            self.record(transition)
         self._dirty = True
         self._submit(self.router.on_transition(transition, self.clock()))
+
+    def record(self, transition: AlertTransition) -> None:
+        """Append to the spool's ``alerts`` log: the history that ``gpuwarden ack``, export and retros read."""
+        assert self.spool is not None
+        self.spool.append(self.alerts_topic, encode(transition), key=transition.fingerprint, ts=transition.ts)
 
     async def tick(self, now: float | None = None) -> None:
         now = self.clock() if now is None else now

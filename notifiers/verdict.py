@@ -67,6 +67,13 @@ def http_status_verdict(status: int, headers: object, body: bytes) -> Verdict | 
     return None
 
 
+def status_verdict(status: int, headers: object, body: bytes) -> Verdict:
+    """For platforms whose HTTP status says it all: 2xx ok, 429 and 5xx retry, the rest permanent."""
+    if (v := http_status_verdict(status, headers, body)) is not None:
+        return v
+    return Ok() if 200 <= status < 300 else Permanent(f"HTTP {status}: {body[:300].decode('utf-8', 'replace')}")
+
+
 def reveal(ref: SecretRef) -> str:
     """The secret's value, for building a request; never log what this returns."""
     return ref.resolve().get_secret_value()

@@ -53,9 +53,9 @@ def test_pagerduty_event_actions_and_severity(monkeypatch):
         assert ev["event_action"] == "trigger" and ev["payload"]["severity"] == sev
     ack = Notification(receiver="p", group_key="g", alerts=[alert(1)], reason="ack", at=0)
     assert json.loads(pagerduty.build_request(r.channel, ack, Locale("en"), 0).body)["event_action"] == "acknowledge"
-    assert isinstance(pagerduty.classify(202, {}, b"{}"), Ok)
-    assert isinstance(pagerduty.classify(400, {}, b'{"message":"Event object is invalid"}'), Permanent)
-    assert isinstance(pagerduty.classify(429, {}, b""), Retry) and isinstance(pagerduty.classify(502, {}, b""), Retry)
+    assert isinstance(pagerduty.CHANNEL.classify(202, {}, b"{}"), Ok)
+    assert isinstance(pagerduty.CHANNEL.classify(400, {}, b'{"message":"Event object is invalid"}'), Permanent)
+    assert isinstance(pagerduty.CHANNEL.classify(429, {}, b""), Retry) and isinstance(pagerduty.CHANNEL.classify(502, {}, b""), Retry)
 
 
 def test_in_body_codes_classify():
