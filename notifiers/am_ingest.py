@@ -15,7 +15,7 @@ import hashlib
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from gpuwarden.contract import AlertState, AlertTransition, Evidence, Tier, describe, field_path
 from gpuwarden.notifiers.config import AlertmanagerWebhookConfig
@@ -40,8 +40,8 @@ class AmAlert(_Lenient):
     status: Literal["firing", "resolved"]
     labels: dict[str, str] = Field(min_length=1)
     annotations: dict[str, str] = Field(default_factory=dict)
-    starts_at: datetime = Field(alias="startsAt")
-    ends_at: datetime | None = Field(default=None, alias="endsAt")
+    starts_at: AwareDatetime = Field(alias="startsAt")
+    ends_at: AwareDatetime | None = Field(default=None, alias="endsAt")
     generator_url: str = Field(default="", alias="generatorURL")
     fingerprint: str = ""
 
