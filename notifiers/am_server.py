@@ -27,6 +27,7 @@ from starlette.routing import Route
 from gpuwarden.contract import AlertTransition
 from gpuwarden.notifiers.am_ingest import PayloadError, parse, transitions
 from gpuwarden.notifiers.config import AlertmanagerWebhookConfig
+from gpuwarden.notifiers.redact import install as install_redaction
 from gpuwarden.notifiers.verdict import reveal
 
 log = logging.getLogger("gpuwarden.notify.alertmanager")
@@ -38,13 +39,18 @@ Sink = Callable[[list[AlertTransition]], Awaitable[None]]
 
 
 def expected_authorization(cfg: AlertmanagerWebhookConfig) -> bytes | None:
-    """The one ``Authorization`` header value accepted (None: no auth, loopback only), resolved at start."""
+    """The one ``Authorization`` header value accepted (None: no auth, loopback only), resolved at start
+    (a missing secret fails there) and registered for redaction."""
     if cfg.token is not None:
-        return f"Bearer {reveal(cfg.token)}".encode()
-    if cfg.basic_auth is not None:
-        pair = f"{cfg.basic_auth.username}:{reveal(cfg.basic_auth.password)}".encode()
-        return b"Basic " + base64.b64encode(pair)
-    return None
+        secret = reveal(cfg.token)
+        header = f"Bearer {secret}"
+    elif cfg.basic_auth is not None:
+        secret = reveal(cfg.basic_auth.password)
+        header = "Basic " + base64.b64encode(f"{cfg.basic_auth.username}:{secret}".encode()).decode()
+    else:
+        return None
+    install_redaction([secret, header], loggers=(log.name, "uvicorn.error"))
+    return header.encode()
 
 
 def authorized(header: str | None, expected: bytes | None) -> bool:

@@ -1,6 +1,6 @@
 """The one interface delivery knows a platform by: send a notification, say what the answer means.
 
-Every channel module (Slack, Feishu, DingTalk, WeCom, PagerDuty, webhook,
+Every channel module (Slack, Feishu, DingTalk, WeCom, PagerDuty, webhook, Alertmanager,
 email, Apprise) exposes ``CHANNEL``, an instance of :class:`Channel`. Delivery
 holds queues, rate limits, backoff and fallbacks and asks the channel only
 what is declared here, so a new platform is one module and one entry in

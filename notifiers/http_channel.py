@@ -1,6 +1,6 @@
 """A channel that is one HTTP POST: a pure request builder and a pure answer classifier.
 
-The six webhook platforms differ only in those two functions and their limits;
+The webhook platforms (and Alertmanager's API) differ only in those two functions and their limits;
 the POST itself, and what a timeout or a connection error means, is here once.
 """
 
