@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuwarden.cli import build_parser
-from gpuwarden.config import load_settings
+from gpuwarden.app.cli import build_parser
+from gpuwarden.app.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())

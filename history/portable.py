@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwarden import __version__
+from gpuwarden.config import CommonSettings
 from gpuwarden.contract import ContractError, GpuEvent, NodeSnapshot, TaskMetric, Topics, decode, encode, record_key
 from gpuwarden.spool import Spool
 
@@ -264,8 +265,8 @@ def _warn(where: str, reason: str) -> None:
     print(f"gpuwarden export: skipped {where}: {reason}", file=sys.stderr)
 
 
-def cmd_export(args: argparse.Namespace, settings: Any) -> int:
-    from gpuwarden.streams.replay_sources import ReplayError, time_range
+def cmd_export(args: argparse.Namespace, settings: CommonSettings) -> int:
+    from gpuwarden.history.sources import ReplayError, time_range
 
     try:
         since, until = time_range(args.since, args.until, time.time())
@@ -293,7 +294,7 @@ def _warn_eviction(manifest: dict[str, Any], max_age_s: float) -> None:
               f"'gpuwarden run'; raise spool.max_age to keep them", file=sys.stderr)
 
 
-def cmd_import(args: argparse.Namespace, settings: Any) -> int:
+def cmd_import(args: argparse.Namespace, settings: CommonSettings) -> int:
     import asyncio
 
     try:

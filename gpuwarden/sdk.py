@@ -6,7 +6,7 @@ SDK notices once and stays quiet for ``RETRY_S`` (a call then costs well under
 a microsecond). The agent stamps the sender's pid and uid from the kernel's
 peer credentials, so a task cannot report for someone else's.
 
-    from gpuwarden.producers.tasksdk import Task
+    from gpuwarden.sdk import Task
     task = Task()                       # label from $GPUWARDEN_TASK, else the agent's attribution
     for batch in loader:
         with task.step() as s:           # step time; mark phases inside
