@@ -1,0 +1,52 @@
+"""The live view of ``gpuwarden run`` draws from the engine's read-only node views."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from gpuwarden.app.live_view import render
+from gpuwarden.producers.simulator import Simulator
+from gpuwarden.streams.engine import Engine
+from gpuwarden.streams.rules import load_rules
+
+T0 = 1_790_000_000.0
+
+
+def frame(engine: Engine, now: float) -> str:
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    console.print(render(engine, now))
+    return console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def test_a_frame_shows_each_gpu_and_task_as_the_engine_holds_them():
+    engine = Engine(load_rules())
+    sim = Simulator("mixed", nodes=2, gpus=2, seed=1, start_ts=T0, tick_s=5.0)
+    while sim.ts < T0 + 600:
+        for rec in sim.step():
+            engine.process(rec)
+    text = frame(engine, sim.ts)
+    rows = [[c.strip() for c in line.split("│")[1:4]] for line in text.splitlines() if "│" in line]
+    views = [engine.nodes.view(n) for n in engine.nodes.nodes()]
+    assert len(views) == 2 and all(len(v.gpus) == 2 for v in views)
+    for v in views:
+        for g in v.gpus:
+            util = g.latest["util_gpu"]
+            shown = "-" if util is None else f"{util:.0f}"
+            assert [v.node, str(g.index), shown] in rows, (v.node, g.index, text)
+        for t in v.tasks:
+            assert t.task_id in text
+    assert any(v.tasks for v in views)
+
+
+def test_a_view_is_a_copy():
+    engine = Engine(load_rules())
+    sim = Simulator("mixed", nodes=1, gpus=1, seed=1, start_ts=T0, tick_s=5.0)
+    while sim.ts < T0 + 120:
+        for rec in sim.step():
+            engine.process(rec)
+    node = engine.nodes.nodes()[0]
+    view = engine.nodes.view(node)
+    view.gpus[0].labels["task"] = "changed"  # type: ignore[index]
+    assert engine.nodes.view(node).gpus[0].labels.get("task") != "changed"
