@@ -35,6 +35,7 @@ from typing import Any
 from gpuwarden import __version__
 from gpuwarden.config import CommonSettings
 from gpuwarden.contract import ContractError, GpuEvent, NodeSnapshot, TaskMetric, Topics, decode, encode, record_key
+from gpuwarden.history.sources import OnReject, ReplayError, time_range
 from gpuwarden.spool import Spool
 
 FORMAT = "gpuwarden-history/1"
@@ -84,7 +85,7 @@ def _state(spool: Spool) -> bytes:
 
 def export_history(spool: Spool, out: str | Path, *, since: float | None = None, until: float | None = None,
                    topic_prefix: str = "", site: str = "", now: float | None = None,
-                   on_reject: Any = None) -> ExportSummary:
+                   on_reject: OnReject | None = None) -> ExportSummary:
     """Write the spool's contract records in ``[since, until)`` and its state to ``out``."""
     out = Path(out)
     digest, counts, schemas, nodes = hashlib.sha256(), Counter(), Counter(), set()
@@ -266,8 +267,6 @@ def _warn(where: str, reason: str) -> None:
 
 
 def cmd_export(args: argparse.Namespace, settings: CommonSettings) -> int:
-    from gpuwarden.history.sources import ReplayError, time_range
-
     try:
         since, until = time_range(args.since, args.until, time.time())
     except ReplayError as e:

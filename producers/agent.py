@@ -9,6 +9,7 @@ contract record per line) or, spool first, to Kafka.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import signal
@@ -82,7 +83,7 @@ def _node_name(settings: AgentSettings) -> str:
     return settings.agent.node or socket.gethostname()
 
 
-def build_source(args: Any, settings: AgentSettings, start_ts: float) -> tuple[Source, list[Any]]:
+def build_source(args: argparse.Namespace, settings: AgentSettings, start_ts: float) -> tuple[Source, list[Any]]:
     """The simulator or the NVML collector (with its event watchers and the SDK socket)."""
     cfg = settings.agent
     if args.simulate or cfg.source == "simulate":
@@ -129,7 +130,7 @@ def step_with_extras(source: Source, extras: list[Any]) -> list[Any]:
     return records
 
 
-async def _agent(args: Any, settings: AgentSettings) -> int:
+async def _agent(args: argparse.Namespace, settings: AgentSettings) -> int:
     now = time.time()
     live = args.duration is None or not (args.simulate or settings.agent.source == "simulate")
     try:
@@ -238,5 +239,5 @@ class _SpoolDrops:
         return [ev]
 
 
-def cmd_agent(args: Any, settings: AgentSettings) -> int:
+def cmd_agent(args: argparse.Namespace, settings: AgentSettings) -> int:
     return asyncio.run(_agent(args, settings))

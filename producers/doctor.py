@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-
+import argparse
 import os
 import socket
 from dataclasses import dataclass
@@ -85,7 +85,7 @@ def run_checks(settings: AgentSettings) -> list[Check]:
             check_kafka(settings.kafka.bootstrap)]
 
 
-def cmd_doctor(args: Any, settings: AgentSettings) -> int:
+def cmd_doctor(args: argparse.Namespace, settings: AgentSettings) -> int:
     checks = run_checks(settings)
     for c in checks:
         print(f"[{'ok' if c.ok else 'FAIL':>4}] {c.name}: {c.detail}" + (f"\n       fix: {c.fix}" if c.fix else ""))
