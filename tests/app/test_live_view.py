@@ -14,6 +14,16 @@ from gpuwarden.streams.rules import load_rules
 T0 = 1_790_000_000.0
 
 
+def simulated(nodes: int, gpus: int, span: float) -> tuple[Engine, float]:
+    """An engine fed ``span`` seconds of the ``mixed`` simulation; returns it and its last time."""
+    engine = Engine(load_rules())
+    sim = Simulator("mixed", nodes=nodes, gpus=gpus, seed=1, start_ts=T0, tick_s=5.0)
+    while sim.ts < T0 + span:
+        for rec in sim.step():
+            engine.process(rec)
+    return engine, sim.ts
+
+
 def frame(engine: Engine, now: float) -> str:
     console = Console(file=io.StringIO(), width=200, color_system=None)
     console.print(render(engine, now))
@@ -21,12 +31,8 @@ def frame(engine: Engine, now: float) -> str:
 
 
 def test_a_frame_shows_each_gpu_and_task_as_the_engine_holds_them():
-    engine = Engine(load_rules())
-    sim = Simulator("mixed", nodes=2, gpus=2, seed=1, start_ts=T0, tick_s=5.0)
-    while sim.ts < T0 + 600:
-        for rec in sim.step():
-            engine.process(rec)
-    text = frame(engine, sim.ts)
+    engine, now = simulated(nodes=2, gpus=2, span=600)
+    text = frame(engine, now)
     rows = [[c.strip() for c in line.split("│")[1:4]] for line in text.splitlines() if "│" in line]
     views = [engine.nodes.view(n) for n in engine.nodes.nodes()]
     assert len(views) == 2 and all(len(v.gpus) == 2 for v in views)
@@ -41,11 +47,7 @@ def test_a_frame_shows_each_gpu_and_task_as_the_engine_holds_them():
 
 
 def test_a_view_is_a_copy():
-    engine = Engine(load_rules())
-    sim = Simulator("mixed", nodes=1, gpus=1, seed=1, start_ts=T0, tick_s=5.0)
-    while sim.ts < T0 + 120:
-        for rec in sim.step():
-            engine.process(rec)
+    engine, _ = simulated(nodes=1, gpus=1, span=120)
     node = engine.nodes.nodes()[0]
     view = engine.nodes.view(node)
     view.gpus[0].labels["task"] = "changed"  # type: ignore[index]
