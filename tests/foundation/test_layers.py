@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -101,3 +102,13 @@ def test_the_script_fails_on_a_violation(tmp_path):
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1
     assert "gpuwarden.config (foundation) imports gpuwarden.streams.config" in r.stdout
+
+
+def test_the_architecture_map_names_files_that_exist():
+    text = (REPO / "docs" / "architecture.md").read_text()
+    folders = [REPO / f for f in check.packages(REPO).values()]
+    for name in set(re.findall(r"`([\w/]+\.py)`", text)):
+        where = [REPO / name] if "/" in name else [f / name for f in folders]
+        assert any(p.exists() for p in where), name
+    for folder in folders:
+        assert f"{folder.name}/" in text, folder.name
