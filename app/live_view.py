@@ -6,6 +6,7 @@ from rich.console import Group
 from rich.table import Table
 
 from gpuwarden.streams.engine import Engine
+from gpuwarden.streams.view import node_view
 
 _TIER_STYLE = {"critical": "bold red", "attention": "yellow", "info": "cyan"}
 
@@ -23,7 +24,9 @@ def render(engine: Engine, now: float) -> Group:
     for col in ("node", "task", "class", "GPUs", "class baseline util %"):
         tasks.add_column(col)
     for name in engine.nodes.nodes():
-        view = engine.nodes.view(name)
+        st = engine.nodes.state(name)
+        assert st is not None  # a node the stage lists has state
+        view = node_view(st)
         for g in view.gpus:
             val = g.latest.get
             gpus.add_row(name, str(g.index), _fmt(val("util_gpu")), _fmt(val("mem_used_gib"), ".1f"),

@@ -1,7 +1,7 @@
 """Settings assembly: the rooms' sections composed into the one model a config file fills.
 
 Only the composition root knows every section; each room reads its own through a
-Protocol (``AgentSettings``, ``StreamsSettings``, ``NotifySettings``, ``HistorySettings``)
+Protocol (``AgentSettings``, ``StreamsSettings``, ``NotifierSettings``, ``HistorySettings``)
 that this model satisfies.
 """
 

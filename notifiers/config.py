@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, field_validator, model_validator
 
-from gpuwarden.config import CommonSettings, Section
+from gpuwarden.config import KafkaConfig, LimitsConfig, Section, SpoolConfig
 from gpuwarden.contract import Matcher
 from gpuwarden.units import Duration
 from gpuwarden.notifiers.receivers import Receiver, fallback_problems
@@ -245,5 +245,15 @@ def default_route() -> RouteConfig:
     )
 
 
-class NotifySettings(CommonSettings, Protocol):
+class NotifierSettings(Protocol):
+    """What the notifier reads of the composed settings: its own section and the foundation's shared ones.
+
+    The settings model is assembled from every room's section at load time; this names the part the
+    notifier's commands and :class:`~gpuwarden.notifiers.pipeline.Notifier` depend on.
+    """
+
+    language: str
     notify: NotifyConfig
+    kafka: KafkaConfig
+    spool: SpoolConfig
+    limits: LimitsConfig

@@ -19,6 +19,7 @@ import os
 import sys
 import time
 import uuid
+from typing import Any
 
 from gpuwarden.contract import (
     Ack,
@@ -34,7 +35,7 @@ from gpuwarden.contract import (
     record_key,
 )
 from gpuwarden.spool import Spool
-from gpuwarden.notifiers.config import NotifySettings, parse_matcher
+from gpuwarden.notifiers.config import parse_matcher
 from gpuwarden.notifiers.matchers import alert_labels, matches_all, show
 from gpuwarden.notifiers.oncall import Cover
 
@@ -140,11 +141,11 @@ def write_spool(spool: Spool, record: ControlRecord) -> None:
     spool.kv_put(KV_NS, record_key(record), encode(record))
 
 
-def _open_spool(settings: NotifySettings) -> Spool:
+def _open_spool(settings: Any) -> Spool:
     return Spool(settings.spool.path, settings.spool.max_bytes, settings.spool.max_age)
 
 
-async def _read(settings: NotifySettings) -> ControlState:
+async def _read(settings: Any) -> ControlState:
     if settings.notify.control == "kafka":
         from gpuwarden.notifiers.kafka import read_control
 
@@ -155,7 +156,7 @@ async def _read(settings: NotifySettings) -> ControlState:
     return state
 
 
-async def _write(settings: NotifySettings, record: ControlRecord) -> None:
+async def _write(settings: Any, record: ControlRecord) -> None:
     if settings.notify.control == "kafka":
         from gpuwarden.notifiers.kafka import write_control
 
@@ -181,12 +182,12 @@ def _fmt_time(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(ts))
 
 
-def cmd_silence(args: argparse.Namespace, settings: NotifySettings) -> int:
+def cmd_silence(args: argparse.Namespace, settings: Any) -> int:
     """``gpuwarden silence add|list|expire``; writes where ``notify.control`` says."""
     return asyncio.run(_silence(args, settings))
 
 
-async def _silence(args: argparse.Namespace, settings: NotifySettings) -> int:
+async def _silence(args: argparse.Namespace, settings: Any) -> int:
     now = time.time()
     if args.silence_command == "add":
         try:
@@ -214,7 +215,7 @@ async def _silence(args: argparse.Namespace, settings: NotifySettings) -> int:
     return 0
 
 
-def open_alerts(settings: NotifySettings, spool: Spool) -> dict[str, AlertTransition] | None:
+def open_alerts(settings: Any, spool: Spool) -> dict[str, AlertTransition] | None:
     """Firing alerts by fingerprint, as this spool knows them: the alert history ``gpuwarden run``
     keeps, else the router state a ``gpuwarden notify`` on this host saves; None when it has neither."""
     from gpuwarden.notifiers.pipeline import STATE_KEY, STATE_NS
@@ -233,7 +234,7 @@ def open_alerts(settings: NotifySettings, spool: Spool) -> dict[str, AlertTransi
     return None if state is None else firing_in_state(state)
 
 
-def cmd_ack(args: argparse.Namespace, settings: NotifySettings) -> int:
+def cmd_ack(args: argparse.Namespace, settings: Any) -> int:
     """``gpuwarden ack FINGERPRINT``: stops repeats and escalation of that alert's current episode.
 
     The fingerprint (or a unique prefix, as messages show it) must be of an open alert: exit 1

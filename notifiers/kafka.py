@@ -11,12 +11,11 @@ from aiokafka.errors import TopicAlreadyExistsError
 
 from gpuwarden.contract import ContractError, Topics, encode, record_key
 from gpuwarden.kafka import client_kwargs
-from gpuwarden.notifiers.config import NotifySettings
 
 READ_TIMEOUT_S = 15.0
 
 
-async def ensure_control_topic(settings: NotifySettings) -> str:
+async def ensure_control_topic(settings: Any) -> str:
     """Create the compacted control topic if it is missing; returns its name."""
     topic = Topics(settings.kafka.topic_prefix).control
     admin = AIOKafkaAdminClient(**client_kwargs(settings))
@@ -32,7 +31,7 @@ async def ensure_control_topic(settings: NotifySettings) -> str:
     return topic
 
 
-async def write_control(settings: NotifySettings, record: Any) -> None:
+async def write_control(settings: Any, record: Any) -> None:
     """Produce one control record keyed by ``record_key`` and wait for the ack."""
     topic = await ensure_control_topic(settings)
     producer = AIOKafkaProducer(**client_kwargs(settings), acks="all")
@@ -43,7 +42,7 @@ async def write_control(settings: NotifySettings, record: Any) -> None:
         await producer.stop()
 
 
-async def read_control(settings: NotifySettings) -> Any:
+async def read_control(settings: Any) -> Any:
     """The control state as of now: the topic read from the beginning to its end offsets."""
     from gpuwarden.notifiers.control import ControlState, warn_each
 

@@ -23,7 +23,6 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuwarden.contract import AlertTransition, Topics, encode
-from gpuwarden.notifiers.config import NotifySettings
 from gpuwarden.spool import Spool
 from gpuwarden.notifiers.control import ControlRecord, ControlState, load_spool, warn_each
 from gpuwarden.notifiers.message import Notification
@@ -36,7 +35,7 @@ STATE_NS, STATE_KEY = "notify", "router"
 class Notifier:
     """Record, route, deliver; ``tick`` runs the timers (group flushes, repeats, escalation, spool drain)."""
 
-    def __init__(self, settings: NotifySettings, *, spool: Spool | None, clock: Callable[[], float] = time.time,
+    def __init__(self, settings: Any, *, spool: Spool | None, clock: Callable[[], float] = time.time,
                  delivery: Any = None, record_history: bool = True) -> None:
         """``record_history``: append each transition to the spool's ``alerts`` log (standalone);
         the Kafka worker passes False, the ``alerts`` topic being the history there."""

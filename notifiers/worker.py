@@ -25,7 +25,6 @@ from aiokafka.errors import KafkaError
 from gpuwarden.contract import AlertState, AlertTransition, ContractError, Tier, Topics, decode
 from gpuwarden.deadletter import UnsentLog, letter
 from gpuwarden.kafka import client_kwargs, start_client
-from gpuwarden.notifiers.config import NotifySettings
 from gpuwarden.spool import Spool
 from gpuwarden.notifiers.kafka import assign_from_beginning, catch_up, ensure_control_topic, poll
 from gpuwarden.notifiers.control import warn_each
@@ -46,7 +45,7 @@ class Stats:
         self.unsent: UnsentLog | None = None  # dead letters the broker refused
 
 
-async def run_notify(settings: NotifySettings, *, stop: asyncio.Event, delivery: Any = None,
+async def run_notify(settings: Any, *, stop: asyncio.Event, delivery: Any = None,
                      stats: Stats | None = None) -> Stats:
     """Consume until ``stop`` is set; ``delivery`` may be injected (tests, benchmarks)."""
     cfg, topics = settings.notify, Topics(settings.kafka.topic_prefix)
@@ -90,7 +89,7 @@ async def run_notify(settings: NotifySettings, *, stop: asyncio.Event, delivery:
     return stats
 
 
-async def _one(r: Any, notifier: Notifier, producer: AIOKafkaProducer, topics: Topics, settings: NotifySettings,
+async def _one(r: Any, notifier: Notifier, producer: AIOKafkaProducer, topics: Topics, settings: Any,
                stats: Stats) -> None:
     lim = settings.limits
     try:
@@ -113,14 +112,14 @@ async def _one(r: Any, notifier: Notifier, producer: AIOKafkaProducer, topics: T
     await notifier.handle(t)
 
 
-def cmd_notify(args: argparse.Namespace, settings: NotifySettings) -> int:
+def cmd_notify(args: argparse.Namespace, settings: Any) -> int:
     """Run the notifier worker until SIGINT/SIGTERM; ``--log N`` prints the delivery log instead."""
     if getattr(args, "log", None) is not None:
         return _print_log(settings, args.log)
     return asyncio.run(_main(settings))
 
 
-async def _main(settings: NotifySettings) -> int:
+async def _main(settings: Any) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -132,7 +131,7 @@ async def _main(settings: NotifySettings) -> int:
     return 0
 
 
-def _print_log(settings: NotifySettings, limit: int) -> int:
+def _print_log(settings: Any, limit: int) -> int:
     from gpuwarden.notifiers.outbox import DeliveryLog
 
     with Spool(settings.spool.path) as spool:
@@ -155,12 +154,12 @@ def sample_notification(receiver: str, now: float, *, resolved: bool = False) ->
                         id=f"test:{receiver}:{now!r}" + (":resolved" if resolved else ""))
 
 
-def cmd_test_notify(args: argparse.Namespace, settings: NotifySettings) -> int:
+def cmd_test_notify(args: argparse.Namespace, settings: Any) -> int:
     """Send a test message to every configured receiver (or ``--receiver``); exit 1 if any fails."""
     return asyncio.run(_test_notify(settings, args.receiver))
 
 
-async def _test_notify(settings: NotifySettings, only: list[str] | None) -> int:
+async def _test_notify(settings: Any, only: list[str] | None) -> int:
     from gpuwarden.notifiers.delivery import CHANNELS, Delivery
 
     receivers = settings.notify.receivers

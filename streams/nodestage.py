@@ -49,7 +49,6 @@ from gpuwarden.streams.metrics import GPU_INDEX, GPU_RAW, NODE_INDEX, TASK_INDEX
 from gpuwarden.streams.metrics import GPU_DERIVED, NODE_ROW, TASK_DERIVED, TASK_ROW
 from gpuwarden.streams.rules import RulePack, event_reach, series_reach
 from gpuwarden.streams.statecodec import state
-from gpuwarden.streams.view import GpuView, NodeView, TaskView
 from gpuwarden.streams.windows import BucketWindow, EventLog, pack_floats, unpack_floats
 
 _GIB = float(1 << 30)
@@ -327,17 +326,9 @@ class NodeStage:
     def nodes(self) -> list[str]:
         return sorted(self._nodes)
 
-    def view(self, node: str) -> NodeView:
-        """A copy of what a display may show of ``node`` (its GPUs' latest values, its tasks)."""
-        st = self._nodes[node]
-        gpus = []
-        for idx in sorted(st.gpus):
-            g = st.gpus[idx]
-            row = g.win.latest_row()
-            latest = {} if row is None else {m: row[i] for m, i in GPU_INDEX.items()}
-            gpus.append(GpuView(idx, latest, dict(g.labels)))
-        tasks = tuple(TaskView(tid, dict(t.labels), len(t.gpus)) for tid, t in sorted(st.tasks.items()))
-        return NodeView(node, tuple(gpus), tasks)
+    def state(self, node: str) -> NodeState | None:
+        """The node's state, to read (the live view's windows, tests); None for a node never seen."""
+        return self._nodes.get(node)
 
     def dump(self, node: str) -> bytes:
         """The node's state (JSON), then a line per record in its reorder buffer: ``<arrival>

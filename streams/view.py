@@ -1,4 +1,4 @@
-"""A read-only view of stage 1's state per node: what a display may show, copied out.
+"""A read-only view of stage 1's state per node (``NodeStage.state``): what a display may show, copied out.
 
 The live view of ``gpuwarden run`` draws from this, so it shows exactly what the
 rules see without reaching into the engine's state (which it must never change).
@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from gpuwarden.streams.metrics import GPU_INDEX
+from gpuwarden.streams.nodestage import NodeState
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,3 +35,15 @@ class NodeView:
     """By GPU index."""
     tasks: tuple[TaskView, ...]
     """By task id."""
+
+
+def node_view(st: NodeState) -> NodeView:
+    """A copy of what a display may show of one node: its GPUs' latest values, its tasks."""
+    gpus = []
+    for idx in sorted(st.gpus):
+        g = st.gpus[idx]
+        row = g.win.latest_row()
+        latest = {} if row is None else {m: row[i] for m, i in GPU_INDEX.items()}
+        gpus.append(GpuView(idx, latest, dict(g.labels)))
+    tasks = tuple(TaskView(tid, dict(t.labels), len(t.gpus)) for tid, t in sorted(st.tasks.items()))
+    return NodeView(st.node, tuple(gpus), tasks)

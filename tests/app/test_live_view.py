@@ -1,4 +1,4 @@
-"""The live view of ``gpuwarden run`` draws from the engine's read-only node views."""
+"""The live view of ``gpuwarden run`` draws from read-only copies of the engine's node state."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from gpuwarden.app.live_view import render
 from gpuwarden.producers.simulator import Simulator
 from gpuwarden.streams.engine import Engine
 from gpuwarden.streams.rules import load_rules
+from gpuwarden.streams.view import node_view
 
 T0 = 1_790_000_000.0
 
@@ -34,7 +35,7 @@ def test_a_frame_shows_each_gpu_and_task_as_the_engine_holds_them():
     engine, now = simulated(nodes=2, gpus=2, span=600)
     text = frame(engine, now)
     rows = [[c.strip() for c in line.split("│")[1:4]] for line in text.splitlines() if "│" in line]
-    views = [engine.nodes.view(n) for n in engine.nodes.nodes()]
+    views = [node_view(engine.nodes.state(n)) for n in engine.nodes.nodes()]
     assert len(views) == 2 and all(len(v.gpus) == 2 for v in views)
     for v in views:
         for g in v.gpus:
@@ -49,6 +50,6 @@ def test_a_frame_shows_each_gpu_and_task_as_the_engine_holds_them():
 def test_a_view_is_a_copy():
     engine, _ = simulated(nodes=1, gpus=1, span=120)
     node = engine.nodes.nodes()[0]
-    view = engine.nodes.view(node)
+    view = node_view(engine.nodes.state(node))
     view.gpus[0].labels["task"] = "changed"  # type: ignore[index]
-    assert engine.nodes.view(node).gpus[0].labels.get("task") != "changed"
+    assert node_view(engine.nodes.state(node)).gpus[0].labels.get("task") != "changed"
