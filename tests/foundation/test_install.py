@@ -1,8 +1,9 @@
 """``pip install .`` into a fresh virtualenv: the rooms exist only inside the ``gpuwarden`` namespace.
 
-The new environment borrows the project environment's dependencies through a
-``.pth`` path line (pydantic, faust, ... without reinstalling them; a path line does
-not run that environment's own ``.pth`` files, so the editable install stays out)
+The new environment borrows the running environment's dependencies through ``.pth``
+path lines, one per site-packages folder on ``sys.path`` (pydantic, faust, ... without
+reinstalling them; a path line does not run that folder's own ``.pth`` files, so the
+editable install stays out)
 and installs a copy of this checkout (so no ``build/`` left in it, and none left over from an
 earlier build gets in) without build isolation: no network, a few seconds.
 """
@@ -13,7 +14,6 @@ import json
 import shutil
 import subprocess
 import sys
-import sysconfig
 import venv
 from pathlib import Path
 
@@ -43,7 +43,8 @@ def test_installed_rooms_live_in_the_gpuwarden_namespace(tmp_path):
     python = env / "bin" / "python"
     site = Path(subprocess.check_output([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                         text=True).strip())
-    (site / "borrowed.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    borrowed = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]
+    (site / "borrowed.pth").write_text("".join(f"{p}\n" for p in borrowed))
     src = tmp_path / "src"
     shutil.copytree(REPO, src, ignore=NOT_SOURCE)
     subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
