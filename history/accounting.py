@@ -20,7 +20,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from gpuwarden.contract import (
     AlertState,
