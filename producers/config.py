@@ -1,13 +1,13 @@
-"""The node agent's config section (``agent:``)."""
+"""The node agent's config section (``agent:``) and what the agent's commands read."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import Field
 
-from gpuwarden.config import Section
+from gpuwarden.config import CommonSettings, Section
 from gpuwarden.units import Duration
 
 
@@ -25,3 +25,7 @@ class AgentConfig(Section):
     metrics_port: int | None = Field(default=None, ge=1, le=65535, description="Prometheus /metrics; off when unset")
     metrics_bind: str = "127.0.0.1"
     publish_timeout: Duration = 10.0
+
+
+class AgentSettings(CommonSettings, Protocol):
+    agent: AgentConfig

@@ -34,7 +34,8 @@ import json
 
 import pytest
 
-from gpuwarden.accounting import compute_usage, digest_notification, to_csv
+from gpuwarden.app.usage import digest_notification
+from gpuwarden.history.accounting import compute_usage, to_csv
 from gpuwarden.contract import TaskMetricKind, Topics, encode
 from gpuwarden.spool import Spool
 from tests.fakes.http import FakeSlack

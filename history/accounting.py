@@ -12,37 +12,33 @@ over the live spool.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
 import statistics
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
-
-from gpuwarden.config import Section
-from gpuwarden.contract import GpuProcess, NodeSnapshot, TaskMetric, TaskMetricKind, Topics, decode
+from gpuwarden.contract import (
+    AlertState,
+    AlertTransition,
+    Evidence,
+    GpuProcess,
+    NodeSnapshot,
+    TaskMetric,
+    TaskMetricKind,
+    Tier,
+    Topics,
+    decode,
+)
+from gpuwarden.history.config import AccountingConfig, HistorySettings
 from gpuwarden.spool import Spool
 
-By = Literal["user", "project", "task-class"]
 UNKNOWN = "(unknown)"
 WEEK_S = 7 * 86400.0
-
-
-class AccountingConfig(Section):
-    """``accounting:`` section: idle threshold, price, and the weekly digest's receiver."""
-
-    idle_util_below: float = Field(default=5.0, ge=0, le=100)
-    price_per_gpu_hour: float | None = Field(default=None, ge=0)
-    currency: str = ""
-    digest_receiver: str | None = None
-    digest_by: By = "user"
 
 
 @dataclass(slots=True)
@@ -265,7 +261,7 @@ def spool_records(spool: Spool, since: float, until: float, topic_prefix: str = 
                 continue
 
 
-def usage_from_spool(settings: Any, spool: Spool, *, since: float, until: float, by: str,
+def usage_from_spool(settings: HistorySettings, spool: Spool, *, since: float, until: float, by: str,
                      price: float | None = None) -> Usage:
     cfg: AccountingConfig = settings.accounting
     return compute_usage(
@@ -275,89 +271,28 @@ def usage_from_spool(settings: Any, spool: Spool, *, since: float, until: float,
     )
 
 
-def cmd_report_usage(args: argparse.Namespace, settings: Any) -> int:
-    """``gpuwarden report usage``: the table, CSV or JSON on stdout."""
-    from gpuwarden.units import parse_time
-
-    now = time.time()
-    try:
-        since = parse_time(args.since, now)
-        until = parse_time(getattr(args, "until", None), now) or now
-    except ValueError as e:
-        print(f"gpuwarden report usage: {e}", file=sys.stderr)
-        return 2
-    if getattr(args, "idle_util_below", None) is not None:
-        settings.accounting.idle_util_below = args.idle_util_below
-    with Spool(settings.spool.path) as spool:
-        if getattr(args, "post", False):
-            return _post(settings, spool, until)
-        u = usage_from_spool(settings, spool, since=since or 0.0, until=until, by=args.by,
-                             price=args.price_per_gpu_hour)
-    sys.stdout.write(render(u, args.format, settings.accounting.currency))
-    return 0
-
-
-def _post(settings: Any, spool: Spool, now: float) -> int:
-    """``report usage --post``: the weekly digest, for a weekly cron job or timer."""
-    import asyncio
-
-    try:
-        outcome = asyncio.run(post_weekly_digest(settings, spool, now=now))
-    except ValueError as e:
-        print(f"gpuwarden report usage --post: {e}", file=sys.stderr)
-        return 2
-    if outcome is None:
-        print("gpuwarden report usage --post: set accounting.digest_receiver to a receiver name",
-              file=sys.stderr)
-        return 2
-    print(f"usage digest to {outcome.receiver}: {outcome.status} ({outcome.detail})", file=sys.stderr)
-    return 0 if outcome.status != "failed" else 1
-
-
 # --------------------------------------------------------------------------- weekly digest
 
 
-def digest_notification(u: Usage, receiver: str, currency: str = "") -> Any:
-    """The usage table as a notification: one info-tier record whose note is the table."""
-    from gpuwarden.contract import AlertState, AlertTransition, Evidence, Tier
-    from gpuwarden.notifiers.message import Notification
+def weekly_usage(settings: HistorySettings, spool: Spool, now: float) -> Usage:
+    """The last 7 days by ``accounting.digest_by``: what the weekly digest carries."""
+    return usage_from_spool(settings, spool, since=now - WEEK_S, until=now, by=settings.accounting.digest_by)
 
+
+def digest_record(u: Usage, currency: str = "") -> AlertTransition:
+    """The usage table as one info-tier alert record whose note is the table.
+
+    The report stops here: the composition root (``gpuwarden.app.usage``) hands the
+    record to the notifiers' delivery, so this room never imports delivery.
+    """
     total = u.total
     summary = (f"GPU usage {_day(u.since)} → {_day(u.until)}: {total.card_hours:.1f} card-hours, "
                f"{total.idle_card_hours:.1f} idle, {total.failed_jobs} failed, {total.reruns} reruns")
     if total.cost is not None:
         summary += f", cost {total.cost:.2f}{(' ' + currency) if currency else ''}"
     table = to_table(u, currency, width=100)
-    record = AlertTransition(
+    return AlertTransition(
         fingerprint=f"usage-digest-{int(u.until)}", rule="usage.weekly_digest", tier=Tier.INFO,
         state=AlertState.FIRING, labels={"report": "usage", "by": u.by}, started_at=u.since,
         ts=u.until, summary=summary, evidence=Evidence(note="```\n" + table[:3900] + "```"),
     )
-    return Notification(receiver=receiver, group_key="usage-digest", alerts=[record], reason="new",
-                        at=u.until, id=f"usage-digest-{receiver}-{int(u.until)}")
-
-
-async def post_weekly_digest(settings: Any, spool: Spool, *, now: float, delivery: Any = None) -> Any:
-    """Post the last week's usage to ``accounting.digest_receiver`` through the notifiers' Delivery.
-
-    Returns the delivery outcome (a receiver that is down gets it from the
-    spool later, like any notification), or None when no receiver is configured.
-    """
-    cfg: AccountingConfig = settings.accounting
-    if not cfg.digest_receiver:
-        return None
-    names = {r.name for r in settings.notify.receivers}
-    if cfg.digest_receiver not in names:
-        raise ValueError(f"accounting.digest_receiver: no receiver named {cfg.digest_receiver!r} "
-                         f"in notify.receivers ({', '.join(sorted(names)) or 'none configured'})")
-    u = usage_from_spool(settings, spool, since=now - WEEK_S, until=now, by=cfg.digest_by)
-    note = digest_notification(u, cfg.digest_receiver, cfg.currency)
-    if delivery is not None:
-        return await delivery.deliver(note)
-    from gpuwarden.notifiers.delivery import Delivery
-
-    own = Delivery(settings.notify.receivers, spool=spool, language=settings.language)
-    try:
-        return await own.deliver(note)
-    finally:
-        await own.aclose()

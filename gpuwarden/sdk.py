@@ -1,12 +1,13 @@
 """Task SDK: training and inference code tells the local agent how it is doing.
 
-Standard library only; every call is fire-and-forget over a Unix datagram
+Standard library only (tests/foundation/test_sdk.py checks it), so a training job can import it
+without the agent's dependencies; every call is fire-and-forget over a Unix datagram
 socket and never blocks or raises in the caller. With no agent listening the
 SDK notices once and stays quiet for ``RETRY_S`` (a call then costs well under
 a microsecond). The agent stamps the sender's pid and uid from the kernel's
 peer credentials, so a task cannot report for someone else's.
 
-    from gpuwarden.producers.tasksdk import Task
+    from gpuwarden.sdk import Task
     task = Task()                       # label from $GPUWARDEN_TASK, else the agent's attribution
     for batch in loader:
         with task.step() as s:           # step time; mark phases inside
