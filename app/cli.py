@@ -90,6 +90,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
     p.set_defaults(handler="gpuwarden.producers.agent:cmd_agent")
 
+    p = sub.add_parser("scheduler", help="scheduler collector (one per cluster): jobs and GPU capacity to Kafka or a file")
+    _add_config(p)
+    kind = p.add_mutually_exclusive_group(required=True)
+    kind.add_argument("--slurm", action="store_true", help="poll Slurm (squeue/sinfo --json; SLURM_CONF as usual)")
+    kind.add_argument("--kubernetes", action="store_true", help="list pods asking for nvidia.com/gpu (needs gpuwarden[kubernetes])")
+    p.add_argument("--cluster", default=None, help="the cluster's name (default: scheduler.cluster)")
+    p.add_argument("--output", metavar="FILE.jsonl", help="write contract records to FILE instead of Kafka")
+    p.add_argument("--polls", type=_positive_int, default=None, metavar="N", help="stop after N polls (default: run until stopped)")
+    p.set_defaults(handler="gpuwarden.producers.scheduler:cmd_scheduler")
+
     p = sub.add_parser("streams", help="stream worker (faust): baselines, rules, tiers")
     _add_config(p)
     p.add_argument("--worker-id", default=None, help="distinguishes workers sharing partitions")

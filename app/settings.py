@@ -22,7 +22,7 @@ from gpuwarden.config import (
 )
 from gpuwarden.history.config import AccountingConfig
 from gpuwarden.notifiers.config import NotifyConfig
-from gpuwarden.producers.config import AgentConfig
+from gpuwarden.producers.config import AgentConfig, SchedulerConfig
 from gpuwarden.streams.config import EngineConfig
 
 
@@ -33,6 +33,7 @@ class Settings(Section):
     spool: SpoolConfig = Field(default_factory=SpoolConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
     accounting: AccountingConfig = Field(default_factory=AccountingConfig)

@@ -168,7 +168,7 @@ async def _agent(args: argparse.Namespace, settings: AgentSettings) -> int:
                     metrics.observe(rec)
             await sink.close(drain_s=settings.agent.publish_timeout * 3)
             return EXIT_OK
-        pump = asyncio.create_task(_pump_forever(sink, stop))
+        pump = asyncio.create_task(pump_forever(sink, stop))
         async for records in paced(lambda: step_with_extras(source, extras), source.tick_s, stop,
                                    duration=args.duration):
             records.extend(spool_events.check())
@@ -200,7 +200,8 @@ def _run_span(source: Source, duration: float):
         yield source.step()
 
 
-async def _pump_forever(sink: Sink, stop: asyncio.Event) -> None:
+async def pump_forever(sink: Sink, stop: asyncio.Event) -> None:
+    """Publish what the sink's spool holds until ``stop``; a failure never stops the producer."""
     while not stop.is_set():
         try:
             sent = await sink.flush()

@@ -1,4 +1,4 @@
-"""The node agent's config section (``agent:``) and what the agent's commands read."""
+"""The producers' config sections (``agent:``, ``scheduler:``) and what their commands read."""
 
 from __future__ import annotations
 
@@ -28,4 +28,19 @@ class AgentConfig(Section):
 
 
 class AgentSettings(CommonSettings, Protocol):
+    agent: AgentConfig
+
+
+class SchedulerConfig(Section):
+    """``scheduler:``, read by ``gpuwarden scheduler`` (one collector per cluster)."""
+
+    cluster: str = Field(default="default", min_length=1, description="the cluster's name: the records' key")
+    interval: Duration = Field(default=30.0, gt=0, description="wall time between polls")
+    max_backoff: Duration = Field(default=300.0, gt=0, description="longest wait between polls while failing")
+    command_timeout: Duration = Field(default=30.0, gt=0, description="one squeue/sinfo call or API list")
+    kubeconfig: Path | None = Field(default=None, description="Kubernetes: in-cluster config, else the default kubeconfig, when unset")
+
+
+class SchedulerSettings(CommonSettings, Protocol):
+    scheduler: SchedulerConfig
     agent: AgentConfig
