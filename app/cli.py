@@ -175,6 +175,21 @@ def build_parser() -> argparse.ArgumentParser:
                     help="post the last 7 days to accounting.digest_receiver (the weekly digest) instead")
     ru.set_defaults(handler="gpuwarden.app.usage:cmd_report_usage")
 
+    rs = rsub.add_parser("scheduler", help="queue waits, attempts, retried jobs and GPU-hours from job records")
+    rs.add_argument("--since", default="7d", metavar="T", help="start (ISO 8601, UTC unless it has an offset; epoch; or 7d)")
+    rs.add_argument("--until", metavar="T", help="end of the period (default: now)")
+    rs.add_argument("--by", choices=["user", "project", "partition", "gpus"], default="user")
+    rs.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    rs.set_defaults(handler="gpuwarden.history.queues:cmd_report_scheduler")
+
+    p = sub.add_parser("import-jobs", help="load a scheduler's past job log into the spool (Philly trace)")
+    _add_config(p)
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--format", choices=["philly"], required=True, help="the log's format")
+    p.add_argument("--cluster", default="default", help="the cluster name the records carry")
+    p.add_argument("--timezone", metavar="TZ", default=None, help="zone of times written without one (default UTC)")
+    p.set_defaults(handler="gpuwarden.history.joblog:cmd_import_jobs")
+
     p = sub.add_parser("export", help="write portable history (compressed JSONL + manifest)")
     _add_config(p)
     p.add_argument("--since", metavar="T")

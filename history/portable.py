@@ -284,9 +284,8 @@ def cmd_export(args: argparse.Namespace, settings: CommonSettings) -> int:
     return 0
 
 
-def _warn_eviction(manifest: dict[str, Any], max_age_s: float) -> None:
+def warn_eviction(first: float | None, max_age_s: float) -> None:
     """Imported history older than the spool's age limit would go at the next eviction: say so."""
-    first = manifest.get("first_ts")
     if first is not None and first < time.time() - max_age_s:
         print(f"gpuwarden import: warning: records from {time.strftime('%Y-%m-%d', time.gmtime(first))} are "
               f"older than spool.max_age ({max_age_s / 86400:g} d) and will be evicted at the next "
@@ -311,7 +310,7 @@ def cmd_import(args: argparse.Namespace, settings: CommonSettings) -> int:
                 with Spool(settings.spool.path) as spool:
                     n = import_to_spool(hf, spool, settings.kafka.topic_prefix)
                 where = f"spool {settings.spool.path}"
-                _warn_eviction(hf.manifest, settings.spool.max_age)
+                warn_eviction(hf.manifest.get("first_ts"), settings.spool.max_age)
     except HistoryError as e:
         print(f"gpuwarden import: {e}", file=sys.stderr)
         return 1
