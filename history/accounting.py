@@ -128,7 +128,14 @@ def compute_usage(records: Iterable[Any], *, by: str = "user", since: float, unt
     runs: dict[str, _Run] = {}
     for snaps in per_node.values():
         snaps.sort(key=lambda s: s.ts)
-        for snap, interval in zip(snaps, _intervals(snaps)):
+        covered = float("-inf")  # a node's time up to here is counted
+        for snap, nominal in zip(snaps, _intervals(snaps)):
+            # A snapshot stands for the time since the one before, at most its interval: the same
+            # moment sent twice (a redelivered record, overlapping runs in one spool) counts once.
+            interval = min(nominal, snap.ts - covered)
+            covered = snap.ts
+            if interval <= 0:
+                continue
             util = dict(zip(snap.gpus.index, snap.gpus.util_gpu))
             holders: dict[int, set[str]] = defaultdict(set)
             for p in snap.processes.rows():

@@ -165,3 +165,20 @@ def test_weekly_digest_posts_the_table_to_the_chat_receiver(tmp_path):
     for expected in ("alice", "bob", "carol", "3.2 card-hours", "6.33", "1.50"):
         assert expected in text
     assert slack.path not in r.stderr  # the webhook URL is a secret
+
+
+def test_overlapping_histories_in_one_spool_count_each_moment_once():
+    """Issue #19: two demo runs into one spool gave 167.87 card-hours for 16 GPUs over ~6 h. The
+    same simulated fleet twice, the second run 1 s later (its records between the first's), and
+    every record of the first again (redelivered): the card-hours of one run, not three."""
+    from gpuwarden.producers.simulator import Simulator
+
+    def run(start: float) -> list:
+        return list(Simulator("mixed", nodes=2, gpus=8, seed=1, start_ts=start, tick_s=5.0).run(2 * 3600))
+
+    one = run(1_700_000_000.0)
+    window = {"since": 1_699_990_000.0, "until": 1_700_010_000.0}
+    alone = compute_usage(one, **window).total.card_hours
+    merged = compute_usage([*one, *run(1_700_000_001.0), *one], **window).total.card_hours
+    assert alone > 20
+    assert merged == pytest.approx(alone, rel=0.01)
