@@ -89,6 +89,13 @@ class Task:
     def throughput(self, value: float, unit: str = "samples/s") -> None:
         self._send("throughput", throughput=value, throughput_unit=unit)
 
+    def model(self, params: float, *, layers: int | None = None, hidden: int | None = None,
+              seq_len: int | None = None) -> None:
+        """What this task trains, once at start: ``report usage`` then gives its MFU (model FLOPs
+        per token 6N, plus the attention term when layers, hidden size and sequence length are
+        given) from its ``throughput(..., unit="tokens/s")``."""
+        self._send("model", model_params=params, model_layers=layers, model_hidden=hidden, model_seq_len=seq_len)
+
     def ttft(self, seconds: float) -> None:
         self._send("ttft", ttft_s=seconds)
 

@@ -35,6 +35,7 @@ from gpuwarden.contract import (
     decode,
 )
 from gpuwarden.history.config import AccountingConfig, HistorySettings
+from gpuwarden.history.flops import flops_per_token, peak_tflops
 from gpuwarden.spool import Spool
 
 UNKNOWN = "(unknown)"
@@ -50,6 +51,16 @@ class UsageRow:
     reruns: int = 0
     cost: float | None = None
     idle_cost: float | None = None
+    tokens: float = 0.0
+    token_card_hours: float = 0.0  # card-hours of the tasks that reported tokens/s
+    model_flops: float = 0.0  # FLOPs their tokens needed (tasks with a model and a known GPU peak)
+    peak_flops: float = 0.0  # what their GPUs could do in the same GPU-time
+    unknown_gpus: list[str] = field(default_factory=list)  # GPU models without a peak: MFU unknown
+    cost_per_mtok: float | None = None
+
+    @property
+    def mfu(self) -> float | None:
+        return self.model_flops / self.peak_flops if self.peak_flops else None
 
 
 @dataclass(slots=True)
@@ -69,6 +80,11 @@ class Usage:
             t.idle_card_hours += r.idle_card_hours
             t.failed_jobs += r.failed_jobs
             t.reruns += r.reruns
+            t.tokens += r.tokens
+            t.token_card_hours += r.token_card_hours
+            t.model_flops += r.model_flops
+            t.peak_flops += r.peak_flops
+            t.unknown_gpus = sorted({*t.unknown_gpus, *r.unknown_gpus})
         _price(t, self.price_per_gpu_hour)
         return t
 
@@ -77,6 +93,8 @@ def _price(row: UsageRow, price: float | None) -> None:
     if price is not None:
         row.cost = row.card_hours * price
         row.idle_cost = row.idle_card_hours * price
+        if row.tokens:
+            row.cost_per_mtok = row.token_card_hours * price / (row.tokens / 1e6)
 
 
 def owner(p: GpuProcess, by: str) -> str:
@@ -100,12 +118,42 @@ def _intervals(snaps: list[NodeSnapshot]) -> list[float]:
 
 @dataclass(slots=True)
 class _Run:
-    """One run of a task (a ``task_id``): when it was first seen and whether it failed."""
+    """One run of a task (a ``task_id``): when it was first seen, whether it failed, and what
+    its effective compute needs (GPU-seconds per GPU model, tokens, the model's size)."""
 
     label: str
     first_ts: float
     failed_ts: float | None = None
     owner: str | None = None
+    gpu_seconds: dict[str, float] = field(default_factory=dict)  # GPU model -> seconds held
+    tokens: float = 0.0
+    rate: tuple[float, float] | None = None  # (ts, tokens/s) of its last throughput report
+    model: TaskMetric | None = None
+
+    def add_throughput(self, m: TaskMetric) -> None:
+        """Tokens between reports: each rate holds until the next (the last one counts nothing)."""
+        if m.throughput_unit != "tokens/s" or m.throughput is None:
+            return
+        if self.rate is not None and m.ts > self.rate[0]:
+            self.tokens += self.rate[1] * (m.ts - self.rate[0])
+        self.rate = (m.ts, m.throughput)
+
+    def compute(self, row: UsageRow) -> None:
+        if not self.tokens:
+            return
+        row.tokens += self.tokens
+        row.token_card_hours += sum(self.gpu_seconds.values()) / 3600.0
+        if self.model is None or self.model.model_params is None:
+            return
+        peaks = {name: peak_tflops(name) for name in self.gpu_seconds}
+        unknown = sorted(n or "?" for n, p in peaks.items() if p is None)
+        if unknown:
+            row.unknown_gpus = sorted({*row.unknown_gpus, *unknown})
+            return
+        m = self.model
+        row.model_flops += self.tokens * flops_per_token(m.model_params, m.model_layers, m.model_hidden,  # type: ignore[arg-type]
+                                                         m.model_seq_len)
+        row.peak_flops += sum(sec * peaks[n] * 1e12 for n, sec in self.gpu_seconds.items())  # type: ignore[operator]
 
 
 def compute_usage(records: Iterable[Any], *, by: str = "user", since: float, until: float,
@@ -137,13 +185,21 @@ def compute_usage(records: Iterable[Any], *, by: str = "user", since: float, unt
             if interval <= 0:
                 continue
             util = dict(zip(snap.gpus.index, snap.gpus.util_gpu))
+            names = dict(zip(snap.gpus.index, snap.gpus.name))
             holders: dict[int, set[str]] = defaultdict(set)
+            tasks: dict[int, set[str]] = defaultdict(set)
             for p in snap.processes.rows():
                 holders[p.gpu_index].add(owner(p, by))
                 if p.task_id:
+                    tasks[p.gpu_index].add(p.task_id)
                     run = runs.setdefault(p.task_id, _Run(p.task or UNKNOWN, snap.ts))
                     run.first_ts = min(run.first_ts, snap.ts)
                     run.owner = run.owner or owner(p, by)
+            for gpu, ids in tasks.items():
+                name = names.get(gpu) or ""
+                for tid in ids:
+                    secs = runs[tid].gpu_seconds
+                    secs[name] = secs.get(name, 0.0) + interval / len(ids)
             for gpu, keys in holders.items():
                 hours = interval / 3600.0 / len(keys)
                 u = util.get(gpu)
@@ -159,9 +215,14 @@ def compute_usage(records: Iterable[Any], *, by: str = "user", since: float, unt
         failed = m.kind == TaskMetricKind.OOM or (m.kind == TaskMetricKind.EXIT and m.exit_code not in (None, 0))
         if failed and run.failed_ts is None:
             run.failed_ts = m.ts
+        if m.kind == TaskMetricKind.THROUGHPUT:
+            run.add_throughput(m)
+        elif m.kind == TaskMetricKind.MODEL:
+            run.model = m
     for run in runs.values():
         if run.failed_ts is not None:
             row(run.owner or UNKNOWN).failed_jobs += 1
+        run.compute(row(run.owner or UNKNOWN))
     for rerun in _reruns(runs.values()):
         row(rerun.owner or UNKNOWN).reruns += 1
     out = sorted(rows.values(), key=lambda r: (-r.card_hours, r.key))
@@ -192,12 +253,15 @@ def _reruns(runs: Iterable[_Run]) -> list[_Run]:
 
 # --------------------------------------------------------------------------- rendering
 
-_COLUMNS = ("card_hours", "idle_card_hours", "idle_share", "failed_jobs", "reruns", "cost", "idle_cost")
+_COLUMNS = ("card_hours", "idle_card_hours", "idle_share", "failed_jobs", "reruns", "cost", "idle_cost",
+            "tokens", "cost_per_mtok", "mfu")
 
 
 def _values(r: UsageRow) -> dict[str, Any]:
     d = asdict(r)
     d["idle_share"] = r.idle_card_hours / r.card_hours if r.card_hours else 0.0
+    # MFU "unknown" (a GPU model without a peak in the table) is said, never guessed.
+    d["mfu"] = r.mfu if r.mfu is not None else ("unknown" if r.unknown_gpus else None)
     return d
 
 
@@ -222,8 +286,10 @@ def to_csv(u: Usage) -> str:
 def _fmt(v: Any, col: str) -> str:
     if v is None:
         return "-"
-    if col == "idle_share":
-        return f"{v:.0%}"
+    if col in ("idle_share", "mfu") and isinstance(v, float):
+        return f"{v:.0%}" if col == "idle_share" else f"{v:.1%}"
+    if col == "tokens":
+        return f"{v / 1e6:,.1f} M"
     return f"{v:.2f}" if isinstance(v, float) else str(v)
 
 
@@ -232,7 +298,9 @@ def to_table(u: Usage, currency: str = "", width: int = 110) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    cols = [c for c in _COLUMNS if u.price_per_gpu_hour is not None or "cost" not in c]
+    tokens = any(r.tokens for r in u.rows)
+    cols = [c for c in _COLUMNS if (u.price_per_gpu_hour is not None or "cost" not in c)
+            and (tokens or c not in ("tokens", "cost_per_mtok", "mfu"))]
     t = Table(title=f"GPU usage by {u.by}, {_day(u.since)} → {_day(u.until)}")
     t.add_column(u.by)
     for c in cols:
