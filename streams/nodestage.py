@@ -326,6 +326,10 @@ class NodeStage:
     def nodes(self) -> list[str]:
         return sorted(self._nodes)
 
+    def state(self, node: str) -> NodeState | None:
+        """The node's state, to read (the live view's windows, tests); None for a node never seen."""
+        return self._nodes.get(node)
+
     def position(self, node: str) -> tuple[float, float] | None:
         """``(released, newest)``: the ts of the last record the node's buffer released (its
         summaries up to there are made) and of its newest record; None for a node not held."""

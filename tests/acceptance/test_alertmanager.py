@@ -74,7 +74,7 @@ def _start_notify(tmp: Path, config: dict, env: dict[str, str]) -> tuple[subproc
     path.write_text(yaml.safe_dump(config))
     err = tmp / "notify.stderr"
     with open(err, "w") as fh:  # a file, not a pipe: a full pipe would block the process
-        proc = subprocess.Popen([sys.executable, "-c", "import sys; from gpuwarden.cli import main; sys.exit(main())",
+        proc = subprocess.Popen([sys.executable, "-c", "import sys; from gpuwarden.app.cli import main; sys.exit(main())",
                                  "notify", "--no-kafka", "--config", str(path)],
                                 env={**os.environ, **env},
                                 stdout=subprocess.DEVNULL, stderr=fh)

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gpuwarden.cli import main
+from gpuwarden.app.cli import main
 from gpuwarden.config import load_settings
 from gpuwarden.contract import Topics
 from gpuwarden.notifiers.worker import Stats, run_notify
