@@ -15,7 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gpuwarden.config import ConfigError, validate_settings
+from gpuwarden.app.settings import validate_settings
+from gpuwarden.config import ConfigError
 from gpuwarden.contract import AlertTransition
 from gpuwarden.notifiers import am_server
 from gpuwarden.notifiers.config import AlertmanagerWebhookConfig

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from gpuwarden.app.cli import main
-from gpuwarden.config import load_settings
+from gpuwarden.app.settings import load_settings
 from gpuwarden.contract import Topics
 from gpuwarden.notifiers.worker import Stats, run_notify
 from tests.fakes.http import FakeFeishu
