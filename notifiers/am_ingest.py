@@ -51,6 +51,8 @@ class AmMessage(_Lenient):
     status: Literal["firing", "resolved"]
     receiver: str = ""
     group_key: str = Field(default="", alias="groupKey")
+    truncated_alerts: int = Field(default=0, ge=0, alias="truncatedAlerts")
+    """Alerts of the group Alertmanager left out (its ``max_alerts``): gpuwarden never sees them."""
     alerts: list[AmAlert]
 
 

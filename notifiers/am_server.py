@@ -100,6 +100,10 @@ def routes(cfg: AlertmanagerWebhookConfig, sink: Sink) -> list[Route]:
             log.warning("alertmanager webhook: refused a payload: %s", e)
             return PlainTextResponse(f"not an Alertmanager version-4 webhook payload: {e}\n", 400)
         await sink(accepted)
+        if msg.truncated_alerts:
+            log.warning("alertmanager webhook: receiver %r left out %d alerts of group %s (its max_alerts): "
+                        "they are not routed here; raise or remove max_alerts", msg.receiver, msg.truncated_alerts,
+                        msg.group_key)
         log.info("alertmanager webhook: %d alerts accepted from receiver %r (group %s)",
                  len(accepted), msg.receiver, msg.group_key)
         return JSONResponse({"accepted": len(accepted), "skipped": len(msg.alerts) - len(accepted)})

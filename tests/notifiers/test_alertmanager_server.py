@@ -131,3 +131,11 @@ def test_a_taken_port_fails_at_start_with_the_address() -> None:
         port = taken.getsockname()[1]
         with pytest.raises(am_server.ListenError, match=f"cannot listen on 127.0.0.1:{port}"):
             am_server.listen("127.0.0.1", port)
+
+
+async def test_alerts_alertmanager_truncated_are_said_to_be_missing(caplog: pytest.LogCaptureFixture) -> None:
+    msg = json.loads(FIRING) | {"truncatedAlerts": 3}
+    async with client(AlertmanagerWebhookConfig(), Sink()) as c:
+        r = await c.post(am_server.WEBHOOK_PATH, content=json.dumps(msg))
+    assert r.status_code == 200
+    assert "left out 3 alerts" in caplog.text and "max_alerts" in caplog.text
