@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import sys
 import time
 from dataclasses import replace
@@ -58,10 +59,11 @@ async def run_notify(settings: NotifierSettings, *, stop: asyncio.Event, deliver
     spool = Spool(settings.spool.path, settings.spool.max_bytes, settings.spool.max_age)
     notifier = Notifier(settings, spool=spool, delivery=delivery, record_history=False)
     webhook = settings.notify.alertmanager_webhook
-    sock = am_server.listen(webhook.bind, webhook.port) if webhook is not None else None  # a taken port fails now
+    sock: socket.socket | None = None
     served: asyncio.Task[None] | None = None
     try:
-        if webhook is not None and sock is not None:
+        if webhook is not None:
+            sock = am_server.listen(webhook.bind, webhook.port)  # before Kafka: a taken port fails at once
             print(f"gpuwarden notify: Alertmanager webhook at {am_server.webhook_url(sock)}", file=sys.stderr,
                   flush=True)
             served = asyncio.create_task(am_server.serve(sock, am_server.app(webhook, _sink(notifier, stats)), stop))

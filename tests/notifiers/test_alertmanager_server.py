@@ -139,3 +139,18 @@ async def test_alerts_alertmanager_truncated_are_said_to_be_missing(caplog: pyte
         r = await c.post(am_server.WEBHOOK_PATH, content=json.dumps(msg))
     assert r.status_code == 200
     assert "left out 3 alerts" in caplog.text and "max_alerts" in caplog.text
+
+
+def test_notify_no_kafka_says_what_is_missing_or_taken(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuwarden.app.cli import main
+
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(f"spool: {{path: {tmp_path / 'spool.db'}}}\n")
+    assert main(["notify", "--no-kafka", "--config", str(bare)]) == 2
+    assert "expected notify.alertmanager_webhook" in capsys.readouterr().err
+    with am_server.listen("127.0.0.1", 0) as taken:
+        port = taken.getsockname()[1]
+        cfg = tmp_path / "taken.yaml"
+        cfg.write_text(f"spool: {{path: {tmp_path / 'spool.db'}}}\nnotify: {{alertmanager_webhook: {{port: {port}}}}}\n")
+        assert main(["notify", "--no-kafka", "--config", str(cfg)]) == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
