@@ -61,7 +61,10 @@ def _auth(cfg: AlertmanagerConfig) -> dict[str, str]:
 
 
 def build_request(cfg: AlertmanagerConfig, n: Notification, locale: Locale, now: float) -> HttpRequest:
-    body = [postable(cfg, a, locale, now) for a in n.alerts]
+    """One request for the whole notification; a digest holding an alert twice (fired, then resolved
+    while the receiver was down) sends its latest state only, as Alertmanager keeps one per label set."""
+    latest = {a.fingerprint: a for a in n.alerts}
+    body = [postable(cfg, a, locale, now) for a in latest.values()]
     return json_request(cfg.url.rstrip("/") + API_PATH, body, _auth(cfg))
 
 

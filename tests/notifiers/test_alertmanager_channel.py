@@ -66,6 +66,13 @@ def test_firing_ends_after_the_ttl_and_a_resolve_at_its_end() -> None:
     assert epoch(resolved["endsAt"]) == T0 and "generatorURL" not in resolved
 
 
+def test_a_digest_sends_each_alert_once_in_its_latest_state() -> None:
+    r = Receiver(name="am", alertmanager={"url": "http://am:9093"})
+    sent = body(r, alert(1), alert(2), alert(1, state=AlertState.RESOLVED))
+    assert [a["annotations"]["gpuwarden_fingerprint"] for a in sent] == [alert(1).fingerprint, alert(2).fingerprint]
+    assert epoch(sent[0]["endsAt"]) == T0  # alert 1 resolved
+
+
 def test_auth_headers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AM_TOKEN", "tok")
     monkeypatch.setenv("AM_PASS", "pw")
