@@ -11,7 +11,6 @@ resolved one its own end.
 
 from __future__ import annotations
 
-import base64
 import re
 
 from gpuwarden.contract import AlertState, AlertTransition, Tier
@@ -20,7 +19,7 @@ from gpuwarden.notifiers.http_channel import HttpChannel
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.receivers import AlertmanagerConfig
 from gpuwarden.notifiers.render import Locale
-from gpuwarden.notifiers.verdict import HttpRequest, json_request, reveal, status_verdict
+from gpuwarden.notifiers.verdict import HttpRequest, authorization, json_request, status_verdict
 from gpuwarden.notifiers.webhook import am_annotations, rfc3339
 
 API_PATH = "/api/v2/alerts"
@@ -51,21 +50,13 @@ def postable(cfg: AlertmanagerConfig, a: AlertTransition, locale: Locale, now: f
     return alert
 
 
-def _auth(cfg: AlertmanagerConfig) -> dict[str, str]:
-    if cfg.bearer_token is not None:
-        return {"Authorization": f"Bearer {reveal(cfg.bearer_token)}"}
-    if cfg.basic_auth is not None:
-        pair = f"{cfg.basic_auth.username}:{reveal(cfg.basic_auth.password)}".encode()
-        return {"Authorization": "Basic " + base64.b64encode(pair).decode()}
-    return {}
-
-
 def build_request(cfg: AlertmanagerConfig, n: Notification, locale: Locale, now: float) -> HttpRequest:
     """One request for the whole notification; a digest holding an alert twice (fired, then resolved
     while the receiver was down) sends its latest state only, as Alertmanager keeps one per label set."""
     latest = {a.fingerprint: a for a in n.alerts}
     body = [postable(cfg, a, locale, now) for a in latest.values()]
-    return json_request(cfg.url.rstrip("/") + API_PATH, body, _auth(cfg))
+    auth = authorization(cfg.bearer_token, cfg.basic_auth)
+    return json_request(cfg.url.rstrip("/") + API_PATH, body, {"Authorization": auth} if auth else {})
 
 
 #: 200 accepted; 400 (a payload it refuses, the reason in the body) permanent; 429 and 5xx retried.

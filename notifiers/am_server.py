@@ -11,7 +11,6 @@ its own app.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import hmac
 import logging
@@ -26,9 +25,10 @@ from starlette.routing import Route
 
 from gpuwarden.contract import AlertTransition
 from gpuwarden.notifiers.am_ingest import PayloadError, parse, transitions
+from gpuwarden.notifiers.channel import secret_values
 from gpuwarden.notifiers.config import AlertmanagerWebhookConfig
 from gpuwarden.notifiers.redact import install as install_redaction
-from gpuwarden.notifiers.verdict import reveal
+from gpuwarden.notifiers.verdict import authorization
 
 log = logging.getLogger("gpuwarden.notify.alertmanager")
 WEBHOOK_PATH = "/alertmanager/webhook"
@@ -39,18 +39,11 @@ Sink = Callable[[list[AlertTransition]], Awaitable[None]]
 
 
 def expected_authorization(cfg: AlertmanagerWebhookConfig) -> bytes | None:
-    """The one ``Authorization`` header value accepted (None: no auth, loopback only), resolved at start
-    (a missing secret fails there) and registered for redaction."""
-    if cfg.token is not None:
-        secret = reveal(cfg.token)
-        header = f"Bearer {secret}"
-    elif cfg.basic_auth is not None:
-        secret = reveal(cfg.basic_auth.password)
-        header = "Basic " + base64.b64encode(f"{cfg.basic_auth.username}:{secret}".encode()).decode()
-    else:
-        return None
-    install_redaction([secret, header], loggers=(log.name, "uvicorn.error"))
-    return header.encode()
+    """The one ``Authorization`` value accepted (None: no auth, loopback only), resolved at start (a
+    missing secret fails there); the secrets are registered for redaction."""
+    install_redaction(secret_values(cfg), loggers=(log.name, "uvicorn.error"))
+    header = authorization(cfg.token, cfg.basic_auth)
+    return header.encode() if header is not None else None
 
 
 def authorized(header: str | None, expected: bytes | None) -> bool:

@@ -9,11 +9,15 @@ wait, fall back) without knowing the platform.
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from gpuwarden.config import SecretRef
+
+if TYPE_CHECKING:
+    from gpuwarden.notifiers.receivers import BasicAuth
 
 
 class HttpRequest(NamedTuple):
@@ -77,6 +81,15 @@ def status_verdict(status: int, headers: object, body: bytes) -> Verdict:
 def reveal(ref: SecretRef) -> str:
     """The secret's value, for building a request; never log what this returns."""
     return ref.resolve().get_secret_value()
+
+
+def authorization(token: SecretRef | None, basic: BasicAuth | None = None) -> str | None:
+    """The ``Authorization`` value for a bearer token or basic auth (None: neither); never log it."""
+    if token is not None:
+        return f"Bearer {reveal(token)}"
+    if basic is not None:
+        return "Basic " + base64.b64encode(f"{basic.username}:{reveal(basic.password)}".encode()).decode()
+    return None
 
 
 def json_request(url: str, payload: object, headers: dict[str, str] | None = None) -> HttpRequest:

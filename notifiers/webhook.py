@@ -9,7 +9,7 @@ from gpuwarden.notifiers.http_channel import HttpChannel
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.receivers import WebhookConfig
 from gpuwarden.notifiers.render import Locale, evidence_parts, is_resolved, words
-from gpuwarden.notifiers.verdict import HttpRequest, json_request, reveal, status_verdict
+from gpuwarden.notifiers.verdict import HttpRequest, authorization, json_request, reveal, status_verdict
 
 ZERO_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's "not ended"
 
@@ -71,8 +71,8 @@ def payload(cfg: WebhookConfig, n: Notification, locale: Locale) -> dict:
 
 
 def build_request(cfg: WebhookConfig, n: Notification, locale: Locale, now: float) -> HttpRequest:
-    headers = {"Authorization": f"Bearer {reveal(cfg.bearer_token)}"} if cfg.bearer_token else {}
-    return json_request(reveal(cfg.url), payload(cfg, n, locale), headers)
+    auth = authorization(cfg.bearer_token)
+    return json_request(reveal(cfg.url), payload(cfg, n, locale), {"Authorization": auth} if auth else {})
 
 
 CHANNEL = HttpChannel(build_request, status_verdict, limits=(), text_limit=1_000_000)  # no platform limit
