@@ -187,14 +187,14 @@ async def _run(args: argparse.Namespace, settings: Settings, engine: Engine, sou
                 await runner.batch(batch)
                 if live is not None and time.monotonic() - shown >= VIEW_EVERY_S:
                     shown = time.monotonic()
-                    live.update(render(engine, runner.now), refresh=True)
+                    live.update(render(engine, runner.now, notifier.nowhere), refresh=True)
         except KeyboardInterrupt:
             pass
         finally:
             await runner.emit(engine.flush())
             runner.save()
             if live is not None:
-                live.update(render(engine, runner.now), refresh=True)
+                live.update(render(engine, runner.now, notifier.nowhere), refresh=True)
             await notifier.drain_before_exit(stop)
             await notifier.aclose()
     counters = engine.counters()
