@@ -67,3 +67,27 @@ def test_the_image_copies_every_installed_folder():
     folders = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values())
     copied = {line.split()[1] for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("COPY ")}
     assert folders <= copied, folders - copied
+
+
+def test_the_secrets_file_feeds_the_shipped_receivers():
+    """Issue #21: the six variables of deploy/secrets.env.example were referenced nowhere."""
+    names = {line.split("=")[0] for line in (ROOT / "deploy" / "secrets.env.example").read_text().splitlines()
+             if line and not line.startswith("#")}
+    settings = load_settings(ROOT / "deploy" / "gpuwarden.yaml")
+    used: set[str] = set()
+    for r in settings.notify.receivers:
+        for section in r.model_dump(exclude_none=True).values():
+            if isinstance(section, dict):  # a channel section: its secret references
+                used |= {v["env"] for v in section.values() if isinstance(v, dict) and "env" in v}
+    assert names and names <= used, names - used
+
+
+def test_no_service_runs_as_root_but_the_agent_and_kafka_is_reachable_by_setting():
+    dockerfile = (ROOT / "Dockerfile").read_text().splitlines()
+    assert "USER gpuwarden" in dockerfile
+    services = COMPOSE["services"]
+    assert services["agent"]["user"] == "0:0" and all("user" not in services[s] for s in ("streams", "notify"))
+    kafka = services["kafka"]
+    assert "${GPUWARDEN_KAFKA_HOST:-localhost}" in kafka["environment"]["KAFKA_ADVERTISED_LISTENERS"]
+    assert kafka["ports"] == ["${GPUWARDEN_KAFKA_BIND:-127.0.0.1}:19092:19092"]
+    assert "healthcheck" in services["agent"] and "9400" in " ".join(services["agent"]["healthcheck"]["test"])
