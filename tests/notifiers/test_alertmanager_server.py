@@ -121,6 +121,12 @@ def test_off_loopback_without_auth_fails_at_start_naming_the_key(bind: str) -> N
     assert "gw.yaml: notify.alertmanager_webhook: expected 'token' or 'basic_auth' when bind is not a loopback" in str(e.value)
 
 
+def test_a_mistyped_key_fails_at_start_naming_it() -> None:
+    with pytest.raises(ConfigError) as e:  # a typo of `token` must not leave the webhook open
+        validate_settings({"notify": {"alertmanager_webhook": {"tokn": {"env": "X"}}}}, "gw.yaml")
+    assert "gw.yaml: notify.alertmanager_webhook.tokn: unknown key (did you mean 'token'?)" in str(e.value)
+
+
 @pytest.mark.parametrize("bind", ["127.0.0.1", "::1", "localhost", "127.0.0.53"])
 def test_loopback_needs_no_auth(bind: str) -> None:
     validate_settings({"notify": {"alertmanager_webhook": {"bind": bind}}})
