@@ -87,43 +87,49 @@ def _labels(sample_labels: dict[str, str], drop: str = "") -> Labels:
 
 
 def parse(text: str, names: EngineNames) -> Scrape:
-    """The engine's families in ``text`` (Prometheus text format); ValueError on text that
-    does not parse. Families the engine table does not name are skipped."""
+    """The engine's families in ``text`` (Prometheus text format or OpenMetrics); ValueError on
+    text that does not parse. Families the engine table does not name are skipped. A series'
+    ``_created`` comes as a sample of its family (OpenMetrics) or, in the classic text format
+    ``generate_latest`` writes, as a gauge family of its own (``<family>_created``)."""
     out = Scrape()
-    for fam in text_string_to_metric_families(text):
+    families = list(text_string_to_metric_families(text))
+    created: dict[SeriesKey, float] = {}
+    for fam in families:
+        base = fam.name.removesuffix("_created")
+        if base in names.histograms or base in names.counters:
+            for s in fam.samples:
+                if s.name.endswith("_created"):
+                    created[SeriesKey(base, _labels(s.labels))] = s.value
+    for fam in families:
         if fam.name in names.histograms and fam.type == "histogram":
-            _histogram(fam, out.histograms)
+            _histogram(fam, out.histograms, created)
         elif fam.name in names.counters and fam.type == "counter":
-            created = {_labels(s.labels): s.value for s in fam.samples if s.name.endswith("_created")}
             for s in fam.samples:
                 if s.name.endswith("_total"):
-                    key = _labels(s.labels)
-                    out.counters[SeriesKey(fam.name, key)] = Totals((), (s.value,), s.value, created.get(key))
+                    key = SeriesKey(fam.name, _labels(s.labels))
+                    out.counters[key] = Totals((), (s.value,), s.value, created.get(key))
         elif fam.name in names.gauges and fam.type == "gauge":
             for s in fam.samples:
                 out.gauges[SeriesKey(fam.name, _labels(s.labels))] = s.value
     return out
 
 
-def _histogram(fam, into: dict[SeriesKey, Totals]) -> None:
+def _histogram(fam, into: dict[SeriesKey, Totals], created: dict[SeriesKey, float]) -> None:
     buckets: dict[Labels, list[tuple[float, float]]] = {}
     sums: dict[Labels, float] = {}
-    created: dict[Labels, float] = {}
     for s in fam.samples:
         suffix = s.name[len(fam.name):]
         if suffix == "_bucket":
             buckets.setdefault(_labels(s.labels, "le"), []).append((float(s.labels["le"]), s.value))
         elif suffix == "_sum":
             sums[_labels(s.labels)] = s.value
-        elif suffix == "_created":
-            created[_labels(s.labels)] = s.value
-    for key, rows in buckets.items():
+    for labels, rows in buckets.items():
         rows.sort()
-        if not rows or rows[-1][0] != float("inf"):
-            raise ValueError(f"{fam.name}{dict(key)}: no +Inf bucket")
-        bounds = tuple(le for le, _ in rows[:-1])
-        cumulative = tuple(v for _, v in rows)
-        into[SeriesKey(fam.name, key)] = Totals(bounds, cumulative, sums.get(key, 0.0), created.get(key))
+        if rows[-1][0] != float("inf"):
+            raise ValueError(f"{fam.name}{dict(labels)}: no +Inf bucket")
+        key = SeriesKey(fam.name, labels)
+        into[key] = Totals(tuple(le for le, _ in rows[:-1]), tuple(v for _, v in rows), sums.get(labels, 0.0),
+                           created.get(key))
 
 
 class TargetState:
