@@ -32,7 +32,7 @@ from gpuwarden.streams.quantiles import Buckets
 from gpuwarden.units import Duration
 
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
-_LATENCY_KEY = re.compile(r"^(ttft|itl|e2e|queue)_p(\d{1,2}(?:\.\d+)?)$")
+_LATENCY_KEY = re.compile(r"^(ttft|itl|e2e|queue)_p(\d+(?:\.\d+)?)$")
 
 
 def parse_fraction(value: Any) -> float:
