@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import httpx
@@ -150,45 +150,51 @@ class TargetState:
         if prev is None or start is None:
             return None, 0, {}
         models: dict[str, _ModelParts] = {}
-        resets = 0
         names = self.names
-        for key, now in scrape.histograms.items():
-            if (change := _change(now, prev.histograms.get(key), start)) is None:
-                continue
-            d, reset = change
-            resets += reset
-            model, labels = _split(key.labels, names.model_label)
-            counts = [round(a - b) for a, b in zip(d.cumulative, (0.0, *d.cumulative[:-1]))]
-            models.setdefault(model, _ModelParts()).histograms.append(HistogramDelta(
-                name=names.histograms[key.family], metric=key.family, labels=labels, bounds=list(d.bounds),
-                counts=counts, count=sum(counts), sum=max(d.total, 0.0), reset=reset))
-        for key, now in scrape.counters.items():
-            if (change := _change(now, prev.counters.get(key), start)) is None:
-                continue
-            d, reset = change
-            resets += reset
-            model, labels = _split(key.labels, names.model_label)
-            name = names.counters[key.family]
-            if name == "requests" and any(labels.get(k) in v for k, v in names.error_outcomes.items()):
+        hist = list(_changes(scrape.histograms, prev.histograms, start, names.model_label))
+        for c in hist:
+            counts = [round(x - y) for x, y in zip(c.delta.cumulative, (0.0, *c.delta.cumulative[:-1]))]
+            models.setdefault(c.model, _ModelParts()).histograms.append(HistogramDelta(
+                name=names.histograms[c.key.family], metric=c.key.family, labels=c.labels,
+                bounds=list(c.delta.bounds), counts=counts, count=sum(counts), sum=max(c.delta.total, 0.0),
+                reset=c.reset))
+        ctrs = list(_changes(scrape.counters, prev.counters, start, names.model_label))
+        for c in ctrs:
+            name = names.counters[c.key.family]
+            if name == "requests" and any(c.labels.get(k) in v for k, v in names.error_outcomes.items()):
                 name = "requests_failed"
-            models.setdefault(model, _ModelParts()).counters.append(CounterDelta(
-                name=name, metric=key.family, labels=labels, delta=max(d.total, 0.0), reset=reset))
+            models.setdefault(c.model, _ModelParts()).counters.append(CounterDelta(
+                name=name, metric=c.key.family, labels=c.labels, delta=max(c.delta.total, 0.0), reset=c.reset))
         for key, value in scrape.gauges.items():
             model, labels = _split(key.labels, names.model_label)
             models.setdefault(model, _ModelParts()).gauges.append(GaugeValue(
                 name=names.gauges[key.family], metric=key.family, labels=labels, value=value))
-        return start, resets, models
+        return start, sum(c.reset for c in (*hist, *ctrs)), models
 
 
-def _change(now: Totals, before: Totals | None, start: float) -> tuple[Totals, bool] | None:
-    """A series' delta since the scrape at ``start`` and whether it was reset; None for a series
-    new since then whose start is unknown (no ``_created``): it becomes the baseline."""
-    if before is None:
-        if now.created is None or now.created < start:
-            return None
-        return now, True
-    reset = now.reset_since(before)
-    return now.minus(before), reset
+@dataclass(frozen=True)
+class _Change:
+    """One series' delta since the previous scrape, with the model it belongs to."""
+
+    key: SeriesKey
+    model: str
+    labels: dict[str, str]
+    delta: Totals
+    reset: bool
+
+
+def _changes(now: dict[SeriesKey, Totals], before: dict[SeriesKey, Totals], start: float,
+             model_label: str) -> Iterator[_Change]:
+    """Each series' delta since the scrape at ``start``. A series new since then counts whole
+    when its ``_created`` says it began after ``start``; else (start unknown) it is only the
+    baseline."""
+    for key, totals in now.items():
+        prev = before.get(key)
+        if prev is None and (totals.created is None or totals.created < start):
+            continue
+        reset = prev is not None and totals.reset_since(prev)  # a new series is not a restart
+        model, labels = _split(key.labels, model_label)
+        yield _Change(key, model, labels, totals.minus(prev), reset)
 
 
 @dataclass
