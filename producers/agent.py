@@ -114,7 +114,8 @@ def build_source(args: argparse.Namespace, settings: AgentSettings, start_ts: fl
     if cfg.inference.targets:
         from gpuwarden.producers.inference import InferenceScraper
 
-        scraper = InferenceScraper(cfg.inference, node=collector.node, boot_id=collector.boot_id)
+        scraper = InferenceScraper(cfg.inference, node=collector.node, boot_id=collector.boot_id,
+                                   proc_root=cfg.proc_root, gpu_processes=lambda: collector.processes)
         scraper.start()
         extras.append(scraper)
     try:

@@ -26,6 +26,12 @@ class InferenceConfig(Section):
     targets: list[InferenceTarget] = Field(default_factory=list)
     interval: Duration = Field(default=15.0, gt=0, description="wall time between two scrapes of a target")
     timeout: Duration = Field(default=2.0, gt=0, description="one scrape's HTTP request, connect to last byte")
+    discover: bool = Field(default=False, description=(
+        "also probe http://127.0.0.1:<port>/metrics on the ports that GPU processes and their ancestors "
+        "listen on, once per process and port; off by default: a probe is an HTTP request to a port the "
+        "agent was not told about (a torch.distributed store among them)"))
+    refresh: Duration = Field(default=60.0, gt=0, description="wall time between two looks in /proc for the "
+                              "serving processes (and discovery)")
 
 
 class AgentConfig(Section):

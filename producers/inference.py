@@ -21,14 +21,17 @@ import logging
 import threading
 import time
 from collections import Counter
+from pathlib import Path
+from urllib.parse import urlsplit
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwarden.contract import CounterDelta, GaugeValue, HistogramDelta, InferenceMetrics
+from gpuwarden.contract import CounterDelta, GaugeValue, GpuProcess, HistogramDelta, InferenceMetrics
 from gpuwarden.producers.config import InferenceConfig, InferenceTarget
+from gpuwarden.producers.listeners import ancestors, family, parents, port_owners
 from gpuwarden.producers.servingnames import ENGINES, EngineNames
 
 log = logging.getLogger(__name__)
@@ -141,6 +144,17 @@ class TargetState:
         self.last: Scrape | None = None
         self.last_ts: float | None = None
         self.failing: str | None = None
+        #: The serving process and the GPUs it and its children hold, from /proc and NVML.
+        self.pid: int | None = None
+        self.gpus: list[int] = list(target.gpus)
+
+    @property
+    def port(self) -> int | None:
+        """The target's port when it is on this host's loopback (else /proc cannot name its process)."""
+        parts = urlsplit(self.target.url)
+        if parts.hostname not in ("127.0.0.1", "localhost", "::1"):
+            return None
+        return parts.port or (443 if parts.scheme == "https" else 80)
 
     def advance(self, scrape: Scrape, ts: float) -> tuple[float | None, int, dict[str, "_ModelParts"]]:
         """``(start, resets, parts per model)``: what happened since the previous scrape, and in
@@ -204,6 +218,16 @@ class _ModelParts:
     gauges: list[GaugeValue] = field(default_factory=list)
 
 
+def _engine_of(text: str) -> str | None:
+    """The engine whose metrics ``text`` carries, by name prefix (``vllm:``, ``sglang:``)."""
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            prefix = line[7:].partition(":")[0]
+            if prefix in ENGINES:
+                return prefix
+    return None
+
+
 def _split(labels: Labels, model_label: str) -> tuple[str, dict[str, str]]:
     """The model a series belongs to, and its other labels."""
     rest = dict(labels)
@@ -216,10 +240,14 @@ class InferenceScraper:
     callable without the thread (tests, the benchmark)."""
 
     def __init__(self, config: InferenceConfig, *, node: str, boot_id: str,
-                 clock: Callable[[], float] = time.time, client: httpx.Client | None = None) -> None:
+                 clock: Callable[[], float] = time.time, client: httpx.Client | None = None,
+                 proc_root: Path | None = None, gpu_processes: Callable[[], list[GpuProcess]] | None = None) -> None:
         self.config = config
         self.node, self.boot_id, self.clock = node, boot_id, clock
         self.states = [TargetState(t) for t in config.targets]
+        self.proc_root, self.gpu_processes = proc_root, gpu_processes
+        self._probed: set[tuple[int, int]] = set()
+        self._refreshed: float | None = None
         self.client = client or httpx.Client(timeout=config.timeout)
         self.seq = 0
         #: (url, what) -> count: unreachable, http_status, unparsable, no_metrics (no record), reset.
@@ -230,6 +258,10 @@ class InferenceScraper:
         self._thread: threading.Thread | None = None
 
     def scrape_all(self) -> list[InferenceMetrics]:
+        now = time.monotonic()
+        if self._refreshed is None or now - self._refreshed >= self.config.refresh:
+            self._refreshed = now
+            self.refresh()
         out: list[InferenceMetrics] = []
         for state in self.states:
             out.extend(self.scrape(state))
@@ -257,6 +289,52 @@ class InferenceScraper:
         return [self._record(state, start, model, parts) for model, parts in sorted(models.items())
                 if start is not None]
 
+    def refresh(self) -> None:
+        """(``discover``) add the engines found listening in the ancestry of the processes
+        holding GPUs, then name each target's serving process and the GPUs it and its children
+        hold. Only those processes' file descriptors are read: a target outside them has no GPU
+        to attribute."""
+        if self.proc_root is None or self.gpu_processes is None:
+            return
+        holders = self.gpu_processes()
+        parent_of = parents(self.proc_root)
+        lineage = {p.pid: ancestors(p.pid, parent_of) for p in holders}
+        owners = port_owners(self.proc_root, {a for line in lineage.values() for a in line})
+        if self.config.discover:
+            self._discover(holders, lineage, owners)
+        held: dict[int, set[int]] = {}
+        for p in holders:
+            held.setdefault(p.pid, set()).add(p.gpu_index)
+        for state in self.states:
+            pid = owners.get(state.port) if state.port is not None else None
+            if pid is None:
+                continue
+            state.pid = pid
+            if not state.target.gpus:
+                state.gpus = sorted({g for m in family(pid, parent_of) for g in held.get(m, ())})
+
+    def _discover(self, holders: list[GpuProcess], lineage: dict[int, list[int]], owners: dict[int, int]) -> None:
+        """Probe each port of a GPU holder's ancestry once (per process); an answer with an
+        engine's metrics becomes a target named for the holder's task."""
+        known = {s.port for s in self.states}
+        for port, pid in sorted(owners.items()):
+            if port in known or (pid, port) in self._probed:
+                continue
+            self._probed.add((pid, port))
+            holder = next(h for h in holders if pid in lineage[h.pid])
+            url = f"http://127.0.0.1:{port}/metrics"
+            try:
+                resp = self.client.get(url)
+            except httpx.HTTPError:
+                continue
+            engine = _engine_of(resp.text) if resp.status_code == 200 else None
+            if engine is None:
+                continue
+            service = holder.task or f"pid-{pid}"
+            self.states.append(TargetState(InferenceTarget(url=url, engine=engine, service=service)))
+            known.add(port)
+            log.info("inference: found %s serving %s on %s (pid %d)", engine, service, url, pid)
+
     def _fetch(self, state: TargetState) -> str | None:
         url = state.target.url
         try:
@@ -282,7 +360,7 @@ class InferenceScraper:
         t = state.target
         rec = InferenceMetrics(
             ts=state.last_ts, node=self.node, seq=self.seq, boot_id=self.boot_id, start_ts=start,
-            engine=t.engine, service=t.service, model=model, url=t.url, gpu_indices=list(t.gpus),
+            engine=t.engine, service=t.service, model=model, url=t.url, pid=state.pid, gpu_indices=state.gpus,
             histograms=parts.histograms, counters=parts.counters, gauges=parts.gauges)
         self.seq += 1
         return rec

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from gpuwarden.contract import ContractError, InferenceMetrics, Topics, decode, encode, record_key
+from gpuwarden.contract import ContractError, GpuProcess, InferenceMetrics, Topics, decode, encode, record_key
 from gpuwarden.producers.config import AgentConfig, InferenceConfig
 from gpuwarden.producers.inference import InferenceScraper, parse
 from gpuwarden.producers.servingnames import VLLM
@@ -191,3 +191,55 @@ def test_the_agent_config_takes_targets() -> None:
     with pytest.raises(ValueError, match="engine"):
         AgentConfig.model_validate({"inference": {"targets": [{"url": "http://x/metrics", "engine": "tgi",
                                                                "service": "s"}]}})
+
+
+def fake_proc(root, *, port: int, server_pid: int, worker_pid: int) -> None:
+    """A /proc tree: ``server_pid`` listens on ``port`` (inode 4242), ``worker_pid`` is its child;
+    another process listens on a port nobody serves metrics on."""
+    (root / "net").mkdir(parents=True)
+    head = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+    (root / "net" / "tcp").write_text(
+        head + f"   0: 0100007F:{port:04X} 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000 0 4242 1\n"
+        "   1: 0100007F:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0 0 99 1\n"
+        "   2: 0100007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 00000000  1000 0 77 1\n")
+    for pid, ppid, sockets in ((server_pid, 1, [4242]), (worker_pid, server_pid, []), (900, 1, [99])):
+        (root / str(pid) / "fd").mkdir(parents=True)
+        (root / str(pid) / "stat").write_text(f"{pid} (python3) S {ppid} 1 1 0 -1\n")
+        for n, inode in enumerate(sockets):
+            (root / str(pid) / "fd" / str(n + 3)).symlink_to(f"socket:[{inode}]")
+
+
+def holder(pid: int, gpu: int) -> GpuProcess:
+    return GpuProcess(pid=pid, gpu_index=gpu, task="chat-llm")
+
+
+def test_the_record_names_the_serving_process_and_the_gpus_its_children_hold(vllm: FakeVllm, tmp_path) -> None:
+    port = int(vllm.url.split(":")[2].split("/")[0])
+    fake_proc(tmp_path, port=port, server_pid=500, worker_pid=501)
+    clock = Clock()
+    cfg = InferenceConfig(targets=[{"url": vllm.url, "engine": "vllm", "service": "chat"}])
+    s = InferenceScraper(cfg, node="n", boot_id="b", clock=clock, proc_root=tmp_path,
+                         gpu_processes=lambda: [holder(501, 2), holder(501, 3), holder(900, 0)])
+    s.scrape_all()
+    clock.t += 15
+    rec = s.scrape_all()[0]
+    assert (rec.pid, rec.gpu_indices) == (500, [2, 3])
+
+
+def test_discovery_finds_the_engine_in_a_gpu_holders_ancestry(vllm: FakeVllm, tmp_path, caplog) -> None:
+    port = int(vllm.url.split(":")[2].split("/")[0])
+    fake_proc(tmp_path, port=port, server_pid=500, worker_pid=501)
+    clock = Clock()
+    s = InferenceScraper(InferenceConfig(discover=True), node="n", boot_id="b", clock=clock, proc_root=tmp_path,
+                         gpu_processes=lambda: [holder(501, 1)])
+    with caplog.at_level(logging.INFO):
+        assert s.scrape_all() == []  # found, baseline taken
+    (state,) = s.states
+    assert (state.target.url, state.target.engine, state.target.service) == (vllm.url, "vllm", "chat-llm")
+    assert f"found vllm serving chat-llm on {vllm.url} (pid 500)" in caplog.text
+    vllm.metrics.finish(MODELS[0], req(0.3))
+    clock.t += 15
+    rec = by_model(s.scrape_all())[MODELS[0]]
+    assert (rec.service, rec.pid, rec.gpu_indices) == ("chat-llm", 500, [1])
+    s.refresh()
+    assert len(s.states) == 1  # probed once per process and port; port 22's owner is no GPU holder's ancestor
