@@ -21,10 +21,10 @@ import logging
 import threading
 import time
 from collections import Counter
-from pathlib import Path
-from urllib.parse import urlsplit
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -274,7 +274,7 @@ class InferenceScraper:
             return []
         try:
             scrape = parse(text, state.names)
-        except (ValueError, KeyError, IndexError, TypeError) as e:
+        except (ValueError, KeyError) as e:
             return self._failed(state, "unparsable", f"answered text that does not parse as Prometheus metrics ({e})")
         if not scrape:
             return self._failed(state, "no_metrics", f"answered none of {state.target.engine}'s metrics")
@@ -286,8 +286,9 @@ class InferenceScraper:
             self.counts[(url, "reset")] += 1
             log.warning("inference target %s (%s): counters reset (server restarted?) in %d series; "
                         "this interval counts from the restart", url, state.target.service, resets)
-        return [self._record(state, start, model, parts) for model, parts in sorted(models.items())
-                if start is not None]
+        if start is None:
+            return []
+        return [self._record(state, start, model, parts) for model, parts in sorted(models.items())]
 
     def refresh(self) -> None:
         """(``discover``) add the engines found listening in the ancestry of the processes
@@ -306,12 +307,10 @@ class InferenceScraper:
         for p in holders:
             held.setdefault(p.pid, set()).add(p.gpu_index)
         for state in self.states:
-            pid = owners.get(state.port) if state.port is not None else None
-            if pid is None:
-                continue
-            state.pid = pid
+            state.pid = pid = owners.get(state.port) if state.port is not None else None
             if not state.target.gpus:
-                state.gpus = sorted({g for m in family(pid, parent_of) for g in held.get(m, ())})
+                members = family(pid, parent_of) if pid is not None else set()
+                state.gpus = sorted({g for m in members for g in held.get(m, ())})
 
     def _discover(self, holders: list[GpuProcess], lineage: dict[int, list[int]], owners: dict[int, int]) -> None:
         """Probe each port of a GPU holder's ancestry once (per process); an answer with an

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
@@ -243,3 +244,19 @@ def test_discovery_finds_the_engine_in_a_gpu_holders_ancestry(vllm: FakeVllm, tm
     assert (rec.service, rec.pid, rec.gpu_indices) == ("chat-llm", 500, [1])
     s.refresh()
     assert len(s.states) == 1  # probed once per process and port; port 22's owner is no GPU holder's ancestor
+
+
+def test_the_thread_scrapes_on_its_own_and_the_tick_drains(vllm: FakeVllm) -> None:
+    cfg = InferenceConfig(targets=[{"url": vllm.url, "engine": "vllm", "service": "chat"}], interval=0.05)
+    s = InferenceScraper(cfg, node="n", boot_id="b")
+    s.start()
+    try:
+        vllm.metrics.finish(MODELS[0], req(0.3))
+        got: list[InferenceMetrics] = []
+        deadline = time.monotonic() + 20
+        while not got and time.monotonic() < deadline:
+            got = s.drain()
+            time.sleep(0.05)
+    finally:
+        s.stop()
+    assert got and {r.model for r in got} <= set(MODELS)
