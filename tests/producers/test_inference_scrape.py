@@ -259,4 +259,4 @@ def test_the_thread_scrapes_on_its_own_and_the_tick_drains(vllm: FakeVllm) -> No
             time.sleep(0.05)
     finally:
         s.stop()
-    assert got and {r.model for r in got} <= set(MODELS)
+    assert got and {r.model for r in got} == set(MODELS)
