@@ -192,6 +192,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timezone", metavar="TZ", default=None, help="zone of times written without one (default UTC)")
     p.set_defaults(handler="gpuwarden.history.joblog:cmd_import_jobs")
 
+    p = sub.add_parser("baseline", help="task-class baselines")
+    _add_config(p)
+    bsub = p.add_subparsers(dest="baseline_command", metavar="ACTION", required=True)
+    bb = bsub.add_parser("bootstrap", help="learn class baselines from history instead of waiting the observation period")
+    src = bb.add_mutually_exclusive_group(required=True)
+    src.add_argument("--from-prometheus", metavar="URL", help="a Prometheus scraping dcgm-exporter or gpuwarden agents")
+    src.add_argument("--from-file", metavar="FILE.jsonl", help="a recording (run --record, agent --output)")
+    src.add_argument("--spool", metavar="DIR", help="a spool directory or file")
+    bb.add_argument("--since", default="14d", metavar="T", help="start of the history (default 14d)")
+    bb.add_argument("--until", metavar="T", help="end of the history (default now)")
+    bb.add_argument("--step", type=_duration, default=None, metavar="SPAN",
+                    help="Prometheus: query step (default engine.bucket)")
+    bb.add_argument("--class-label", default="task", metavar="LABEL",
+                    help="Prometheus: the label naming the task class ('task': gpuwarden's process series; "
+                         "dcgm-exporter on Kubernetes: e.g. container)")
+    bb.add_argument("--replace", action="store_true", help="drop live engine state already in the spool")
+    bb.set_defaults(handler="gpuwarden.app.bootstrap:cmd_bootstrap")
+
     p = sub.add_parser("export", help="write portable history (compressed JSONL + manifest)")
     _add_config(p)
     p.add_argument("--since", metavar="T")

@@ -64,9 +64,8 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     if args.report:
         from gpuwarden.history.retro import ReportHelpers, write_report
         from gpuwarden.notifiers.render import evidence_parts, words
-        from gpuwarden.streams.trend import slope
 
-        helpers = ReportHelpers(slope=slope, evidence=lambda ev: evidence_parts(ev, words("en")))
+        helpers = ReportHelpers(evidence=lambda ev: evidence_parts(ev, words("en")))
         baselines = {c: engine.classes.baseline(c) for c in engine.classes.classes()}
         write_report(args.report, records, transitions, helpers, baselines=baselines,
                      source=args.from_file or args.spool or f"Kafka {args.kafka}")

@@ -476,6 +476,83 @@ class SchedulerPoll(_TimedRecord):
     error: Text = ""
 
 
+# --------------------------------------------------------------------------- inference.metrics
+
+
+class HistogramDelta(Wire):
+    """One latency histogram series over one scrape interval: what was observed between the
+    previous scrape and this one, per bucket (not cumulative, as the server exposes it), so a
+    reader sums records over any window without knowing the server's start."""
+
+    name: Label = Field(description="what it measures, in our words: ttft, itl, e2e, queue")
+    metric: Label = Field(description="the serving engine's own metric name")
+    labels: dict[Label, Label] = Field(default_factory=dict, max_length=32)
+    bounds: list[float] = Field(max_length=256, description="finite upper bounds (le), ascending, seconds")
+    counts: list[NonNegInt] = Field(
+        max_length=257, description="observations per bucket in the interval; one more than bounds: the last is above the highest bound")
+    count: NonNegInt
+    sum: NonNegFloat = Field(description="sum of the interval's observations, seconds")
+    reset: bool = Field(default=False, description="the server restarted in the interval: counts since its start")
+
+    @model_validator(mode="after")
+    def _shape(self) -> "HistogramDelta":
+        if len(self.counts) != len(self.bounds) + 1:
+            raise ValueError(f"counts: {len(self.counts)} values for {len(self.bounds)} bounds (want bounds + 1)")
+        if any(lo >= hi for lo, hi in zip(self.bounds, self.bounds[1:])):
+            raise ValueError("bounds: not strictly ascending")
+        if sum(self.counts) != self.count:
+            raise ValueError(f"count: {self.count}, but the buckets hold {sum(self.counts)}")
+        return self
+
+
+class CounterDelta(Wire):
+    """One counter series over one scrape interval (tokens, requests by outcome, preemptions)."""
+
+    name: Label = Field(description="prompt_tokens, generation_tokens, preemptions, requests (finished, not "
+                                    "failed), requests_failed (finished as failures)")
+    metric: Label
+    labels: dict[Label, Label] = Field(default_factory=dict, max_length=32)
+    delta: NonNegFloat
+    reset: bool = Field(default=False, description="the server restarted in the interval: counted since its start")
+
+
+class GaugeValue(Wire):
+    """One gauge series at scrape time (requests running/waiting, KV-cache usage 0-1)."""
+
+    name: Label = Field(description="requests_running, requests_waiting, kv_cache_usage")
+    metric: Label
+    labels: dict[Label, Label] = Field(default_factory=dict, max_length=32)
+    value: float
+
+
+class InferenceMetrics(_TimedRecord):
+    """inference.metrics, key ``node``: one model of one serving process (vLLM, SGLang) over one
+    scrape interval, ``start_ts`` to ``ts`` (the agent's clock at the two scrapes). Deltas, not
+    the server's cumulative totals, so a restarted server (counters from zero) never reads as a
+    negative rate or a burst; ``reset`` marks the interval where that happened."""
+
+    schema_: Literal["inference_metrics/1"] = Field(default="inference_metrics/1", alias="schema")
+    node: Label
+    seq: NonNegInt
+    boot_id: Label
+    start_ts: Timestamp
+    engine: Literal["vllm", "sglang"]
+    service: Label
+    model: Label
+    url: Text
+    pid: NonNegInt | None = Field(default=None, description="the serving process, when the agent found it")
+    gpu_indices: list[NonNegInt] = Field(default_factory=list, max_length=64)
+    histograms: list[HistogramDelta] = Field(default_factory=list, max_length=256)
+    counters: list[CounterDelta] = Field(default_factory=list, max_length=1024)
+    gauges: list[GaugeValue] = Field(default_factory=list, max_length=1024)
+
+    @model_validator(mode="after")
+    def _interval(self) -> "InferenceMetrics":
+        if self.start_ts > self.ts:
+            raise ValueError(f"start_ts: {self.start_ts} is after ts {self.ts}")
+        return self
+
+
 # --------------------------------------------------------------------------- alerts
 
 
@@ -612,6 +689,7 @@ Record = Annotated[
         SchedulerJob,
         NodeCapacity,
         SchedulerPoll,
+        InferenceMetrics,
         AlertTransition,
         Silence,
         Ack,
@@ -783,6 +861,7 @@ class Topics:
         "metrics": "task.metrics",
         "summaries": "task.summaries",
         "jobs": "scheduler.jobs",
+        "inference": "inference.metrics",
         "alerts": "alerts",
         "control": "control",
     }
@@ -794,6 +873,7 @@ class Topics:
         self.metrics = prefix + self.BASE["metrics"]
         self.summaries = prefix + self.BASE["summaries"]
         self.jobs = prefix + self.BASE["jobs"]
+        self.inference = prefix + self.BASE["inference"]
         self.alerts = prefix + self.BASE["alerts"]
         self.control = prefix + self.BASE["control"]
 
@@ -802,7 +882,8 @@ class Topics:
         return topic + ".dlq"
 
     def all(self) -> list[str]:
-        return [self.samples, self.events, self.metrics, self.summaries, self.jobs, self.alerts, self.control]
+        return [self.samples, self.events, self.metrics, self.summaries, self.jobs, self.inference, self.alerts,
+                self.control]
 
     def for_record(self, record: BaseModel) -> str:
         """The topic a contract record belongs on."""
@@ -815,6 +896,7 @@ class Topics:
             SchedulerJob: self.jobs,
             NodeCapacity: self.jobs,
             SchedulerPoll: self.jobs,
+            InferenceMetrics: self.inference,
             AlertTransition: self.alerts,
             Silence: self.control,
             Ack: self.control,
@@ -824,7 +906,7 @@ class Topics:
 
 def record_key(record: BaseModel) -> str:
     """The partition key the design gives each record kind."""
-    if isinstance(record, (NodeSnapshot, GpuEvent, TaskMetric)):
+    if isinstance(record, (NodeSnapshot, GpuEvent, TaskMetric, InferenceMetrics)):
         return record.node
     if isinstance(record, TaskSummary):
         return record.task

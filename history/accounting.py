@@ -12,8 +12,6 @@ over the live spool.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import statistics
 import time
@@ -34,6 +32,7 @@ from gpuwarden.contract import (
     Topics,
     decode,
 )
+from gpuwarden.history import tables
 from gpuwarden.history.config import AccountingConfig, HistorySettings
 from gpuwarden.history.flops import flops_per_token, peak_tflops
 from gpuwarden.spool import Spool
@@ -274,13 +273,7 @@ def to_json(u: Usage) -> str:
 
 
 def to_csv(u: Usage) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow([u.by, *_COLUMNS])
-    for r in [*u.rows, u.total]:
-        v = _values(r)
-        w.writerow([r.key, *("" if v[c] is None else v[c] for c in _COLUMNS)])
-    return buf.getvalue()
+    return tables.to_csv(u.by, _COLUMNS, [(r.key, _values(r)) for r in [*u.rows, u.total]])
 
 
 def _fmt(v: Any, col: str) -> str:
@@ -294,24 +287,13 @@ def _fmt(v: Any, col: str) -> str:
 
 
 def to_table(u: Usage, currency: str = "", width: int = 110) -> str:
-    """The rich terminal table, rendered to text (also the body of the weekly digest)."""
-    from rich.console import Console
-    from rich.table import Table
-
+    """The terminal table, rendered to text (also the body of the weekly digest)."""
     tokens = any(r.tokens for r in u.rows)
     cols = [c for c in _COLUMNS if (u.price_per_gpu_hour is not None or "cost" not in c)
             and (tokens or c not in ("tokens", "cost_per_mtok", "mfu"))]
-    t = Table(title=f"GPU usage by {u.by}, {_day(u.since)} → {_day(u.until)}")
-    t.add_column(u.by)
-    for c in cols:
-        t.add_column(c.replace("_", " ") + (f" ({currency})" if "cost" in c and currency else ""),
-                     justify="right")
-    for i, r in enumerate([*u.rows, u.total]):
-        v = _values(r)
-        t.add_row(r.key, *(_fmt(v[c], c) for c in cols), end_section=i == len(u.rows) - 1)
-    console = Console(file=io.StringIO(), width=width, color_system=None)
-    console.print(t)
-    return console.file.getvalue()  # type: ignore[attr-defined]
+    headers = [c.replace("_", " ") + (f" ({currency})" if "cost" in c and currency else "") for c in cols]
+    rows = [(r.key, [_fmt(v[c], c) for c in cols]) for r in [*u.rows, u.total] for v in [_values(r)]]
+    return tables.to_text(f"GPU usage by {u.by}, {_day(u.since)} → {_day(u.until)}", u.by, headers, rows, width)
 
 
 def _day(ts: float) -> str:

@@ -16,8 +16,6 @@ A job belongs to the period when any record of it does (the spool's event time, 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import sys
 import time
@@ -27,6 +25,7 @@ from typing import Any
 
 from gpuwarden.config import CommonSettings
 from gpuwarden.contract import SchedulerJob, Topics, decode
+from gpuwarden.history import tables
 from gpuwarden.spool import Spool
 from gpuwarden.units import parse_time
 
@@ -130,27 +129,12 @@ def render(rep: QueueReport, fmt: str) -> str:
     if fmt == "json":
         return json.dumps({"by": rep.by, "since": rep.since, "until": rep.until,
                            "rows": [_values(r) for r in rep.rows], "total": _values(rep.total)}, indent=2) + "\n"
+    rows = [(r.key, _values(r)) for r in [*rep.rows, rep.total]]
     if fmt == "csv":
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow([rep.by, *COLUMNS])
-        for r in [*rep.rows, rep.total]:
-            v = _values(r)
-            w.writerow([r.key, *("" if v[c] is None else v[c] for c in COLUMNS)])
-        return buf.getvalue()
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title=f"Scheduler history by {rep.by}")
-    t.add_column(rep.by)
-    for c in COLUMNS:
-        t.add_column(c.removesuffix("_s").replace("_", " "), justify="right")
-    for i, r in enumerate([*rep.rows, rep.total]):
-        v = _values(r)
-        t.add_row(r.key, *("-" if v[c] is None else _human(c, v[c]) for c in COLUMNS), end_section=i == len(rep.rows) - 1)
-    console = Console(file=io.StringIO(), width=110, color_system=None)
-    console.print(t)
-    return console.file.getvalue()  # type: ignore[attr-defined]
+        return tables.to_csv(rep.by, COLUMNS, rows)
+    headers = [c.removesuffix("_s").replace("_", " ") for c in COLUMNS]
+    cells = [(key, ["-" if v[c] is None else _human(c, v[c]) for c in COLUMNS]) for key, v in rows]
+    return tables.to_text(f"Scheduler history by {rep.by}", rep.by, headers, cells)
 
 
 def _human(col: str, v: float | int) -> str:

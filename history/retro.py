@@ -14,7 +14,7 @@ import html
 import io
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,25 +31,36 @@ from gpuwarden.contract import (
 
 SECTIONS = ("overview", "memory", "utilization", "thermal", "timeline", "alerts")
 MAX_GPUS = 6
-DEFAULT_TREND_WINDOW_S = 900.0
 TIER_COLOURS = {"info": "#6c8ebf", "attention": "#e3a21a", "critical": "#c0392b"}
 GIB = float(1 << 30)
 
 GpuKey = tuple[str, int]
-Slope = Callable[[Sequence[float], Sequence[float]], float | None]
 
 
 @dataclass(frozen=True, slots=True)
 class ReportHelpers:
-    """What the report borrows from other rooms, handed in by the composition root.
+    """What the report borrows from another room, handed in by the composition root: the
+    notifiers' ``evidence`` wording, so the report says what the chat message says. This room
+    does not import it."""
 
-    The engine's least-squares ``slope``, so the drawn trend is the one the rules
-    compute; the notifiers' ``evidence`` wording, so the report says what the chat
-    message says. This room imports neither.
-    """
-
-    slope: Slope
     evidence: Callable[[Evidence], list[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Trend:
+    """A memory rule's own trend, drawn where it judged it: the slope its evidence gives over the
+    window that ended when it fired (not whatever the last minutes of data show)."""
+
+    key: GpuKey
+    rule: str
+    start: float
+    end: float
+    gib_per_s: float
+    anchor_ts: float  # the line passes through the window's mean sample
+    anchor_gib: float
+
+    def at(self, ts: float) -> float:
+        return self.anchor_gib + self.gib_per_s * (ts - self.anchor_ts)
 
 
 @dataclass(slots=True)
@@ -165,42 +176,78 @@ def _present(ts: list[float], ys: list[float | None]) -> tuple[list[float], list
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
-def _trend_window(inc: Incident, key: GpuKey) -> float:
-    """The window of the memory rule that fired on this GPU, else the default trend window."""
+_PER_S = {"GiB/h": 1 / 3600.0, "GiB/min": 1 / 60.0, "GiB/s": 1.0}
+
+
+def memory_trends(inc: Incident, keys: Iterable[GpuKey]) -> list[Trend]:
+    """Each memory alert's trend on these GPUs, from its firing transition's evidence."""
+    keys = set(keys)
+    out = []
     for t in inc.transitions:
-        if _gpu_of(t.labels) == key and t.evidence.slope is not None and t.evidence.window_s:
-            return t.evidence.window_s
-    return DEFAULT_TREND_WINDOW_S
+        key, ev = _gpu_of(t.labels), t.evidence
+        scale = _PER_S.get(ev.slope_unit or "")
+        if t.state != AlertState.FIRING or key not in keys or ev.slope is None or not ev.window_s or scale is None:
+            continue
+        start = t.ts - ev.window_s
+        pts = [(x, y) for x, y in zip(*_present(inc.series[key].ts, inc.series[key].mem_gib)) if start <= x <= t.ts]
+        if not pts:
+            continue
+        out.append(Trend(key, t.rule, start, t.ts, ev.slope * scale, sum(x for x, _ in pts) / len(pts),
+                         sum(y for _, y in pts) / len(pts)))
+    return out
 
 
-def plot_memory(inc: Incident, keys: list[GpuKey], slope: Slope) -> str:
-    """Memory used per GPU, a least-squares trend line over the trend window, checkpoint markers."""
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    node: str
+    begin: float
+    end: float | None  # None: no end seen
+
+
+def checkpoints(inc: Incident, nodes: set[str]) -> list[Checkpoint]:
+    """Checkpoint spans from the task SDK's begin/end records, per node in time order."""
+    out: list[Checkpoint] = []
+    open_: dict[tuple[str, str], float] = {}
+    for m in sorted(inc.metrics, key=lambda m: m.ts):
+        if m.node not in nodes:
+            continue
+        if m.kind == TaskMetricKind.CHECKPOINT_BEGIN:
+            open_.setdefault((m.node, m.task_id), m.ts)
+        elif m.kind == TaskMetricKind.CHECKPOINT_END and (b := open_.pop((m.node, m.task_id), None)) is not None:
+            out.append(Checkpoint(m.node, b, m.ts))
+    out += [Checkpoint(node, b, None) for (node, _), b in open_.items()]
+    return sorted(out, key=lambda c: c.begin)
+
+
+#: More checkpoints than this on one chart are drawn as a rug of ticks, not full-height spans.
+CHECKPOINT_SPANS_MAX = 24
+
+
+def plot_memory(inc: Incident, keys: list[GpuKey]) -> str:
+    """Memory used per GPU, each memory alert's own trend over its window, checkpoints."""
     plt = _mpl()
     fig, ax = plt.subplots(figsize=(10, 3.8))
+    colours = {}
     for k in keys:
         s = inc.series[k]
         ts, ys = _present(s.ts, s.mem_gib)
-        if not ts:
-            continue
-        (line,) = ax.plot(_dates(ts), ys, label=_label(k, s), linewidth=1.4)
-        lo = ts[-1] - _trend_window(inc, k)
-        wt = [t for t in ts if t >= lo]
-        wy = ys[len(ts) - len(wt):]
-        rate = slope(wt, wy) if ts[0] <= lo and len(wt) >= 2 else None  # only over a full window
-        if rate is not None:
-            mt, my = sum(wt) / len(wt), sum(wy) / len(wy)
-            ax.plot(_dates([wt[0], wt[-1]]), [my + rate * (wt[0] - mt), my + rate * (wt[-1] - mt)],
-                    linestyle="--", color=line.get_color(), linewidth=2,
-                    label=f"trend {rate * 3600:+.2f} GiB/h")
-    nodes = {k[0] for k in keys}
-    marks = [m for m in inc.metrics if m.node in nodes and m.kind in
-             (TaskMetricKind.CHECKPOINT_BEGIN, TaskMetricKind.CHECKPOINT_END)]
-    for i, m in enumerate(marks):
-        end = m.kind == TaskMetricKind.CHECKPOINT_END
-        ax.axvline(_dates([m.ts])[0], color="#2e8b57" if end else "#9acd9a", linestyle=":", linewidth=1,
-                   label=("checkpoint end" if end else "checkpoint begin") if i < 2 else None)
+        if ts:
+            (line,) = ax.plot(_dates(ts), ys, label=_label(k, s), linewidth=1.4)
+            colours[k] = line.get_color()
+    for tr in memory_trends(inc, keys):
+        ax.plot(_dates([tr.start, tr.end]), [tr.at(tr.start), tr.at(tr.end)], linestyle="--",
+                color=colours.get(tr.key, "black"), linewidth=2.2,
+                label=f"{tr.rule} on {tr.key[0]} gpu{tr.key[1]}: {tr.gib_per_s * 3600:+.1f} GiB/h over its window")
+    spans = checkpoints(inc, {k[0] for k in keys})
+    if len(spans) <= CHECKPOINT_SPANS_MAX:
+        for i, c in enumerate(spans):
+            d0, d1 = _dates([c.begin, c.end if c.end is not None else c.begin])
+            ax.axvspan(d0, d1, color="#2e8b57", alpha=0.15, linewidth=0, label="checkpoint" if i == 0 else None)
+    elif spans:  # a rug along the bottom: legible at 15 days of hourly checkpoints too
+        ax.plot(_dates([c.begin for c in spans]), [0] * len(spans), linestyle="none", marker="|",
+                markersize=9, color="#2e8b57", label=f"checkpoints ({len(spans)})")
     ax.set_ylabel("memory used (GiB)")
-    ax.set_title("GPU memory with trend and checkpoints")
+    ax.set_title("GPU memory, each memory alert's trend over its own window, checkpoints")
     _legend_right(ax)
     ax.grid(alpha=0.3)
     return _png(fig)
@@ -258,6 +305,15 @@ def plot_thermal(inc: Incident, keys: list[GpuKey]) -> str:
     return _png(fig)
 
 
+def timeline_label(row: str, rules: list[str], most: int = 3) -> str:
+    """A timeline row's name with the rules that fired on it, so a bar says what it was
+    (names on the bars overlapped where alerts were close)."""
+    if not rules:
+        return row
+    shown = ", ".join(rules[:most]) + (f" +{len(rules) - most}" if len(rules) > most else "")
+    return f"{row}: {shown}"
+
+
 def plot_timeline(inc: Incident) -> str:
     """Per node and GPU: hardware events as markers, alerts as bars from firing to resolved."""
     plt = _mpl()
@@ -272,14 +328,22 @@ def plot_timeline(inc: Incident) -> str:
         return name
 
     spans: list[tuple[str, float, float, str]] = []
+    rules: dict[str, list[str]] = defaultdict(list)  # row -> the rules that fired on it, in order
     opened: dict[str, AlertTransition] = {}
+
+    def span(f: AlertTransition, end: float) -> None:
+        name = row(f.labels.get("node"), f.labels.get("gpu"))
+        spans.append((name, f.ts, end, f.tier.value))
+        if f.rule not in rules[name]:
+            rules[name].append(f.rule)
+
     for t in sorted(inc.transitions, key=lambda t: t.ts):
         if t.state == AlertState.FIRING:
             opened[t.fingerprint] = t
         elif (f := opened.pop(t.fingerprint, None)) is not None:
-            spans.append((row(f.labels.get("node"), f.labels.get("gpu")), f.ts, t.ts, f.tier.value))
-    spans += [(row(f.labels.get("node"), f.labels.get("gpu")), f.ts, inc.last_ts, f.tier.value)
-              for f in opened.values()]
+            span(f, t.ts)
+    for f in opened.values():
+        span(f, inc.last_ts)
     marks = [(row(e.node, e.gpu_index), e.ts, e.kind.value + (f" {e.code}" if e.code is not None else ""))
              for e in inc.events]
     order = sorted(rows)
@@ -304,7 +368,7 @@ def plot_timeline(inc: Incident) -> str:
     for tier, colour in TIER_COLOURS.items():
         ax.plot([], [], color=colour, linewidth=6, label=f"alert: {tier}")
     ax.plot([], [], marker="x", color="black", linestyle="none", label="event")
-    ax.set_yticks(range(len(order)), order, fontsize=8)
+    ax.set_yticks(range(len(order)), [timeline_label(name, rules.get(name, [])) for name in order], fontsize=8)
     ax.set_ylim(-0.7, max(1, len(order)) - 0.3)
     ax.set_xlim(_dates([inc.first_ts, max(inc.last_ts, inc.first_ts + 60)]))
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=4)
@@ -386,7 +450,7 @@ def render_report(records: Iterable[Any], transitions: list[AlertTransition], he
     )
     parts = [
         _section("overview", "Overview", overview),
-        _section("memory", "Memory", _img(plot_memory(inc, keys, helpers.slope), "GPU memory with trend line and checkpoints")),
+        _section("memory", "Memory", _img(plot_memory(inc, keys), "GPU memory with each memory alert's trend and checkpoints")),
         _section("utilization", "Utilization against the task class baseline",
                  _img(plot_utilization(inc, keys, baselines or {}), "GPU utilization and baseline band")
                  + _band_list(inc, keys, baselines or {})),

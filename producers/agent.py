@@ -111,6 +111,13 @@ def build_source(args: argparse.Namespace, settings: AgentSettings, start_ts: fl
                               collector.events.add)
         if ev.start():
             extras.append(ev)
+    if cfg.inference.targets:
+        from gpuwarden.producers.inference import InferenceScraper
+
+        scraper = InferenceScraper(cfg.inference, node=collector.node, boot_id=collector.boot_id,
+                                   proc_root=cfg.proc_root, gpu_processes=lambda: collector.processes)
+        scraper.start()
+        extras.append(scraper)
     try:
         receiver = TaskReceiver(str(cfg.socket_path), collector.node, attributor)
         receiver.start()
@@ -121,11 +128,12 @@ def build_source(args: argparse.Namespace, settings: AgentSettings, start_ts: fl
 
 
 def step_with_extras(source: Source, extras: list[Any]) -> list[Any]:
-    """One tick of the source plus what the task SDK receiver collected since the last."""
+    """One tick of the source plus what the task SDK receiver and the inference scraper
+    collected since the last."""
     records = source.step()
     for x in extras:
         drain = getattr(x, "drain", None)
-        if drain is not None and hasattr(x, "sock"):
+        if drain is not None:
             records.extend(drain())
     return records
 
