@@ -8,7 +8,7 @@ from rich.console import Group
 from rich.table import Table
 
 from gpuwarden.streams.engine import Engine
-from gpuwarden.streams.metrics import GPU_INDEX
+from gpuwarden.streams.columns import GPU_INDEX
 
 _TIER_STYLE = {"critical": "bold red", "attention": "yellow", "info": "cyan"}
 

@@ -16,8 +16,9 @@ import base64
 from array import array
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from math import isnan
+from typing import NamedTuple
 
 from gpuwarden.streams.statecodec import state
 
@@ -37,6 +38,15 @@ def unpack_floats(text: str) -> list[float | None]:
     a = array("d")
     a.frombytes(base64.b64decode(text))
     return [None if isnan(v) else v for v in a]
+
+
+class ClosedBucket(NamedTuple):
+    """A bucket as ``BucketWindow.close`` closed it: means per column (derived ones appended),
+    maxima per raw column (None where nothing reads it)."""
+
+    end: float
+    means: list[float | None]
+    maxes: list[float | None]
 
 
 @state
@@ -65,7 +75,7 @@ class BucketWindow:
     def add(self, row: Sequence[float | None]) -> None:
         self.rows.append(row)
 
-    def close(self, t_end: float, derive=None) -> list | None:
+    def close(self, t_end: float, derive: Callable[[list], list] | None = None) -> ClosedBucket | None:
         """Close the open bucket at ``t_end``; ``derive(means)`` returns values to append."""
         rows = self.rows
         if not rows:
@@ -97,7 +107,7 @@ class BucketWindow:
             for c in self.max:
                 del c[0]
         self.rows = []
-        return [t_end, means, maxes]
+        return ClosedBucket(t_end, means, maxes)
 
     def series(self, index: int, since: float, use_max: bool = False) -> tuple[list[float], list[float]]:
         """(times, values) of one metric over closed buckets with ``t_end > since``."""
@@ -141,10 +151,8 @@ class BucketWindow:
                 "maxlen": self.maxlen, "keep": self.keep, "t": t, "mean": mean, "max": maxes}
 
     def __setstate__(self, s: dict) -> None:
-        rows = s["rows"]
-        if len(rows) == 2 and isinstance(rows[1], str):  # [width, packed]; earlier: a list of rows
-            width, values = rows[0], unpack_floats(rows[1])
-            rows = [tuple(values[i:i + width]) for i in range(0, len(values), width)] if width else []
+        width, values = s["rows"][0], unpack_floats(s["rows"][1])
+        rows = [tuple(values[i:i + width]) for i in range(0, len(values), width)] if width else []
         self.rows, self.maxlen, self._packed = rows, s["maxlen"], None
         self.keep = None if s["keep"] is None else (tuple(s["keep"][0]), tuple(s["keep"][1]))
         self.t = unpack_floats(s["t"])
