@@ -87,6 +87,10 @@ class NodeStage:
     def nodes(self) -> list[str]:
         return sorted(self._nodes)
 
+    def state(self, node: str) -> NodeState | None:
+        """The node's state, to read (the live view's windows, tests); None for a node never seen."""
+        return self._nodes.get(node)
+
     def dump(self, node: str) -> bytes:
         """The node's state (JSON), then a line per record in its reorder buffer: ``<arrival>
         S<Snap>`` or ``<arrival> R<record JSON>``. The buffer (the allowed lateness of input) is
