@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from gpuwarden.contract import GpuColumns
+
 _GIB = float(1 << 30)
 #: An allocated GPU below this utilisation (%) counts as idle.
 IDLE_UTIL = 5.0
@@ -112,21 +114,35 @@ GPU_INDEX = Positions(GPU_COLUMNS + GPU_DERIVED_COLUMNS)
 GPU_MISSING = tuple(0.0 if c.name == "present" else None for c in GPU_COLUMNS)
 
 
-def _row_builder(columns: Sequence[Column]) -> Callable[[Any, Mapping[int, tuple]], list[tuple]]:
-    """``rows(gpus, owners)``: every GPU's row from a snapshot's GPU table (``GpuColumns``),
-    compiled once from the declarations (as dataclasses make ``__init__``) into one
-    comprehension with the values written out: a function call per column or per value costs
-    the worker's hot path ~8 %."""
+def _compile(name: str, src: str) -> Callable[..., Any]:
+    """A row function compiled once from the declarations (as dataclasses make ``__init__``):
+    the row written out as one tuple display. A call per column or value costs the hot path
+    ~8 %, a generic row builder ~5 %."""
+    scope: dict[str, Any] = {"GIB": _GIB, "IDLE_UTIL": IDLE_UTIL}
+    exec(compile(src, f"<{__name__} {name}>", "exec"), scope)
+    return scope[name]
+
+
+def _gpu_rows(columns: Sequence[Column]) -> Callable[[GpuColumns, Mapping[int, tuple]], list[tuple]]:
     fields = sorted({f for c in columns for f in c.fields} - {"owners"})
     values = ", ".join(c.value or c.fields[0] for c in columns)
-    src = (f"def rows(gpus, owners):\n"
-           f"    return [({values},) for {', '.join(fields)} in zip({', '.join('gpus.' + f for f in fields)})]\n")
-    scope: dict[str, Any] = {"GIB": _GIB, "IDLE_UTIL": IDLE_UTIL}
-    exec(compile(src, f"<{__name__} rows>", "exec"), scope)
-    return scope["rows"]
+    return _compile("gpu_rows", f"def gpu_rows(gpus, owners):\n"
+                                f"    return [({values},) for {', '.join(fields)} in "
+                                f"zip({', '.join('gpus.' + f for f in fields)})]\n")
 
 
-gpu_rows = _row_builder(GPU_COLUMNS)
+#: ``gpu_rows(gpus, owners)``: every GPU's row from a snapshot's GPU table (``GpuColumns``).
+gpu_rows = _gpu_rows(GPU_COLUMNS)
+
+
+def row_function(columns: Sequence[Column], *given: str) -> Callable[..., tuple]:
+    """``row(**values)``: the row of ``columns`` holding the ``given`` columns' values (keyword
+    arguments by column name, all required), absent elsewhere."""
+    unknown = set(given) - {c.name for c in columns}
+    if unknown:
+        raise KeyError(f"not columns of this row: {sorted(unknown)}")
+    values = ", ".join(c.name if c.name in given else "None" for c in columns)
+    return _compile("row", f"def row(*, {', '.join(given)}):\n    return ({values},)\n")
 
 
 # ------------------------------------------------------------------ task, node and class rows
@@ -144,14 +160,6 @@ TASK_DERIVED_COLUMNS = (
     Derived("comm_share", "ratio", "comm_s", "step_time_s"),
 )
 TASK_INDEX = Positions(TASK_COLUMNS + TASK_DERIVED_COLUMNS)
-
-
-def row_of(columns: Sequence[Column], **values: float | None) -> tuple:
-    """A row of ``columns`` holding ``values`` (by column name), absent elsewhere."""
-    row = tuple(values.pop(c.name, None) for c in columns)
-    if values:
-        raise KeyError(f"not columns of this row: {sorted(values)}")
-    return row
 
 
 #: Counted at each bucket close over the node's GPUs (their ``present`` column).

@@ -1,8 +1,10 @@
 """Stage 1, keyed by node: per-GPU and per-task windows, hardware and event rules, task summaries.
 
-Hot path (one NodeSnapshot): duplicate check, reorder buffer, one tuple per GPU
-appended to its open bucket. Everything else (aggregation, derived metrics,
-rules, summaries) runs once per bucket close in event time.
+Hot path (one NodeSnapshot): duplicate check, reduction to a ``Snap`` (its GPUs' window
+rows, ``snap.py``), the reorder buffer (``reorder.py``), one tuple per GPU appended to its
+open bucket. Everything else (aggregation, derived columns, rules, summaries) runs once per
+bucket close in event time. The state it keeps is in ``nodestate.py``, what rules read in
+``nodecontext.py``, the task summaries in ``summaries.py``.
 
 Out-of-order records: a per-node reorder buffer holds records until the node's
 watermark is ``allowed_lateness`` past them, then releases them in a content
@@ -31,7 +33,7 @@ from gpuwarden.contract import DEFAULT_MAX_PAST_SKEW_S, GpuEvent, NodeSnapshot, 
 from gpuwarden.streams import statecodec
 from gpuwarden.streams.alerts import AlertSlot
 from gpuwarden.streams.columns import GPU_DERIVED_COLUMNS, GPU_INDEX, GPU_MISSING, NODE_COLUMNS, TASK_COLUMNS, \
-    TASK_DERIVED_COLUMNS, TASK_INDEX, deriver, row_of
+    TASK_DERIVED_COLUMNS, TASK_INDEX, deriver, row_function
 from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.evaluate import evaluate, resolve_all
 from gpuwarden.streams.metrics import GPU_DERIVED, GPU_RAW, NODE_ROW, TASK_DERIVED, TASK_ROW
@@ -47,10 +49,15 @@ from gpuwarden.streams.summaries import fold, summarise
 #: A record stage 1 takes, as it arrives and as its reorder buffer holds it.
 Record = NodeSnapshot | GpuEvent | TaskMetric
 Held = Snap | GpuEvent | TaskMetric
+#: A record's source: its release rank among records with the same ts, and its input.
+SOURCE_OF: dict[type, int] = {NodeSnapshot: SNAPSHOT, Snap: SNAPSHOT, GpuEvent: EVENT, TaskMetric: METRIC}
 _MEM, _UTIL = GPU_INDEX.mem_used_gib, GPU_INDEX.util_gpu
 _PRESENT, _IDLE = GPU_INDEX.present, GPU_INDEX.idle_allocated
 _gpu_derived = deriver(GPU_INDEX, GPU_DERIVED_COLUMNS)
 _task_derived = deriver(TASK_INDEX, TASK_DERIVED_COLUMNS)
+_step_row = row_function(TASK_COLUMNS, "step_time_s", "data_wait_s", "comm_s")
+_task_util_row = row_function(TASK_COLUMNS, "util_gpu")
+_node_row = row_function(NODE_COLUMNS, "gpus_present", "gpus_missing")
 
 
 class NodeStage:
@@ -98,7 +105,7 @@ class NodeStage:
         made once (``_lines``)."""
         st = self._nodes[node]
         buf, made, lines = st.buffer, self._lines.get(node, {}), {}
-        for _, (_, _, arrival), rec in buf:
+        for _, (_, arrival), rec in buf:
             line = made.get(arrival)
             if line is None:
                 line = (b"%d S%s" % (arrival, statecodec.dumps_value(rec)) if type(rec) is Snap
@@ -120,8 +127,7 @@ class NodeStage:
         for line in lines:
             arrival, _, saved = line.partition(b" ")
             rec = statecodec.loads_value(saved[1:]) if saved[:1] == b"S" else decode(saved[1:])
-            source, ids = _ids(rec)  # type: ignore[misc] - a buffered record has ids
-            held.append((rec.ts, (source, ids, int(arrival)), rec))
+            held.append((rec.ts, (_key(rec, SOURCE_OF[type(rec)]), int(arrival)), rec))
         st.buffer = ReorderBuffer(held)
         st.win.keep = self.keep_node
         for gs in st.gpus.values():
@@ -157,11 +163,10 @@ class NodeStage:
         Outputs are appended to ``out`` (a new StageOutput when None), which is returned."""
         if out is None:
             out = StageOutput([], [])
-        found = _ids(record)
-        if found is None:
+        source = SOURCE_OF.get(type(record))
+        if source is None:
             return out  # a record this stage cannot use
-        source, ids = found
-        key = (source, *ids) if source != METRIC else (source, *ids, record.ts)
+        key = _key(record, source)
         st = self._nodes.get(record.node)
         if st is None:
             st = self._nodes[record.node] = NodeState(record.node, self.keep_node, self.horizon)
@@ -189,10 +194,10 @@ class NodeStage:
             self.implausible += buf.discard_before(ts - self.max_past)
         if self.lateness <= 0 and not buf and not behind:
             st.released = ts
-            self._handle(st, held, source, out)
+            self._handle(st, held, out)
             return out
         st.arrivals += 1
-        buf.add(ts, (source, ids, st.arrivals), held)
+        buf.add(ts, (key, st.arrivals), held)
         self._release(st, behind, out)
         return out
 
@@ -209,24 +214,23 @@ class NodeStage:
     def _release(self, st: NodeState, behind: AbstractSet[int], out: StageOutput) -> None:
         """Hand buffered records up to the watermark to ``_handle``, in content order."""
         held = min(st.src_max[s] for s in behind) if behind else None
-        for ts, (source, _, _), rec in st.buffer.release(watermark(st.max_ts, held, self.max_skew,
-                                                                   self.lateness)):
+        for ts, _, rec in st.buffer.release(watermark(st.max_ts, held, self.max_skew, self.lateness)):
             st.released = ts
-            self._handle(st, rec, source, out)
+            self._handle(st, rec, out)
 
     def flush(self) -> StageOutput:
         """Release every buffered record (end of a finite input) and close the open buckets."""
         out = StageOutput([], [])
         for n in self.nodes():
             st = self._nodes[n]
-            for ts, (source, _, _), rec in st.buffer.drain():
+            for ts, _, rec in st.buffer.drain():
                 st.released = ts
-                self._handle(st, rec, source, out)
+                self._handle(st, rec, out)
         return out
 
     # ------------------------------------------------------------------ per record
 
-    def _handle(self, st: NodeState, rec: Held, source: int, out: StageOutput) -> None:
+    def _handle(self, st: NodeState, rec: Held, out: StageOutput) -> None:
         ts = rec.ts
         b = int(ts // self.bucket_s)
         if st.bucket is None or st.period is None:
@@ -238,10 +242,10 @@ class NodeStage:
             if p > st.period:
                 out.summaries.extend(summarise(st, (st.period + 1) * self.period_s, self.period_s))
                 st.period = p
-        if source == SNAPSHOT:
-            self._snapshot(st, rec)  # type: ignore[arg-type]
-        elif source == EVENT:
-            self._event(st, rec, out)  # type: ignore[arg-type]
+        if type(rec) is Snap:
+            self._snapshot(st, rec)
+        elif type(rec) is GpuEvent:
+            self._event(st, rec, out)
         else:
             self._metric(st, rec)  # type: ignore[arg-type]
 
@@ -321,8 +325,7 @@ class NodeStage:
         t.last_seen = m.ts
         kind = m.kind.value
         if kind == "step":
-            t.win.rows.append(row_of(TASK_COLUMNS, step_time_s=m.step_time_s, data_wait_s=m.data_wait_s,
-                                     comm_s=m.comm_s))
+            t.win.rows.append(_step_row(step_time_s=m.step_time_s, data_wait_s=m.data_wait_s, comm_s=m.comm_s))
         elif kind in ("checkpoint_begin", "checkpoint_end"):
             for i in t.gpus:
                 gs = st.gpus.get(i)
@@ -360,14 +363,14 @@ class NodeStage:
                     gs.idle_since = None
                 if gs.ckpt is not None:
                     gs.ckpt.observe(means[_MEM])
-            st.win.rows.append(row_of(NODE_COLUMNS, gpus_present=float(present), gpus_missing=float(missing)))
+            st.win.rows.append(_node_row(gpus_present=float(present), gpus_missing=float(missing)))
             st.win.close(t)
         st.has_samples = False
         for task in st.tasks.values():
             utils = [st.gpus[i].win.latest(_UTIL) for i in task.gpus if i in st.gpus]
             utils = [u for u in utils if u is not None]
             if utils:
-                task.win.rows.append(row_of(TASK_COLUMNS, util_gpu=sum(utils) / len(utils)))
+                task.win.rows.append(_task_util_row(util_gpu=sum(utils) / len(utils)))
             tb = task.win.close(t, _task_derived)
             if tb is not None:
                 fold(st, task, tb)
@@ -417,16 +420,12 @@ def _gpu_labels(st: NodeState, gs: GpuState) -> dict[str, str]:
     return gs.labels or {"node": st.node, "gpu": str(gs.index)}
 
 
-def _ids(record: Record | Held) -> tuple[int, tuple] | None:
-    """(source, the record's own ids): its dedup key and, after ts, its release order."""
-    cls = type(record)
-    if cls is NodeSnapshot or cls is Snap:
-        return SNAPSHOT, (record.boot_id, record.seq)  # type: ignore[union-attr]
-    if cls is TaskMetric:
-        return METRIC, (record.task_id, record.kind.value, -1 if record.step is None else record.step)  # type: ignore[union-attr]
-    if cls is GpuEvent:
-        return EVENT, (record.boot_id, record.seq)  # type: ignore[union-attr]
-    return None
+def _key(record: Record | Held, source: int) -> tuple:
+    """The record's dedup key, and after ts its release order: its source, then its own ids."""
+    if source == METRIC:
+        m: TaskMetric = record  # type: ignore[assignment]
+        return (METRIC, m.task_id, m.kind.value, -1 if m.step is None else m.step, m.ts)
+    return (source, record.boot_id, record.seq)  # type: ignore[union-attr]
 
 
 def _counts_events(rule: Rule) -> bool:
