@@ -7,7 +7,7 @@ from math import ceil
 from gpuwarden.streams.alerts import AlertSlot
 from gpuwarden.streams.reorder import ReorderBuffer
 from gpuwarden.streams.statecodec import state
-from gpuwarden.streams.windows import BucketWindow, EventLog
+from gpuwarden.streams.windows import BucketWindow, EventLog, Keep
 
 #: Memory back within this fraction of its pre-checkpoint level counts as released.
 CKPT_TOLERANCE = 0.005
@@ -16,10 +16,6 @@ CKPT_HORIZON = 1800.0
 #: Release order among records with the same ts: snapshots (``Snap``), events, task metrics.
 SNAPSHOT, EVENT, METRIC = 0, 1, 2
 SOURCES = 3
-
-#: Per (column, maximum?): buckets a window keeps (see ``keep_for``).
-Keep = tuple[tuple[int, ...], tuple[int, ...]]
-
 
 def keep_for(reach: dict, raw: tuple[str, ...], derived: tuple[str, ...], bucket: float,
              extra: dict | None = None) -> Keep:
@@ -38,11 +34,11 @@ def keep_for(reach: dict, raw: tuple[str, ...], derived: tuple[str, ...], bucket
         w = max(need[key] or 0.0, 2 * bucket)  # a latest-value read looks two buckets back
         return int(ceil(w / bucket)) + 1
 
-    return (tuple(count((n, False)) for n in raw + derived), tuple(count((n, True)) for n in raw))
+    return Keep(tuple(count((n, False)) for n in raw + derived), tuple(count((n, True)) for n in raw))
 
 
 def _window(keep: Keep) -> BucketWindow:
-    return BucketWindow(max(*keep[0], *keep[1]), keep)
+    return BucketWindow(max(*keep.means, *keep.maxes), keep)
 
 
 @state
