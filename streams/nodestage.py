@@ -190,8 +190,9 @@ class NodeStage:
         buf = st.buffer
         if ts > st.max_ts:
             st.max_ts = ts
-            # Buffered records this far behind the newest are set aside (a clock at 1970).
-            self.implausible += buf.discard_before(ts - self.max_past)
+            floor = ts - self.max_past
+            if st.released < floor:  # buffered records are not older than the release point
+                self.implausible += buf.discard_before(floor)  # this far behind: a clock at 1970
         if self.lateness <= 0 and not buf and not behind:
             st.released = ts
             self._handle(st, held, out)
