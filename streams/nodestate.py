@@ -131,7 +131,7 @@ class NodeState:
 
     def __init__(self, node: str, keep: Keep, horizon: float) -> None:
         self.node = node
-        self.buffer: ReorderBuffer = ReorderBuffer()  # (ts, (source, ids, arrival), record)
+        self.buffer: ReorderBuffer = ReorderBuffer()  # (ts, (dedup key, arrival), Snap or record)
         self.arrivals = 0
         self.seen: dict[tuple, float] = {}  # dedup id -> ts, for records not older than the release point
         self.released = float("-inf")
