@@ -5,11 +5,14 @@ Each scenario runs through both engine stages with its records delivered out of 
 Engine halfway: so the reorder buffer, dedup, dump/load, windows, summaries and both
 stages' rules all shape the output. The lines hold every transition, a digest of stage 1's
 task summaries (their stats read most window columns), the counters and a digest of stage
-1's state at the halfway dump. ``tests/streams/test_golden.py`` compares the
-lines with ``tests/fixtures/engine_golden.jsonl``, recorded from the engine before stage 1
-was split into modules; a change meant to alter transitions re-records it:
+1's state at the halfway dump. ``tests/streams/test_golden.py`` compares the lines with
+``tests/fixtures/engine_golden.jsonl``: transitions, summaries and counters as the engine gave
+them before stage 1 was split into modules (c10a3a0), the state digest of state format 6. A
+change meant to alter them re-records it:
 
-    python tests/streams/golden.py > tests/fixtures/engine_golden.jsonl
+    .venv/bin/python tests/streams/golden.py > tests/fixtures/engine_golden.jsonl
+
+``--big`` prints the wider check (8 GPUs, 3 h, both stages' final state) to compare two trees.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import random
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from gpuwarden.contract import encode
 from gpuwarden.producers.simulator import SCENARIOS, Simulator
@@ -37,7 +40,7 @@ def _delivery(records: list, seed: str) -> list:
     return [r for _, _, r in sorted(keyed, key=lambda k: (k[0], k[1]))]
 
 
-def _feed(engine: Engine, records: list, summaries: "hashlib._Hash", flush: bool = False) -> list[str]:
+def _feed(engine: Engine, records: list, summary: Callable[[bytes], object], flush: bool = False) -> list[str]:
     """What ``Engine.process`` does per record, with stage 1's summaries hashed on the way."""
     out = [engine.nodes.process(r) for r in records]
     if flush:
@@ -46,7 +49,7 @@ def _feed(engine: Engine, records: list, summaries: "hashlib._Hash", flush: bool
     for o in out:
         lines += [encode(t).decode() for t in o.transitions]
         for s in o.summaries:
-            summaries.update(encode(s))
+            summary(encode(s))
             lines += [encode(t).decode() for t in engine.classes.process(s)]
     if flush:
         lines += [encode(t).decode() for t in engine.classes.flush()]
@@ -61,11 +64,11 @@ def scenario_lines(scenario: str, *, span_s: float = SPAN_S, nodes: int = 2, gpu
     config = EngineConfig(observation_period=1200.0)
     engine, summaries = Engine(config=config), hashlib.sha256()
     half = len(records) // 2
-    lines = _feed(engine, records[:half], summaries)
+    lines = _feed(engine, records[:half], summaries.update)
     stage1 = b"\n".join(engine.nodes.dump(n) for n in engine.nodes.nodes())
     resumed = Engine(config=config)
     resumed.load_all(engine.dump_all())
-    lines += _feed(resumed, records[half:], summaries, flush=True)
+    lines += _feed(resumed, records[half:], summaries.update, flush=True)
     yield from (f"{scenario} {line}" for line in lines)
     yield f"{scenario} summaries {summaries.hexdigest()}"
     yield f"{scenario} stage-1 state {hashlib.sha256(stage1).hexdigest()}"
