@@ -140,14 +140,14 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("id")
     for action in (sa, sl, se):  # --config before or after the action
         _add_config(action, argparse.SUPPRESS)
-    p.set_defaults(handler="gpuwarden.notifiers.control:cmd_silence")
+    p.set_defaults(handler="gpuwarden.notifiers.control_cli:cmd_silence")
 
     p = sub.add_parser("ack", help="acknowledge an alert: stops repeats and escalation")
     _add_config(p)
     p.add_argument("fingerprint")
     p.add_argument("--comment", default="")
     p.add_argument("--by", default=None, help="who (default: $USER)")
-    p.set_defaults(handler="gpuwarden.notifiers.control:cmd_ack")
+    p.set_defaults(handler="gpuwarden.notifiers.control_cli:cmd_ack")
 
     p = sub.add_parser("report", help="reports from history")
     _add_config(p)

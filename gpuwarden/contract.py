@@ -366,6 +366,96 @@ class TaskSummary(_TimedRecord):
     )
 
 
+class StageProgress(Wire):
+    """task.summaries, sent to *every* partition (key ``progress:<partition>``, Kafka header
+    ``gw-progress``): how far stage 1 has got on one of its input partitions. Stage 1 sends it
+    after the summaries it covers, on the same partitions, so a stage-2 worker that reads it
+    has read every summary from that input partition up to ``watermark``; it releases a task
+    class's summaries once every input partition has passed them (a watermark). Without it,
+    stage 2 could only wait for nodes it had already heard from."""
+
+    schema_: Literal["stage_progress/1"] = Field(default="stage_progress/1", alias="schema")
+    partition: NonNegInt = Field(description="the stage-1 input partition (gpu.samples, gpu.events, task.metrics)")
+    watermark: Timestamp | None = Field(
+        description="every summary from that partition with ts <= this was sent before; None: no node read yet")
+    catching_up: bool = Field(description="its inputs are behind (a backlog): wait for it up to max_source_skew")
+    nodes: NonNegInt = Field(description="nodes stage 1 holds for it; 0 and caught up: nothing to wait for")
+
+
+# --------------------------------------------------------------------------- scheduler.jobs
+
+
+class JobState(StrEnum):
+    """A job's state, one vocabulary for Slurm and Kubernetes (the scheduler's own word is
+    kept in ``reason`` where it says more)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    PREEMPTED = "preempted"
+    NODE_FAIL = "node_fail"
+    OUT_OF_MEMORY = "out_of_memory"
+    UNKNOWN = "unknown"
+
+
+class SchedulerJob(_TimedRecord):
+    """scheduler.jobs, key cluster: one job as the scheduler showed it at ``ts`` (one poll).
+    A poll's jobs and nodes are followed by its :class:`SchedulerPoll`, so a reader knows the
+    whole queue at that moment (a job missing from it has left the scheduler's view)."""
+
+    schema_: Literal["scheduler_job/1"] = Field(default="scheduler_job/1", alias="schema")
+    cluster: Label
+    scheduler: Literal["slurm", "kubernetes"]
+    job_id: Label
+    name: Label = ""
+    user: Label = ""
+    account: Label = Field(default="", description="Slurm account, or the pod's namespace")
+    queue: Label = Field(default="", description="Slurm partition, or the pod's scheduler queue")
+    state: JobState
+    reason: Label = Field(default="", description="why it waits or ended: Resources, Priority, Unschedulable, ...")
+    submit_time: Timestamp | None = None
+    eligible_time: Timestamp | None = None
+    start_time: Timestamp | None = None
+    end_time: Timestamp | None = Field(default=None, description="when it ended; None while it has not")
+    gpus: NonNegInt = Field(default=0, description="GPUs requested, all nodes together")
+    gpu_type: Label = ""
+    nodes: list[Label] = Field(default_factory=list, max_length=4096)
+    gpu_indices: dict[Label, list[NonNegInt]] = Field(
+        default_factory=dict, max_length=4096, description="allocated GPU indices per node")
+    restarts: NonNegInt = Field(default=0, description="requeues (Slurm) or container restarts (Kubernetes)")
+    exit_code: int | None = None
+
+
+class NodeCapacity(_TimedRecord):
+    """scheduler.jobs, key cluster: one node's GPUs as the scheduler counted them at ``ts``."""
+
+    schema_: Literal["node_capacity/1"] = Field(default="node_capacity/1", alias="schema")
+    cluster: Label
+    scheduler: Literal["slurm", "kubernetes"]
+    node: Label
+    partitions: list[Label] = Field(default_factory=list, max_length=256)
+    state: Label = Field(default="", description="the scheduler's word: idle, mixed, allocated, drain, down, ...")
+    gpu_type: Label = ""
+    gpus_total: NonNegInt = 0
+    gpus_allocated: NonNegInt = 0
+
+
+class SchedulerPoll(_TimedRecord):
+    """scheduler.jobs, key cluster: the end of one poll (``ts`` as its records'), with how many
+    jobs and nodes it sent; ``error`` when the scheduler did not answer (then none were sent)."""
+
+    schema_: Literal["scheduler_poll/1"] = Field(default="scheduler_poll/1", alias="schema")
+    cluster: Label
+    scheduler: Literal["slurm", "kubernetes"]
+    jobs: NonNegInt = 0
+    nodes: NonNegInt = 0
+    error: Text = ""
+
+
 # --------------------------------------------------------------------------- alerts
 
 
@@ -497,6 +587,10 @@ Record = Annotated[
         GpuEvent,
         TaskMetric,
         TaskSummary,
+        StageProgress,
+        SchedulerJob,
+        NodeCapacity,
+        SchedulerPoll,
         AlertTransition,
         Silence,
         Ack,
@@ -662,6 +756,7 @@ class Topics:
         "events": "gpu.events",
         "metrics": "task.metrics",
         "summaries": "task.summaries",
+        "jobs": "scheduler.jobs",
         "alerts": "alerts",
         "control": "control",
     }
@@ -672,6 +767,7 @@ class Topics:
         self.events = prefix + self.BASE["events"]
         self.metrics = prefix + self.BASE["metrics"]
         self.summaries = prefix + self.BASE["summaries"]
+        self.jobs = prefix + self.BASE["jobs"]
         self.alerts = prefix + self.BASE["alerts"]
         self.control = prefix + self.BASE["control"]
 
@@ -680,7 +776,7 @@ class Topics:
         return topic + ".dlq"
 
     def all(self) -> list[str]:
-        return [self.samples, self.events, self.metrics, self.summaries, self.alerts, self.control]
+        return [self.samples, self.events, self.metrics, self.summaries, self.jobs, self.alerts, self.control]
 
     def for_record(self, record: BaseModel) -> str:
         """The topic a contract record belongs on."""
@@ -689,6 +785,10 @@ class Topics:
             GpuEvent: self.events,
             TaskMetric: self.metrics,
             TaskSummary: self.summaries,
+            StageProgress: self.summaries,
+            SchedulerJob: self.jobs,
+            NodeCapacity: self.jobs,
+            SchedulerPoll: self.jobs,
             AlertTransition: self.alerts,
             Silence: self.control,
             Ack: self.control,
@@ -702,6 +802,10 @@ def record_key(record: BaseModel) -> str:
         return record.node
     if isinstance(record, TaskSummary):
         return record.task
+    if isinstance(record, StageProgress):
+        return f"progress:{record.partition}"
+    if isinstance(record, (SchedulerJob, NodeCapacity, SchedulerPoll)):
+        return record.cluster
     if isinstance(record, AlertTransition):
         return record.fingerprint
     if isinstance(record, Silence):

@@ -20,13 +20,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from gpuwarden.contract import AlertTransition, Topics, encode
 from gpuwarden.spool import Spool
 from gpuwarden.notifiers.control import ControlRecord, ControlState, load_spool, warn_each
+from gpuwarden.notifiers.delivery import Delivery
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.router import Router
+from gpuwarden.notifiers.settings import NotifierSettings
 
 log = logging.getLogger("gpuwarden.notify")
 STATE_NS, STATE_KEY = "notify", "router"
@@ -35,8 +36,8 @@ STATE_NS, STATE_KEY = "notify", "router"
 class Notifier:
     """Record, route, deliver; ``tick`` runs the timers (group flushes, repeats, escalation, spool drain)."""
 
-    def __init__(self, settings: Any, *, spool: Spool | None, clock: Callable[[], float] = time.time,
-                 delivery: Any = None, record_history: bool = True) -> None:
+    def __init__(self, settings: NotifierSettings, *, spool: Spool | None, clock: Callable[[], float] = time.time,
+                 delivery: Delivery | None = None, record_history: bool = True) -> None:
         """``record_history``: append each transition to the spool's ``alerts`` log (standalone);
         the Kafka worker passes False, the ``alerts`` topic being the history there."""
         self.config = settings.notify
@@ -53,8 +54,6 @@ class Notifier:
         """Router state changed since it was last saved."""
         self._restore_state()
         if delivery is None:
-            from gpuwarden.notifiers.delivery import Delivery
-
             delivery = Delivery(self.config.receivers, spool=spool,
                                 language=self.config.language or settings.language, timezone=self.config.timezone)
         self.delivery = delivery

@@ -153,11 +153,6 @@ class Receiver(Section):
     def channel(self) -> ChannelConfig:
         return getattr(self, self.kind)
 
-    def secrets(self) -> list[SecretRef]:
-        """Every SecretRef of this receiver, so redaction knows what to hide."""
-        cfg = self.channel
-        return [v for v in (getattr(cfg, f) for f in type(cfg).model_fields) if isinstance(v, SecretRef)]
-
 
 def fallback_problems(receivers: list[Receiver]) -> list[str]:
     """Unknown fallback names and duplicate receiver names, as ``receivers[i]...`` lines."""

@@ -1,8 +1,10 @@
 """What a channel says about one platform response, and the request it builds.
 
-Channels are pure: ``build_request`` turns a notification into bytes and
-``classify`` turns the platform's answer into one of these verdicts. Delivery
-acts on the verdict (retry, wait, fall back) without knowing the platform.
+Every channel's ``send`` ends in one of these verdicts; for the HTTP platforms
+(:class:`~gpuwarden.notifiers.http_channel.HttpChannel`) a pure
+``build_request`` turns a notification into bytes and a pure ``classify``
+turns the platform's answer into the verdict. Delivery acts on it (retry,
+wait, fall back) without knowing the platform.
 """
 
 from __future__ import annotations

@@ -17,19 +17,21 @@ import signal
 import sys
 import time
 from dataclasses import replace
-from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
 from aiokafka.errors import KafkaError
 
 from gpuwarden.contract import AlertState, AlertTransition, ContractError, Tier, Topics, decode
 from gpuwarden.deadletter import UnsentLog, letter
-from gpuwarden.kafka import client_kwargs, start_client
+from gpuwarden.kafka import kafka_kwargs, start_client
 from gpuwarden.spool import Spool
-from gpuwarden.notifiers.kafka import assign_from_beginning, catch_up, ensure_control_topic, poll
 from gpuwarden.notifiers.control import warn_each
+from gpuwarden.notifiers.delivery import CHANNELS, Delivery
+from gpuwarden.notifiers.kafka import assign_from_beginning, catch_up, ensure_control_topic, poll
 from gpuwarden.notifiers.message import Notification
+from gpuwarden.notifiers.outbox import DeliveryLog
 from gpuwarden.notifiers.pipeline import Notifier
+from gpuwarden.notifiers.settings import NotifierSettings
 
 log = logging.getLogger("gpuwarden.notify")
 MIN_WAIT_MS = 5  # a poll never spins: even a past-due timer waits this long for records
@@ -45,14 +47,14 @@ class Stats:
         self.unsent: UnsentLog | None = None  # dead letters the broker refused
 
 
-async def run_notify(settings: Any, *, stop: asyncio.Event, delivery: Any = None,
+async def run_notify(settings: NotifierSettings, *, stop: asyncio.Event, delivery: Delivery | None = None,
                      stats: Stats | None = None) -> Stats:
     """Consume until ``stop`` is set; ``delivery`` may be injected (tests, benchmarks)."""
     cfg, topics = settings.notify, Topics(settings.kafka.topic_prefix)
     stats = stats or Stats()
     spool = Spool(settings.spool.path, settings.spool.max_bytes, settings.spool.max_age)
     notifier = Notifier(settings, spool=spool, delivery=delivery, record_history=False)
-    kw = client_kwargs(settings)
+    kw = kafka_kwargs(settings.kafka)
     alerts = AIOKafkaConsumer(topics.alerts, **kw, group_id=cfg.consumer_group + settings.kafka.topic_prefix,
                               enable_auto_commit=False, auto_offset_reset="earliest")
     producer = AIOKafkaProducer(**kw, compression_type="zstd", max_request_size=DLQ_REQUEST_BYTES)
@@ -63,7 +65,8 @@ async def run_notify(settings: Any, *, stop: asyncio.Event, delivery: Any = None
     try:
         if control is not None:
             await control.start()
-            parts = await assign_from_beginning(control, await ensure_control_topic(settings))
+            parts = await ensure_control_topic(settings.kafka)
+            await assign_from_beginning(control, parts)
             warn_each(await catch_up(control, parts, notifier.control))  # silences apply from the first alert
         while not stop.is_set():
             if control is not None:
@@ -89,7 +92,8 @@ async def run_notify(settings: Any, *, stop: asyncio.Event, delivery: Any = None
     return stats
 
 
-async def _one(r: Any, notifier: Notifier, producer: AIOKafkaProducer, topics: Topics, settings: Any,
+async def _one(r: ConsumerRecord, notifier: Notifier, producer: AIOKafkaProducer, topics: Topics,
+               settings: NotifierSettings,
                stats: Stats) -> None:
     lim = settings.limits
     try:
@@ -112,14 +116,14 @@ async def _one(r: Any, notifier: Notifier, producer: AIOKafkaProducer, topics: T
     await notifier.handle(t)
 
 
-def cmd_notify(args: argparse.Namespace, settings: Any) -> int:
+def cmd_notify(args: argparse.Namespace, settings: NotifierSettings) -> int:
     """Run the notifier worker until SIGINT/SIGTERM; ``--log N`` prints the delivery log instead."""
     if getattr(args, "log", None) is not None:
         return _print_log(settings, args.log)
     return asyncio.run(_main(settings))
 
 
-async def _main(settings: Any) -> int:
+async def _main(settings: NotifierSettings) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -131,9 +135,7 @@ async def _main(settings: Any) -> int:
     return 0
 
 
-def _print_log(settings: Any, limit: int) -> int:
-    from gpuwarden.notifiers.outbox import DeliveryLog
-
+def _print_log(settings: NotifierSettings, limit: int) -> int:
     with Spool(settings.spool.path) as spool:
         for e in DeliveryLog(spool).read(limit):
             when = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(e["at"]))
@@ -154,14 +156,12 @@ def sample_notification(receiver: str, now: float, *, resolved: bool = False) ->
                         id=f"test:{receiver}:{now!r}" + (":resolved" if resolved else ""))
 
 
-def cmd_test_notify(args: argparse.Namespace, settings: Any) -> int:
+def cmd_test_notify(args: argparse.Namespace, settings: NotifierSettings) -> int:
     """Send a test message to every configured receiver (or ``--receiver``); exit 1 if any fails."""
     return asyncio.run(_test_notify(settings, args.receiver))
 
 
-async def _test_notify(settings: Any, only: list[str] | None) -> int:
-    from gpuwarden.notifiers.delivery import CHANNELS, Delivery
-
+async def _test_notify(settings: NotifierSettings, only: list[str] | None) -> int:
     receivers = settings.notify.receivers
     unknown = sorted(set(only or []) - {r.name for r in receivers})
     if unknown:
@@ -181,7 +181,7 @@ async def _test_notify(settings: Any, only: list[str] | None) -> int:
             if only and r.name not in only:
                 continue
             out = await delivery.deliver(sample_notification(r.name, now))
-            if out.status == "delivered" and getattr(CHANNELS[r.kind], "OPENS_INCIDENTS", False):
+            if out.status == "delivered" and CHANNELS[r.kind].opens_incidents:
                 closed = await delivery.deliver(sample_notification(r.name, now, resolved=True))
                 out = closed if closed.status != "delivered" else replace(out, detail=f"{out.detail}, then resolved")
             failed += out.status != "delivered"

@@ -437,26 +437,6 @@ def _event_pred(m: EventMatch) -> Callable[[dict], bool]:
     return pred
 
 
-class _Unknown:
-    """Stands in for a name a template uses but this alert has no value for."""
-
-    def __format__(self, spec: str) -> str:
-        return "?"
-
-
-class _Vars(dict):
-    def __missing__(self, key: str) -> _Unknown:
-        return _Unknown()
-
-
-def render(template: str, values: dict[str, Any]) -> str:
-    """Fill ``{name}`` / ``{name:.1f}`` from labels and evidence; unknown names show as ``?``."""
-    try:
-        return string.Formatter().vformat(template, (), _Vars(values))
-    except (ValueError, TypeError):
-        return template
-
-
 @dataclass
 class Rule:
     """A compiled rule: the spec plus closures for its condition (``test`` decides, ``check``

@@ -3,9 +3,11 @@
 Stage 1 (key node) reads ``gpu.samples``, ``gpu.events`` and ``task.metrics``
 (all keyed by node, so co-partitioned), runs :class:`gpuwarden.streams.engine.NodeStage`,
 and produces transitions to ``alerts`` (key fingerprint) and task summaries to
-``task.summaries`` (key task class: the repartition for stage 2). Stage 2 (key
-task class) reads ``task.summaries`` and runs :class:`gpuwarden.streams.engine.ClassStage`
-for the per-class baselines. Each stage keeps a faust Table (compacted changelog)
+``task.summaries`` (key task class: the repartition for stage 2), each batch's summaries
+followed by progress reports to every partition (:mod:`gpuwarden.streams.progress`). Stage 2
+(key task class) reads ``task.summaries`` and runs :class:`gpuwarden.streams.engine.ClassStage`
+for the per-class baselines, releasing a class's summaries once every stage-1 partition has
+passed them. Each stage keeps a faust Table (compacted changelog)
 of per-key envelopes (see :mod:`gpuwarden.streams.keyed`), written for the keys that changed
 every ``engine.checkpoint_interval`` of wall time; input offsets are acknowledged
 (so committed) only after the checkpoint that covers them.
@@ -32,8 +34,10 @@ from aiokafka.structs import TopicPartition
 from faust.types import TP
 
 from gpuwarden.contract import (
+    ContractError,
     GpuEvent,
     NodeSnapshot,
+    StageProgress,
     TaskMetric,
     TaskSummary,
     Topics,
@@ -43,9 +47,11 @@ from gpuwarden.deadletter import UnsentLog
 from gpuwarden.kafka import broker_credentials
 from gpuwarden.streams.backlog import Backlog
 from gpuwarden.streams.batchconsumer import batch_consumer
-from gpuwarden.streams.dlq import Consumed, Limits, Outbound
+from gpuwarden.streams.dlq import Consumed, Limits, Outbound, decode_inbound, to_dlq
 from gpuwarden.streams.engine import StageOutput
 from gpuwarden.streams.keyed import KeyedRunner, Settle, Source
+from gpuwarden.streams.progress import HEADERS as PROGRESS_HEADERS
+from gpuwarden.streams.progress import Gate, Reporter, is_progress, partition_watermark
 from gpuwarden.streams.runtime import HeapTrim
 
 log = logging.getLogger("gpuwarden.streams")
@@ -65,10 +71,6 @@ HOLD_MAX = 20000
 MAX_RECORD_BYTES = 16 << 20
 #: The workers' outputs (dead letters holding base64 JSON: ~4x smaller) are compressed.
 COMPRESSION = "zstd"
-#: Kafka header stage 1 puts on a task summary it made while the node's inputs were behind
-#: (catching up); stage 2 then waits for that node beyond ``summary_lateness``.
-CATCHING_UP = "gw-catching-up"
-_STAMP = ((CATCHING_UP, b"1"),)
 #: Per-partition fetch size. A fetch's records are merged by their Kafka timestamps,
 #: but one topic's fetch can run ahead of another's while catching up on a backlog;
 #: small fetches bound how far (see docs/streams-faust.md).
@@ -170,7 +172,8 @@ def build_app(
         sent = []
         for o in out:
             try:
-                sent.append((o, await producer.send(o.topic, o.key, o.value, None, None, list(o.headers) or None)))
+                sent.append((o, await producer.send(o.topic, o.key, o.value, o.partition, None,
+                                                    list(o.headers) or None)))
             except KafkaError as e:  # refused before sending (too large for the producer)
                 refused(o, e)
         if sent:
@@ -190,8 +193,9 @@ def build_app(
     held: dict[str, list[tuple[TP, int]]] = {"node-state": [], "class-state": []}
 
     async def apply(runner: KeyedRunner, table: faust.Table, records: list[Any], fence: int,
-                    settle: Settle | None = None) -> bool:
-        """One batch; its offsets are held (not committable) until a checkpoint covers them.
+                    settle: Settle | None = None, aside: list[Any] | None = None) -> bool:
+        """One batch; its offsets (and those of the records ``aside``, read but handled by
+        ``settle``) are held (not committable) until a checkpoint covers them.
         Not applied (False) once a rebalance began since the fetch's ``fence``
         (``app.rebalancing_count`` then): its partitions may be another worker's now and this
         worker's keys of them un-synced, so a run would load a key's stale stored state, apply
@@ -203,7 +207,7 @@ def build_app(
         if app.rebalancing_count != fence:
             return False
         waiting = held[table.name]
-        waiting.extend((TP(r.topic, r.partition), r.offset) for r in records)
+        waiting.extend((TP(r.topic, r.partition), r.offset) for r in (*records, *(aside or ())))
         res = runner.run(records, lambda key: table.get(key.encode()),
                          force=len(waiting) >= HOLD_MAX, settle=settle)
         # Outputs must be on the broker before the state that says they were made.
@@ -309,24 +313,56 @@ def build_app(
             behind = backlog.behind(msg.topic, msg.partition, msg.offset, msg.key)
             node_stage.process(record, behind, scratch)
             nodes_at[msg.partition].add(record.node)
-            return node_outbound(scratch, bool(behind))
+            return node_outbound(scratch)
         finally:
             scratch.transitions.clear()
             scratch.summaries.clear()
 
-    def node_outbound(out: Any, catching_up: bool) -> list[Outbound]:
-        """Transitions and summaries to produce; summaries made while the node's inputs were
-        behind carry the catching-up stamp."""
+    def node_outbound(out: Any) -> list[Outbound]:
+        """Transitions and summaries to produce."""
         if not out.transitions and not out.summaries:
             return []
-        stamp = _STAMP if catching_up else ()
         return [*(Outbound(topics.alerts, t.fingerprint.encode(), encode(t)) for t in out.transitions),
-                *(Outbound(topics.summaries, s.task.encode(), encode(s), stamp) for s in out.summaries)]
+                *(Outbound(topics.summaries, s.task.encode(), encode(s)) for s in out.summaries)]
+
+    reporter = Reporter(float(settings.engine.summary_interval))
+    lateness = float(settings.engine.summary_lateness)
+
+    def progress_out(partitions: Iterable[int]) -> list[Outbound]:
+        """Progress reports for these stage-1 partitions that are due, each to every
+        ``task.summaries`` partition (behind the summaries already sent there)."""
+        sends: list[Outbound] = []
+        wall = asyncio.get_running_loop().time()
+        for p in sorted(partitions):
+            nodes = [node_stage.position(n) for n in sorted(nodes_at.get(p, ())) if node_runner.synced(n)]
+            catching = bool(backlog.behind_at_end(p))
+            progress = StageProgress(partition=p, catching_up=catching, nodes=len(nodes),
+                                     watermark=partition_watermark((n for n in nodes if n), catching, lateness))
+            if reporter.due(progress, wall):
+                value, key = encode(progress), f"progress:{p}".encode()
+                sends += [Outbound(topics.summaries, key, value, PROGRESS_HEADERS, s) for s in range(k.partitions)]
+        return sends
+
+    reported_all = {"at": float("-inf")}
+
+    async def report_others(done: set[int], assigned: set[TP]) -> None:
+        """Every ``reporter.resend_s``: the stage-1 partitions of ours that no fetch brought
+        (empty ones among them: they must say so, or stage 2 waits for them) are judged again
+        and reported."""
+        wall = asyncio.get_running_loop().time()
+        if wall - reported_all["at"] < reporter.resend_s:
+            return
+        reported_all["at"] = wall
+        others = {tp.partition for tp in assigned if tp.topic == topics.samples} - done
+        if others:
+            await find_behind({}, others, assigned)
+            await send_all(progress_out(others))
 
     def settle_nodes(partitions: Iterable[int]) -> Settle:
         """After a fetch: the nodes of its partitions release what their inputs' final state
-        allows. A node held back by an input behind at its last record would otherwise wait for
-        its next record (a sample period live, forever at the end of a replayed topic)."""
+        allows (a node held back by an input behind at its last record would otherwise wait for
+        its next record: a sample period live, forever at the end of a replayed topic); then the
+        partitions' progress, behind their summaries."""
         def settle() -> tuple[list[str], list[Outbound]]:
             changed: list[str] = []
             sends: list[Outbound] = []
@@ -335,14 +371,45 @@ def build_app(
                 for node in sorted(nodes_at.get(p, ())):
                     if node_runner.synced(node) and node_stage.advance(node, behind, out):
                         changed.append(node)
-                sends += node_outbound(out, bool(behind))
-            return changed, sends
+                sends += node_outbound(out)
+            return changed, sends + progress_out(partitions)
         return settle
 
+    gates: dict[int, Gate] = {}  # task.summaries partition -> the watermark read on it
+    class_at: dict[str, int] = {}  # task class -> its task.summaries partition
+
+    def gate(partition: int) -> Gate:
+        g = gates.get(partition)
+        if g is None:
+            g = gates[partition] = Gate(k.partitions, lateness, float(settings.engine.max_source_skew))
+        return g
+
     def emit_class(summary: TaskSummary, msg: Consumed) -> list[Outbound]:
-        catching_up = any(k == CATCHING_UP for k, _ in getattr(msg, "headers", None) or ())
+        class_at[summary.task] = msg.partition
         return [Outbound(topics.alerts, t.fingerprint.encode(), encode(t))
-                for t in class_stage.process(summary, catching_up)]
+                for t in class_stage.process(summary, gate(msg.partition).value)]
+
+    def open_gates(progress: list[Any]) -> Settle:
+        """After a fetch's summaries (judged against the gates as they stood before it): its
+        progress reports move the gates on, and the classes behind a gate that moved release
+        what it now allows."""
+        def settle() -> tuple[list[str], list[Outbound]]:
+            moved: set[int] = set()
+            sends: list[Outbound] = []
+            for r in progress:
+                try:
+                    report = decode_inbound(r, StageProgress, limits, key_of=None)
+                except ContractError as e:
+                    sends.append(to_dlq(r, str(e), max_bytes=limits.max_bytes))
+                    continue
+                if gate(r.partition).update(report):
+                    moved.add(r.partition)
+            changed = [c for c, p in sorted(class_at.items()) if p in moved and class_runner.synced(c)]
+            for c in changed:
+                sends += [Outbound(topics.alerts, t.fingerprint.encode(), encode(t))
+                          for t in class_stage.release(c, gates[class_at[c]].value)]
+            return changed, sends
+        return settle
 
     def node_of(record: Any) -> str:
         return record.node
@@ -377,6 +444,13 @@ def build_app(
                 del nodes_at[p]
         for waiting in held.values():
             waiting.clear()
+        kept = {tp.partition for tp in assigned
+                if tp.topic == topics.summaries and f"{tp.topic}:{tp.partition}" in retained}
+        for p in set(gates) - kept:
+            del gates[p]
+        for c in [c for c, p in class_at.items() if p not in kept]:
+            del class_at[c]
+        reporter.forget()
 
     trim = HeapTrim()
 
@@ -387,6 +461,7 @@ def build_app(
         trim.busy(sum(map(len, fetched.values())))
         assigned = app.consumer.assignment()
         node_lists = [recs for tp, recs in fetched.items() if tp.topic in ranks and tp in assigned]
+        partitions: set[int] = set()
         if node_lists:
             partitions = {tp.partition for tp in fetched if tp.topic in ranks and tp in assigned}
             await find_behind(fetched, partitions, assigned)
@@ -394,10 +469,14 @@ def build_app(
                 list(heapq.merge(*node_lists, key=attrgetter("timestamp")))
             if not await apply(node_runner, node_table, merged, fence, settle_nodes(partitions)):
                 return
+        await report_others(partitions, assigned)
         summaries = [r for tp, recs in fetched.items() if tp.topic == topics.summaries and tp in assigned
                      for r in recs]
         if summaries:
-            await apply(class_runner, class_table, summaries, fence)
+            progress = [r for r in summaries if is_progress(r.headers)]
+            if progress:
+                summaries = [r for r in summaries if not is_progress(r.headers)]
+            await apply(class_runner, class_table, summaries, fence, open_gates(progress), progress)
         report_counts()
 
     async def idle() -> None:
@@ -412,7 +491,9 @@ def build_app(
         waiting = {p for p in nodes_at if backlog.behind_at_end(p) and TP(topics.samples, p) in assigned}
         if waiting:
             await find_behind({}, waiting, assigned)
-            await apply(node_runner, node_table, [], fence, settle_nodes(waiting))
+            if not await apply(node_runner, node_table, [], fence, settle_nodes(waiting)):
+                return
+        await report_others(waiting, assigned)
 
     inputs = (topics.samples, topics.events, topics.metrics, topics.summaries)
     app.transport.Consumer = batch_consumer(inputs, handle, idle)
