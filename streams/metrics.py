@@ -11,7 +11,6 @@ from typing import NamedTuple
 
 from gpuwarden.streams.columns import CLASS_COLUMNS, GPU_COLUMNS, GPU_DERIVED_COLUMNS, NODE_COLUMNS, TASK_COLUMNS, \
     TASK_DERIVED_COLUMNS, names
-from gpuwarden.streams.columns import CLASS_INDEX  # noqa: F401 - classstage imports it from here (issue #15 moves it)
 
 
 class Metric(NamedTuple):
