@@ -6,6 +6,8 @@ COPY gpuwarden ./gpuwarden
 COPY producers ./producers
 COPY streams ./streams
 COPY notifiers ./notifiers
+COPY history ./history
+COPY app ./app
 RUN pip install --no-cache-dir . && useradd --system --uid 990 gpuwarden
 ENV GPUWARDEN_CONFIG=/etc/gpuwarden/gpuwarden.yaml
 ENTRYPOINT ["gpuwarden"]

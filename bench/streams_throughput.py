@@ -184,7 +184,7 @@ async def backlog_worker(bootstrap: str, records: list[Any], tmp: Path) -> Async
     on them; stopped, and its topics deleted, on the way out."""
     import yaml
 
-    from gpuwarden.config import validate_settings
+    from gpuwarden.app.settings import validate_settings
     from gpuwarden.contract import Topics, encode, record_key
     from gpuwarden.streams.engine import Engine
 
@@ -199,7 +199,7 @@ async def backlog_worker(bootstrap: str, records: list[Any], tmp: Path) -> Async
     config = tmp / "gpuwarden.yaml"
     config.write_text(yaml.safe_dump(settings.model_dump(mode="json", include={"kafka", "limits", "engine"})))
     log = tmp / "streams.log"
-    proc = worker([sys.executable, "-m", "gpuwarden.cli", "-v", "streams", "--config", str(config),
+    proc = worker([sys.executable, "-m", "gpuwarden.app.cli", "-v", "streams", "--config", str(config),
                    "--worker-id", "bench", "--data-dir", str(tmp / "streams")], log)
     try:
         yield Backlog(proc, log, settings, topics, probe.summaries)

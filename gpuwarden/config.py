@@ -4,9 +4,11 @@ Where the file comes from: ``--config``, else ``$GPUWARDEN_CONFIG``, else
 ``./gpuwarden.yaml``, else the built-in defaults (which work: standalone, simulated
 GPUs where there is no NVML, a spool under ``./var``).
 
-Each room owns its section model (``gpuwarden.producers.config``, ``gpuwarden.streams.config``,
-``gpuwarden.notifiers.config``); this module composes them, loads the file and turns
-validation errors into ``file: key.path: what was expected`` lines.
+This module holds the primitives every layer uses: the section base model, secret
+references, the shared sections (Kafka, spool, limits), reading the file and turning
+validation errors into ``file: key.path: what was expected`` lines. Each room owns its
+own section (``gpuwarden.producers.config``, ``gpuwarden.streams.config``, ...); the
+composition root (``gpuwarden.app.settings``) assembles them into one model.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
@@ -26,6 +28,9 @@ from gpuwarden.contract import (
     field_path,
 )
 from gpuwarden.units import Duration, Size
+
+
+Language = Literal["en", "zh-CN"]
 
 
 class ConfigError(Exception):
@@ -106,41 +111,19 @@ class LimitsConfig(Section):
     with a reset clock must not raise or resolve alerts in 1970."""
 
 
-def _sections() -> dict[str, type[BaseModel]]:
-    # Imported here so each room can import gpuwarden.config's helpers without a cycle.
-    from gpuwarden.accounting import AccountingConfig
-    from gpuwarden.notifiers.config import NotifyConfig
-    from gpuwarden.producers.config import AgentConfig
-    from gpuwarden.streams.config import EngineConfig
+class CommonSettings(Protocol):
+    """The sections every room may read. A room's functions take its own Protocol (this plus its
+    section) or just the section they need, never the composed model: the composition root
+    (``gpuwarden.app.settings``) assembles that, and it satisfies every room's Protocol."""
 
-    return {"agent": AgentConfig, "engine": EngineConfig, "notify": NotifyConfig,
-            "accounting": AccountingConfig}
-
-
-def _settings_model() -> type[BaseModel]:
-    from pydantic import create_model
-
-    rooms = {name: (model, Field(default_factory=model)) for name, model in _sections().items()}
-    return create_model(  # type: ignore[call-overload]
-        "Settings",
-        __base__=Section,
-        site=(str, "default"),
-        language=(Literal["en", "zh-CN"], "en"),
-        kafka=(KafkaConfig, Field(default_factory=KafkaConfig)),
-        spool=(SpoolConfig, Field(default_factory=SpoolConfig)),
-        limits=(LimitsConfig, Field(default_factory=LimitsConfig)),
-        **rooms,
-    )
+    site: str
+    language: Language
+    kafka: KafkaConfig
+    spool: SpoolConfig
+    limits: LimitsConfig
 
 
-_MODEL: type[BaseModel] | None = None
-
-
-def settings_model() -> type[BaseModel]:
-    global _MODEL
-    if _MODEL is None:
-        _MODEL = _settings_model()
-    return _MODEL
+M = TypeVar("M", bound=BaseModel)
 
 
 def config_path(explicit: str | os.PathLike[str] | None = None) -> Path | None:
@@ -154,28 +137,29 @@ def config_path(explicit: str | os.PathLike[str] | None = None) -> Path | None:
     return local if local.exists() else None
 
 
-def load_settings(path: str | os.PathLike[str] | None = None, *, resolve: bool = True) -> Any:
-    """Load and validate settings; raises :class:`ConfigError` on any problem."""
+def read_config(path: str | os.PathLike[str] | None = None) -> tuple[str, dict[str, Any]]:
+    """(source, mapping) of the file :func:`config_path` picks; ``("<defaults>", {})`` for none."""
     p = config_path(path)
-    source = str(p) if p else "<defaults>"
-    data: Any = {}
-    if p is not None:
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except OSError as e:
-            raise ConfigError(source, [f"cannot read ({e.strerror})"]) from None
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-            raise ConfigError(source, [f"{where}not valid YAML ({getattr(e, 'problem', e)})"]) from None
-        if not isinstance(data, dict):
-            raise ConfigError(source, ["expected a mapping of sections at the top level"])
-    return validate_settings(data, source)
-
-
-def validate_settings(data: dict[str, Any], source: str = "<config>") -> Any:
+    if p is None:
+        return "<defaults>", {}
+    source = str(p)
     try:
-        return settings_model().model_validate(data)
+        data = yaml.safe_load(p.read_text()) or {}
+    except OSError as e:
+        raise ConfigError(source, [f"cannot read ({e.strerror})"]) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ConfigError(source, [f"{where}not valid YAML ({getattr(e, 'problem', e)})"]) from None
+    if not isinstance(data, dict):
+        raise ConfigError(source, ["expected a mapping of sections at the top level"])
+    return source, data
+
+
+def validate(model: type[M], data: dict[str, Any], source: str = "<config>") -> M:
+    """``model`` from ``data``; raises :class:`ConfigError` naming ``source`` and each key path."""
+    try:
+        return model.model_validate(data)
     except ValidationError as e:
         raise ConfigError(source, validation_problems(e)) from None
 

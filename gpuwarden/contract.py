@@ -317,6 +317,8 @@ class TaskMetricKind(StrEnum):
     THROUGHPUT = "throughput"
     TTFT = "ttft"
     LATENCY = "latency"
+    MODEL = "model"
+    """What the task trains: its parameter count (and shape), for model FLOPs (MFU)."""
 
 
 class TaskMetric(_TimedRecord):
@@ -344,6 +346,10 @@ class TaskMetric(_TimedRecord):
     latency_s: NonNegFloat | None = None
     exit_code: int | None = None
     message: Text = ""
+    model_params: NonNegFloat | None = Field(default=None, description="parameters (kind model)")
+    model_layers: NonNegInt | None = None
+    model_hidden: NonNegInt | None = Field(default=None, description="hidden size (d_model)")
+    model_seq_len: NonNegInt | None = None
 
 
 # --------------------------------------------------------------------------- task.summaries

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, field_validator, model_validator
 
-from gpuwarden.config import Section
+from gpuwarden.config import KafkaConfig, LimitsConfig, Section, SpoolConfig
 from gpuwarden.contract import Matcher
 from gpuwarden.units import Duration
 from gpuwarden.notifiers.receivers import Receiver, fallback_problems
@@ -243,3 +243,17 @@ def default_route() -> RouteConfig:
                             group_by=[GROUP_BY_ALL], group_wait=0.0, group_interval=60.0,
                             repeat_interval=3600.0, mention_oncall=True)],
     )
+
+
+class NotifierSettings(Protocol):
+    """What the notifier reads of the composed settings: its own section and the foundation's shared ones.
+
+    The settings model is assembled from every room's section at load time; this names the part the
+    notifier's commands and :class:`~gpuwarden.notifiers.pipeline.Notifier` depend on.
+    """
+
+    language: str
+    notify: NotifyConfig
+    kafka: KafkaConfig
+    spool: SpoolConfig
+    limits: LimitsConfig

@@ -12,14 +12,19 @@ scheduler is away" stay apart), and polled again after an exponential backoff ca
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
+import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from gpuwarden.contract import NodeCapacity, SchedulerJob, SchedulerPoll
+from gpuwarden.producers.agent import EXIT_FAIL, EXIT_OK, Sink, pump_forever
+from gpuwarden.producers.config import SchedulerConfig, SchedulerSettings
 
 log = logging.getLogger(__name__)
 
@@ -85,11 +90,55 @@ class Collector:
             return self.interval_s
         return min(self.interval_s * 2.0 ** failures_in_a_row, max(self.max_backoff_s, self.interval_s))
 
-    async def run(self, stop: asyncio.Event) -> None:
-        failures = 0
-        while not stop.is_set():
+    async def run(self, stop: asyncio.Event, polls: int | None = None) -> None:
+        """Poll until ``stop`` is set (or ``polls`` polls were made)."""
+        failures, made = 0, 0
+        while not stop.is_set() and (polls is None or made < polls):
             failures = 0 if await self.poll_once() else failures + 1
+            made += 1
+            if polls is not None and made >= polls:
+                return
             try:
                 await asyncio.wait_for(stop.wait(), self.delay(failures))
             except asyncio.TimeoutError:
                 pass
+
+
+def source_for(args: argparse.Namespace, cfg: SchedulerConfig) -> tuple[SchedulerSource, Literal["slurm", "kubernetes"]]:
+    if args.slurm:
+        from gpuwarden.producers.slurm import SlurmCli
+
+        return SlurmCli(timeout_s=cfg.command_timeout), "slurm"
+    from gpuwarden.producers.kube import KubeApi
+
+    return KubeApi(str(cfg.kubeconfig) if cfg.kubeconfig else None, timeout_s=cfg.command_timeout), "kubernetes"
+
+
+async def _collect(args: argparse.Namespace, settings: SchedulerSettings) -> int:
+    cfg = settings.scheduler
+    try:
+        source, kind = source_for(args, cfg)
+    except ImportError as e:
+        print(f"gpuwarden scheduler: {e}; install the extra: pip install 'gpuwarden[kubernetes]'", file=sys.stderr)
+        return EXIT_FAIL
+    except Exception as e:  # noqa: BLE001 - a kubeconfig that cannot be read: say so at start
+        print(f"gpuwarden scheduler: cannot configure the {'Kubernetes' if args.kubernetes else 'Slurm'} "
+              f"client: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_FAIL
+    sink = Sink(args.output, settings)
+    collector = Collector(source, args.cluster or cfg.cluster, kind, sink.put, interval_s=cfg.interval,
+                          max_backoff_s=cfg.max_backoff)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    pump = asyncio.create_task(pump_forever(sink, stop))
+    await collector.run(stop, args.polls)
+    stop.set()
+    await pump
+    await sink.close(drain_s=settings.agent.publish_timeout)
+    return EXIT_OK
+
+
+def cmd_scheduler(args: argparse.Namespace, settings: SchedulerSettings) -> int:
+    return asyncio.run(_collect(args, settings))

@@ -1,12 +1,13 @@
-"""The stream engine's config section (``engine:``)."""
+"""The stream engine's config section (``engine:``) and what the stream commands read."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import Field
 
-from gpuwarden.config import Section
+from gpuwarden.config import CommonSettings, Section
 from gpuwarden.units import Duration
 
 
@@ -47,3 +48,7 @@ class EngineConfig(Section):
     job_expiry: Duration = 1800.0
     dedup_window: int = Field(default=4096, ge=16)
     """Recent record ids remembered per node for duplicate detection."""
+
+
+class StreamsSettings(CommonSettings, Protocol):
+    engine: EngineConfig

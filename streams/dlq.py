@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from gpuwarden.config import CommonSettings
 from gpuwarden.contract import (
     DEFAULT_MAX_FUTURE_SKEW_S,
     DEFAULT_MAX_PAST_SKEW_S,
@@ -75,7 +76,7 @@ class Limits:
     max_past_skew_s: float = DEFAULT_MAX_PAST_SKEW_S
 
     @classmethod
-    def of(cls, settings: Any) -> "Limits":
+    def of(cls, settings: CommonSettings) -> "Limits":
         lim = settings.limits
         return cls(int(lim.max_record_bytes), float(lim.max_future_skew), float(lim.max_past_skew))
 

@@ -9,6 +9,7 @@ the engine pays no parsing or dispatch cost per evaluation.
 
 from __future__ import annotations
 
+import argparse
 import operator
 import re
 import string
@@ -22,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
 
 from gpuwarden.contract import Tier
+from gpuwarden.streams.config import StreamsSettings
 from gpuwarden.units import Duration
 from gpuwarden.streams.metrics import SCOPES
 
@@ -555,7 +557,7 @@ def load_rules(path: str | Path | None = None) -> RulePack:
     return compile_rules(load_rule_file(p), str(p))
 
 
-def cmd_check(args: Any, settings: Any = None) -> int:
+def cmd_check(args: argparse.Namespace, settings: StreamsSettings | None = None) -> int:
     """``gpuwarden rules check FILE``: exit 0 valid, 2 with one ``FILE: path: problem`` line each."""
     try:
         pack = load_rules(args.file)

@@ -47,6 +47,7 @@ from gpuwarden.deadletter import UnsentLog
 from gpuwarden.kafka import broker_credentials
 from gpuwarden.streams.backlog import Backlog
 from gpuwarden.streams.batchconsumer import batch_consumer
+from gpuwarden.streams.config import StreamsSettings
 from gpuwarden.streams.dlq import Consumed, Limits, Outbound, decode_inbound, to_dlq
 from gpuwarden.streams.engine import StageOutput
 from gpuwarden.streams.keyed import KeyedRunner, Settle, Source
@@ -77,12 +78,12 @@ COMPRESSION = "zstd"
 FETCH_BYTES = 4 << 20
 
 
-def app_id(settings: Any) -> str:
+def app_id(settings: StreamsSettings) -> str:
     """One consumer group per fleet: workers with the same id share the partitions."""
     return f"{settings.kafka.topic_prefix}{settings.kafka.client_id}-streams"
 
 
-def default_stages(settings: Any) -> tuple[Any, Any]:
+def default_stages(settings: StreamsSettings) -> tuple[Any, Any]:
     """The real engine stages, with the rules named in the config (else the default pack)."""
     from gpuwarden.streams.engine import ClassStage, NodeStage
     from gpuwarden.streams.rules import load_rules
@@ -92,7 +93,7 @@ def default_stages(settings: Any) -> tuple[Any, Any]:
 
 
 def build_app(
-    settings: Any, *, worker_id: str, data_dir: Path,
+    settings: StreamsSettings, *, worker_id: str, data_dir: Path,
     node_stage: Any = None, class_stage: Any = None,
 ) -> faust.App:
     """The faust app for ``settings``; stages default to :func:`default_stages`."""

@@ -14,10 +14,12 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from gpuwarden.streams.config import StreamsSettings
+
 log = logging.getLogger("gpuwarden.streams")
 
 
-def cmd_streams(args: argparse.Namespace, settings: Any) -> int:
+def cmd_streams(args: argparse.Namespace, settings: StreamsSettings) -> int:
     """Run a worker until SIGINT/SIGTERM."""
     import asyncio
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuwarden.config import ConfigError, load_settings
+from gpuwarden.app.settings import load_settings
+from gpuwarden.config import ConfigError
 from gpuwarden.contract import AlertState
 from gpuwarden.spool import Spool
 from gpuwarden.notifiers.delivery import Delivery

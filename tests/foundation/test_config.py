@@ -8,9 +8,10 @@ import sys
 
 import pytest
 
-from gpuwarden.config import ConfigError, SecretRef, config_warnings, load_settings
+from gpuwarden.app.settings import load_settings
+from gpuwarden.config import ConfigError, SecretRef, config_warnings
 
-GPUWARDEN = [sys.executable, "-m", "gpuwarden.cli"]
+GPUWARDEN = [sys.executable, "-m", "gpuwarden.app.cli"]
 
 
 def test_defaults_load_without_a_file(tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ from gpuwarden.contract import decode, encode
 from gpuwarden.kafka import produce_records
 from gpuwarden.streams.compare import compare, replay_both
 from gpuwarden.streams.engine import Engine
-from gpuwarden.streams.replay_sources import (
+from gpuwarden.history.sources import (
     INPUT_KINDS,
     KafkaReadStats,
     ReplayError,

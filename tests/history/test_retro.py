@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from gpuwarden.retro import SECTIONS
+from gpuwarden.history.retro import SECTIONS
 from tests.history.browser import rendered, screenshot
 from tests.history.builders import REPO, config, gw
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuwarden.cli import main
-from gpuwarden.config import load_settings
+from gpuwarden.app.cli import main
+from gpuwarden.app.settings import load_settings
 from gpuwarden.contract import Ack, Silence, Topics, encode, record_key
 from gpuwarden.notifiers.config import ScheduleConfig, parse_matcher
 from gpuwarden.notifiers.control import ControlState

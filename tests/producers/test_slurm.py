@@ -113,3 +113,41 @@ def test_newer_slurm_json_numbers_and_a_multi_node_job() -> None:
     (node,) = nodes({"nodes": [{"name": "gn1", "state": ["MIXED", "DRAIN"], "gres": "gpu:h100:8",
                                 "gres_used": "gpu:h100:3(IDX:0-2)", "partitions": ["gpu"]}]}, CLUSTER, 1000.0)
     assert (node.gpus_total, node.gpus_allocated, node.state) == (8, 3, "mixed+drain")
+
+
+@pytest.mark.slurm
+def test_the_scheduler_command_writes_a_poll_to_a_file(slurm: LocalSlurm, tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    slurm.cancel_all()
+    job = slurm.sbatch("-J", "cli", "--gres=gpu:1")
+    slurm.wait_state(job, "RUNNING")
+    out = tmp_path / "jobs.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "gpuwarden.app.cli", "scheduler", "--slurm", "--cluster", "lab",
+                           "--output", str(out), "--polls", "1"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **slurm.env})
+    assert proc.returncode == 0, proc.stderr
+    records = [decode(line) for line in out.read_text().splitlines()]
+    # The jobs (earlier tests' cancelled ones too: Slurm lists ended jobs for MinJobAge), the nodes, the poll.
+    kinds = [type(r).__name__ for r in records]
+    assert kinds[-3:] == ["NodeCapacity", "NodeCapacity", "SchedulerPoll"] and set(kinds[:-3]) == {"SchedulerJob"}
+    live = {r.job_id: r.state for r in records[:-3] if r.state is not JobState.CANCELLED}
+    assert live == {job: JobState.RUNNING} and records[-1].jobs == len(records) - 3
+    assert {r.cluster for r in records} == {"lab"}
+    slurm.cancel_all()
+
+
+def test_an_unreadable_kubeconfig_fails_at_start_saying_so(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("not: [a kubeconfig")
+    cfg = tmp_path / "gpuwarden.yaml"
+    cfg.write_text(f"scheduler:\n  kubeconfig: {bad}\n")
+    proc = subprocess.run([sys.executable, "-m", "gpuwarden.app.cli", "scheduler", "--kubernetes", "--config", str(cfg),
+                           "--output", str(tmp_path / "o.jsonl"), "--polls", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "cannot configure the Kubernetes client" in proc.stderr, proc.stderr

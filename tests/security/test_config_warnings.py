@@ -10,7 +10,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def gpuwarden(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpuwarden.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "gpuwarden.app.cli", *args], capture_output=True, text=True,
                           timeout=120, cwd=REPO, env=env)
 
 

@@ -34,7 +34,7 @@ class Worker:
         self.log = tmp / f"{worker_id}.log"
         self._out = self.log.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpuwarden.cli", "-v", "streams", "--config", str(config),
+            [sys.executable, "-m", "gpuwarden.app.cli", "-v", "streams", "--config", str(config),
              "--worker-id", worker_id, "--data-dir", str(tmp / worker_id)],
             stdout=self._out, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},

@@ -1,4 +1,4 @@
-"""``gpuwarden`` command line: argument parsing only; each command lives in its room.
+"""``gpuwarden`` command line: argument parsing only; each command lives in its room or here.
 
 Handlers are named ``module:function`` and imported on use, so ``gpuwarden
 --help`` stays fast and a room's heavy imports (faust, httpx) load only for the
@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpuwarden import __version__
-from gpuwarden.config import ConfigError, config_warnings, load_settings
+from gpuwarden.app.settings import Settings, load_settings
+from gpuwarden.config import ConfigError, config_warnings
 from gpuwarden.kafka import KafkaConnectError
 from gpuwarden.units import parse_duration
 
@@ -80,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write every input record to FILE (replay it with 'gpuwarden replay --from-file')")
     p.add_argument("--onset", type=_duration, metavar="SPAN", default=None,
                    help="simulated faults start SPAN after the start (default 3m)")
-    p.set_defaults(handler="gpuwarden.streams.standalone:cmd_run")
+    p.set_defaults(handler="gpuwarden.app.standalone:cmd_run")
 
     p = sub.add_parser("agent", help="node agent: sample GPUs and events, publish to Kafka or a file")
     _add_config(p)
@@ -88,6 +89,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", metavar="FILE.jsonl", help="write contract records to FILE instead of Kafka")
     p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
     p.set_defaults(handler="gpuwarden.producers.agent:cmd_agent")
+
+    p = sub.add_parser("scheduler", help="scheduler collector (one per cluster): jobs and GPU capacity to Kafka or a file")
+    _add_config(p)
+    kind = p.add_mutually_exclusive_group(required=True)
+    kind.add_argument("--slurm", action="store_true", help="poll Slurm (squeue/sinfo --json; SLURM_CONF as usual)")
+    kind.add_argument("--kubernetes", action="store_true", help="list pods asking for nvidia.com/gpu (needs gpuwarden[kubernetes])")
+    p.add_argument("--cluster", default=None, help="the cluster's name (default: scheduler.cluster)")
+    p.add_argument("--output", metavar="FILE.jsonl", help="write contract records to FILE instead of Kafka")
+    p.add_argument("--polls", type=_positive_int, default=None, metavar="N", help="stop after N polls (default: run until stopped)")
+    p.set_defaults(handler="gpuwarden.producers.scheduler:cmd_scheduler")
 
     p = sub.add_parser("streams", help="stream worker (faust): baselines, rules, tiers")
     _add_config(p)
@@ -113,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rules file; give it twice to compare two rule sets")
     p.add_argument("--json", action="store_true", help="print alert transitions as JSON lines")
     p.add_argument("--report", metavar="FILE.html", help="write a self-contained retro report")
-    p.set_defaults(handler="gpuwarden.streams.replay:cmd_replay")
+    p.set_defaults(handler="gpuwarden.app.replay:cmd_replay")
 
     p = sub.add_parser("rules", help="rule files")
     rsub = p.add_subparsers(dest="rules_command", metavar="ACTION", required=True)
@@ -125,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     csub = p.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     cc = csub.add_parser("check", help="validate a config file (exit 0 valid, 2 invalid)")
     cc.add_argument("file", metavar="FILE")
-    cc.set_defaults(handler="gpuwarden.cli:cmd_config_check", needs_settings=False)
+    cc.set_defaults(handler="gpuwarden.app.cli:cmd_config_check", needs_settings=False)
 
     p = sub.add_parser("silence", help="silence alerts by label matchers")
     _add_config(p)
@@ -162,20 +173,35 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a held GPU under this utilization is idle (default: accounting.idle_util_below, 5)")
     ru.add_argument("--post", action="store_true",
                     help="post the last 7 days to accounting.digest_receiver (the weekly digest) instead")
-    ru.set_defaults(handler="gpuwarden.accounting:cmd_report_usage")
+    ru.set_defaults(handler="gpuwarden.app.usage:cmd_report_usage")
+
+    rs = rsub.add_parser("scheduler", help="queue waits, attempts, retried jobs and GPU-hours from job records")
+    rs.add_argument("--since", default="7d", metavar="T", help="start (ISO 8601, UTC unless it has an offset; epoch; or 7d)")
+    rs.add_argument("--until", metavar="T", help="end of the period (default: now)")
+    rs.add_argument("--by", choices=["user", "project", "partition", "gpus"], default="user")
+    rs.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    rs.set_defaults(handler="gpuwarden.history.queues:cmd_report_scheduler")
+
+    p = sub.add_parser("import-jobs", help="load a scheduler's past job log into the spool (Philly trace)")
+    _add_config(p)
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--format", choices=["philly"], required=True, help="the log's format")
+    p.add_argument("--cluster", default="default", help="the cluster name the records carry")
+    p.add_argument("--timezone", metavar="TZ", default=None, help="zone of times written without one (default UTC)")
+    p.set_defaults(handler="gpuwarden.history.joblog:cmd_import_jobs")
 
     p = sub.add_parser("export", help="write portable history (compressed JSONL + manifest)")
     _add_config(p)
     p.add_argument("--since", metavar="T")
     p.add_argument("--until", metavar="T")
     p.add_argument("--out", metavar="FILE", required=True)
-    p.set_defaults(handler="gpuwarden.history:cmd_export")
+    p.set_defaults(handler="gpuwarden.history.portable:cmd_export")
 
     p = sub.add_parser("import", help="load portable history into the spool or Kafka")
     _add_config(p)
     p.add_argument("file", metavar="FILE")
     p.add_argument("--kafka", metavar="BOOTSTRAP", help="import into this Kafka cluster instead of the spool")
-    p.set_defaults(handler="gpuwarden.history:cmd_import")
+    p.set_defaults(handler="gpuwarden.history.portable:cmd_import")
 
     p = sub.add_parser("doctor", help="check NVML, driver, persistence mode, kmsg, socket and Kafka")
     _add_config(p)
@@ -189,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def cmd_config_check(args: argparse.Namespace, settings: Any = None) -> int:
+def cmd_config_check(args: argparse.Namespace, settings: Settings | None = None) -> int:
     """Validate a config file: exit 0 and say so, or exit 2 naming file, key path and expectation."""
     try:
         loaded = load_settings(args.file)

@@ -14,11 +14,20 @@ import html
 import io
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuwarden.contract import AlertState, AlertTransition, Baseline, GpuEvent, NodeSnapshot, TaskMetric, TaskMetricKind
+from gpuwarden.contract import (
+    AlertState,
+    AlertTransition,
+    Baseline,
+    Evidence,
+    GpuEvent,
+    NodeSnapshot,
+    TaskMetric,
+    TaskMetricKind,
+)
 
 SECTIONS = ("overview", "memory", "utilization", "thermal", "timeline", "alerts")
 MAX_GPUS = 6
@@ -27,6 +36,20 @@ TIER_COLOURS = {"info": "#6c8ebf", "attention": "#e3a21a", "critical": "#c0392b"
 GIB = float(1 << 30)
 
 GpuKey = tuple[str, int]
+Slope = Callable[[Sequence[float], Sequence[float]], float | None]
+
+
+@dataclass(frozen=True, slots=True)
+class ReportHelpers:
+    """What the report borrows from other rooms, handed in by the composition root.
+
+    The engine's least-squares ``slope``, so the drawn trend is the one the rules
+    compute; the notifiers' ``evidence`` wording, so the report says what the chat
+    message says. This room imports neither.
+    """
+
+    slope: Slope
+    evidence: Callable[[Evidence], list[str]]
 
 
 @dataclass(slots=True)
@@ -150,10 +173,8 @@ def _trend_window(inc: Incident, key: GpuKey) -> float:
     return DEFAULT_TREND_WINDOW_S
 
 
-def plot_memory(inc: Incident, keys: list[GpuKey]) -> str:
+def plot_memory(inc: Incident, keys: list[GpuKey], slope: Slope) -> str:
     """Memory used per GPU, a least-squares trend line over the trend window, checkpoint markers."""
-    from gpuwarden.streams.trend import slope
-
     plt = _mpl()
     fig, ax = plt.subplots(figsize=(10, 3.8))
     for k in keys:
@@ -310,21 +331,19 @@ def _when(ts: float | None) -> str:
     return "—" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
 
 
-def _evidence(t: AlertTransition) -> str:
-    from gpuwarden.notifiers.render import evidence_parts, words
-
-    parts = evidence_parts(t.evidence, words("en"))
+def _evidence(t: AlertTransition, helpers: ReportHelpers) -> str:
+    parts = helpers.evidence(t.evidence)
     return "<br>".join(html.escape(p) for p in parts) or '<span class="muted">none</span>'
 
 
-def _alert_rows(transitions: list[AlertTransition]) -> str:
+def _alert_rows(transitions: list[AlertTransition], helpers: ReportHelpers) -> str:
     rows = []
     for t in sorted(transitions, key=lambda t: (t.ts, t.fingerprint)):
         labels = ", ".join(f"{k}={v}" for k, v in sorted(t.labels.items()))
         rows.append(
             f"<tr><td>{_when(t.ts)}</td><td><span class='tier {t.tier.value}'>{t.tier.value}</span> "
             f"{t.state.value}</td><td>{html.escape(t.rule)}</td><td>{html.escape(labels)}</td>"
-            f"<td>{html.escape(t.summary)}</td><td>{_evidence(t)}</td>"
+            f"<td>{html.escape(t.summary)}</td><td>{_evidence(t, helpers)}</td>"
             f"<td>{html.escape(t.action if t.state == AlertState.FIRING else '')}</td></tr>")
     head = ("<tr><th>when</th><th>tier / state</th><th>rule</th><th>labels</th><th>summary</th>"
             "<th>evidence</th><th>recommended action</th></tr>")
@@ -346,7 +365,7 @@ def _img(b64: str, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{b64}">'
 
 
-def render_report(records: Iterable[Any], transitions: list[AlertTransition], *,
+def render_report(records: Iterable[Any], transitions: list[AlertTransition], helpers: ReportHelpers, *,
                   baselines: dict[str, dict[str, Baseline | None]] | None = None,
                   title: str = "gpuwarden incident retro", source: str = "") -> str:
     """The whole report as one HTML string."""
@@ -367,19 +386,20 @@ def render_report(records: Iterable[Any], transitions: list[AlertTransition], *,
     )
     parts = [
         _section("overview", "Overview", overview),
-        _section("memory", "Memory", _img(plot_memory(inc, keys), "GPU memory with trend line and checkpoints")),
+        _section("memory", "Memory", _img(plot_memory(inc, keys, helpers.slope), "GPU memory with trend line and checkpoints")),
         _section("utilization", "Utilization against the task class baseline",
                  _img(plot_utilization(inc, keys, baselines or {}), "GPU utilization and baseline band")
                  + _band_list(inc, keys, baselines or {})),
         _section("thermal", "Temperature, power and clocks",
                  _img(plot_thermal(inc, keys), "temperature, power and SM clock")),
         _section("timeline", "Event and alert timeline", _img(plot_timeline(inc), "events and alerts timeline")),
-        _section("alerts", "Alerts with their evidence", _alert_rows(transitions)),
+        _section("alerts", "Alerts with their evidence", _alert_rows(transitions, helpers)),
     ]
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>\n{''.join(parts)}</body></html>\n")
 
 
-def write_report(path: str, records: Iterable[Any], transitions: list[AlertTransition], **kw: Any) -> None:
+def write_report(path: str, records: Iterable[Any], transitions: list[AlertTransition],
+                 helpers: ReportHelpers, **kw: Any) -> None:
     with open(path, "w", encoding="utf-8") as fh:
-        fh.write(render_report(records, transitions, **kw))
+        fh.write(render_report(records, transitions, helpers, **kw))

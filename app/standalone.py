@@ -11,6 +11,7 @@ real GPUs are sampled in wall time, for ``--duration`` when given.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import signal
 import sys
@@ -19,10 +20,17 @@ from collections.abc import AsyncIterator
 from contextlib import ExitStack
 from typing import Any, TextIO
 
+from gpuwarden.app.live_view import render
+from gpuwarden.app.settings import Settings
 from gpuwarden.contract import AlertTransition, Topics, encode, record_key
+from gpuwarden.notifiers.pipeline import Notifier
+from gpuwarden.producers.agent import build_source, step_with_extras, stop_extras
+from gpuwarden.producers.simulator import Simulator, scenario_list, tick_for
+from gpuwarden.producers.source import Record, Source, paced
 from gpuwarden.spool import Spool
 from gpuwarden.streams.engine import Engine
 from gpuwarden.streams.rules import RulesError, load_rules
+from gpuwarden.units import parse_time
 
 STATE_NS = "engine"
 LIVE_STATE, SIM_STATE = "state", "sim-state"
@@ -31,16 +39,12 @@ SAVE_EVERY_S = 30.0  # wall time between state saves (the runner, not the engine
 VIEW_EVERY_S = 0.5  # wall time between live-view frames
 
 
-def _source(args: Any, settings: Any) -> tuple[Any, list[Any]]:
+def _source(args: argparse.Namespace, settings: Settings) -> tuple[Source, list[Any]]:
     """(source, extras): the agent's NVML source with its event watchers and SDK socket when
     NVML is present and nothing is simulated, else the simulator (no extras)."""
-    from gpuwarden.producers.simulator import Simulator, tick_for
-
     scenario = args.simulate
     if scenario is None and settings.agent.source != "simulate":
         try:
-            from gpuwarden.producers.agent import build_source
-
             return build_source(args, settings, time.time())
         except Exception as e:  # noqa: BLE001 - any NVML failure means: simulate instead
             print(f"gpuwarden run: NVML not available ({type(e).__name__}); simulating 'mixed'",
@@ -56,8 +60,6 @@ def _source(args: Any, settings: Any) -> tuple[Any, list[Any]]:
 
 
 def _start_ts(text: str | None, span: float) -> float:
-    from gpuwarden.units import parse_time
-
     now = time.time()
     if text is None:
         return float(int(now - span))
@@ -66,14 +68,10 @@ def _start_ts(text: str | None, span: float) -> float:
     return ts
 
 
-async def _ticks(source: Any, extras: list[Any], args: Any,
-                 stop: asyncio.Event) -> AsyncIterator[list]:
+async def _ticks(source: Source, extras: list[Any], args: argparse.Namespace,
+                 stop: asyncio.Event) -> AsyncIterator[list[Record]]:
     """A simulated span runs as fast as possible; a live source (or a simulation without
     ``--duration``) is paced in wall time, for ``--duration`` when given."""
-    from gpuwarden.producers.agent import step_with_extras
-    from gpuwarden.producers.simulator import Simulator
-    from gpuwarden.producers.source import paced
-
     if isinstance(source, Simulator) and args.duration is not None:
         end = source.ts + args.duration
         while source.ts < end - 1e-9 and not stop.is_set():
@@ -89,7 +87,7 @@ class Runner:
     """Feeds batches through the engine; prints, notifies, records and saves state."""
 
     def __init__(self, engine: Engine, spool: Spool, topics: Topics, *, json_out: TextIO | None,
-                 record: TextIO | None, notifier: Any, state_key: str) -> None:
+                 record: TextIO | None, notifier: Notifier | None, state_key: str) -> None:
         self.engine, self.spool, self.topics = engine, spool, topics
         self.state_key = state_key
         self.json_out, self.record, self.notifier = json_out, record, notifier
@@ -97,7 +95,7 @@ class Runner:
         self.saved_at = time.monotonic()
         self.transitions = 0
 
-    async def batch(self, records: list) -> None:
+    async def batch(self, records: list[Record]) -> None:
         rows = []
         out: list[AlertTransition] = []
         for rec in records:
@@ -154,13 +152,10 @@ class Runner:
         self.now = until
 
 
-async def _run(args: Any, settings: Any, engine: Engine, source: Any, extras: list[Any]) -> int:
+async def _run(args: argparse.Namespace, settings: Settings, engine: Engine, source: Source,
+               extras: list[Any]) -> int:
     from rich.console import Console
     from rich.live import Live
-
-    from gpuwarden.notifiers.pipeline import Notifier
-    from gpuwarden.producers.simulator import Simulator
-    from gpuwarden.streams.live_view import render
 
     with ExitStack() as stack:
         spool = Spool(settings.spool.path, settings.spool.max_bytes, settings.spool.max_age)
@@ -172,7 +167,7 @@ async def _run(args: Any, settings: Any, engine: Engine, source: Any, extras: li
                         state_key=SIM_STATE if simulated else LIVE_STATE)
         runner.restore(source.ts if simulated else time.time())
         # The router runs on the records' time; delivery (signatures, limits, Retry-After) on the wall clock.
-        runner.notifier = Notifier(settings, spool=spool, clock=lambda: runner.now)
+        notifier = runner.notifier = Notifier(settings, spool=spool, clock=lambda: runner.now)
         live = None
         if not args.json:
             live = stack.enter_context(Live(console=Console(stderr=False), auto_refresh=False))
@@ -194,19 +189,17 @@ async def _run(args: Any, settings: Any, engine: Engine, source: Any, extras: li
             runner.save()
             if live is not None:
                 live.update(render(engine, runner.now), refresh=True)
-            await runner.notifier.drain_before_exit(stop)
-            await runner.notifier.aclose()
+            await notifier.drain_before_exit(stop)
+            await notifier.aclose()
     counters = engine.counters()
     print(f"gpuwarden run: {runner.transitions} alert transitions; {counters['late']} late and "
           f"{counters['duplicates']} duplicate records dropped", file=sys.stderr)
     return 0
 
 
-def cmd_run(args: Any, settings: Any) -> int:
+def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     """``gpuwarden run``: exit 0 after ``--duration`` or Ctrl-C; 2 on a bad rules file."""
     if args.list_scenarios:
-        from gpuwarden.producers.simulator import scenario_list
-
         print(scenario_list())
         return 0
     try:
@@ -219,8 +212,6 @@ def cmd_run(args: Any, settings: Any) -> int:
     except ValueError as e:
         print(f"gpuwarden run: {e}", file=sys.stderr)
         return 2
-    from gpuwarden.producers.agent import stop_extras
-
     engine = Engine(rules, settings.engine, settings.limits.max_past_skew)
     try:
         return asyncio.run(_run(args, settings, engine, source, extras))

@@ -6,14 +6,19 @@ byte-identical transitions, since the engine uses event time only.
 
 from __future__ import annotations
 
+import argparse
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import TextIO
 
-from gpuwarden.contract import encode
-from gpuwarden.streams.engine import Engine
-from gpuwarden.streams.replay_sources import (
+from gpuwarden.app.settings import Settings
+from gpuwarden.contract import AlertTransition, encode
+from gpuwarden.history.sources import (
+    InputRecord,
+    OnReject,
     ReplayError,
     input_topics,
     read_file,
@@ -22,10 +27,11 @@ from gpuwarden.streams.replay_sources import (
     spool_path,
     time_range,
 )
+from gpuwarden.streams.engine import Engine
 from gpuwarden.streams.rules import RulesError, load_rules
 
 
-def cmd_replay(args: Any, settings: Any) -> int:
+def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     """Exit 0 after the replay; 2 for bad input (rules, time range, unreadable source)."""
     paths = args.rules or [settings.engine.rules]
     if len(paths) > 2:
@@ -36,8 +42,6 @@ def cmd_replay(args: Any, settings: Any) -> int:
     except RulesError as e:
         print(e, file=sys.stderr)
         return 2
-    import time
-
     rejected: list[str] = []
 
     def reject(where: str, reason: str) -> None:
@@ -58,10 +62,13 @@ def cmd_replay(args: Any, settings: Any) -> int:
         print(f"gpuwarden replay: {e}", file=sys.stderr)
         return 2
     if args.report:
-        from gpuwarden.retro import write_report
+        from gpuwarden.history.retro import ReportHelpers, write_report
+        from gpuwarden.notifiers.render import evidence_parts, words
+        from gpuwarden.streams.trend import slope
 
+        helpers = ReportHelpers(slope=slope, evidence=lambda ev: evidence_parts(ev, words("en")))
         baselines = {c: engine.classes.baseline(c) for c in engine.classes.classes()}
-        write_report(args.report, records, transitions, baselines=baselines,
+        write_report(args.report, records, transitions, helpers, baselines=baselines,
                      source=args.from_file or args.spool or f"Kafka {args.kafka}")
         print(f"gpuwarden replay: report written to {args.report}", file=sys.stderr)
     odd = engine.counters()["implausible"]
@@ -72,8 +79,8 @@ def cmd_replay(args: Any, settings: Any) -> int:
 
 
 @contextmanager
-def _source(args: Any, settings: Any, since: float | None, until: float | None,
-            reject: Any) -> Iterator[Iterable[Any]]:
+def _source(args: argparse.Namespace, settings: Settings, since: float | None, until: float | None,
+            reject: OnReject) -> Iterator[Iterable[InputRecord]]:
     """The records of ``--from-file``, ``--spool`` or ``--kafka`` in ``[since, until)``."""
     if args.from_file:
         yield read_file(args.from_file, since, until, on_reject=reject)
@@ -93,7 +100,8 @@ def _source(args: Any, settings: Any, since: float | None, until: float | None,
                                      slack_s=settings.limits.max_future_skew, on_reject=reject))
 
 
-def _compare(args: Any, settings: Any, records: list[Any], paths: list[Any], engine: Engine) -> list[Any]:
+def _compare(args: argparse.Namespace, settings: Settings, records: list[InputRecord],
+             paths: list[str | Path | None], engine: Engine) -> list[AlertTransition]:
     """Both rule sets over the same records; prints the comparison, returns B's transitions."""
     from gpuwarden.streams.compare import replay_both
 
@@ -103,8 +111,8 @@ def _compare(args: Any, settings: Any, records: list[Any], paths: list[Any], eng
     return b
 
 
-def _feed(engine: Engine, records: Any, as_json: bool) -> list[Any]:
-    out: list[Any] = []
+def _feed(engine: Engine, records: Iterable[InputRecord], as_json: bool) -> list[AlertTransition]:
+    out: list[AlertTransition] = []
     for rec in records:
         for t in engine.process(rec):
             out.append(t)
@@ -115,7 +123,7 @@ def _feed(engine: Engine, records: Any, as_json: bool) -> list[Any]:
     return out
 
 
-def _show(out: Any, t: Any, as_json: bool) -> None:
+def _show(out: TextIO, t: AlertTransition, as_json: bool) -> None:
     if as_json:
         out.write(encode(t).decode() + "\n")
     else:

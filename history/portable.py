@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuwarden import __version__
+from gpuwarden.config import CommonSettings
 from gpuwarden.contract import ContractError, GpuEvent, NodeSnapshot, TaskMetric, Topics, decode, encode, record_key
+from gpuwarden.history.sources import OnReject, ReplayError, time_range
 from gpuwarden.spool import Spool
 
 FORMAT = "gpuwarden-history/1"
@@ -83,7 +85,7 @@ def _state(spool: Spool) -> bytes:
 
 def export_history(spool: Spool, out: str | Path, *, since: float | None = None, until: float | None = None,
                    topic_prefix: str = "", site: str = "", now: float | None = None,
-                   on_reject: Any = None) -> ExportSummary:
+                   on_reject: OnReject | None = None) -> ExportSummary:
     """Write the spool's contract records in ``[since, until)`` and its state to ``out``."""
     out = Path(out)
     digest, counts, schemas, nodes = hashlib.sha256(), Counter(), Counter(), set()
@@ -264,9 +266,7 @@ def _warn(where: str, reason: str) -> None:
     print(f"gpuwarden export: skipped {where}: {reason}", file=sys.stderr)
 
 
-def cmd_export(args: argparse.Namespace, settings: Any) -> int:
-    from gpuwarden.streams.replay_sources import ReplayError, time_range
-
+def cmd_export(args: argparse.Namespace, settings: CommonSettings) -> int:
     try:
         since, until = time_range(args.since, args.until, time.time())
     except ReplayError as e:
@@ -284,16 +284,15 @@ def cmd_export(args: argparse.Namespace, settings: Any) -> int:
     return 0
 
 
-def _warn_eviction(manifest: dict[str, Any], max_age_s: float) -> None:
+def warn_eviction(first: float | None, max_age_s: float) -> None:
     """Imported history older than the spool's age limit would go at the next eviction: say so."""
-    first = manifest.get("first_ts")
     if first is not None and first < time.time() - max_age_s:
         print(f"gpuwarden import: warning: records from {time.strftime('%Y-%m-%d', time.gmtime(first))} are "
               f"older than spool.max_age ({max_age_s / 86400:g} d) and will be evicted at the next "
               f"'gpuwarden run'; raise spool.max_age to keep them", file=sys.stderr)
 
 
-def cmd_import(args: argparse.Namespace, settings: Any) -> int:
+def cmd_import(args: argparse.Namespace, settings: CommonSettings) -> int:
     import asyncio
 
     try:
@@ -311,7 +310,7 @@ def cmd_import(args: argparse.Namespace, settings: Any) -> int:
                 with Spool(settings.spool.path) as spool:
                     n = import_to_spool(hf, spool, settings.kafka.topic_prefix)
                 where = f"spool {settings.spool.path}"
-                _warn_eviction(hf.manifest, settings.spool.max_age)
+                warn_eviction(hf.manifest.get("first_ts"), settings.spool.max_age)
     except HistoryError as e:
         print(f"gpuwarden import: {e}", file=sys.stderr)
         return 1

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Group
 from rich.table import Table
 
 from gpuwarden.streams.engine import Engine
-from gpuwarden.streams.columns import GPU_INDEX
+from gpuwarden.streams.view import node_view
 
 _TIER_STYLE = {"critical": "bold red", "attention": "yellow", "info": "cyan"}
 
@@ -18,31 +16,27 @@ def _fmt(v: float | None, spec: str = ".0f") -> str:
 
 
 def render(engine: Engine, now: float) -> Group:
-    """One frame: built from engine state only, so it shows exactly what the rules see."""
+    """One frame: built from the engine's read-only views, so it shows exactly what the rules see."""
     gpus = Table(title="GPUs", expand=True)
     for col in ("node", "gpu", "util %", "mem GiB", "temp °C", "power W", "task", "user"):
         gpus.add_column(col)
     tasks = Table(title="Tasks", expand=True)
     for col in ("node", "task", "class", "GPUs", "class baseline util %"):
         tasks.add_column(col)
-    stage = engine.nodes
-    for name in stage.nodes():
-        st = stage._nodes[name]
-        for idx in sorted(st.gpus):
-            g = st.gpus[idx]
-            latest = g.win.latest_row()
-
-            def val(metric: str, row: Any = latest) -> float | None:
-                return None if row is None else row[GPU_INDEX[metric]]
-            gpus.add_row(name, str(idx), _fmt(val("util_gpu")), _fmt(val("mem_used_gib"), ".1f"),
+    for name in engine.nodes.nodes():
+        st = engine.nodes.state(name)
+        assert st is not None  # a node the stage lists has state
+        view = node_view(st)
+        for g in view.gpus:
+            val = g.latest.get
+            gpus.add_row(name, str(g.index), _fmt(val("util_gpu")), _fmt(val("mem_used_gib"), ".1f"),
                          _fmt(val("temp_gpu_c")), _fmt(val("power_w")), g.labels.get("task", ""),
                          g.labels.get("user", ""))
-        for tid in sorted(st.tasks):
-            t = st.tasks[tid]
+        for t in view.tasks:
             cls = t.labels.get("task_class", "")
             base = engine.classes.baseline(cls).get("util_gpu") if cls else None
             shown = "learning" if base is None else f"{base.median:.0f} ({base.low:.0f}-{base.high:.0f})"
-            tasks.add_row(name, tid, cls, str(len(t.gpus)), shown)
+            tasks.add_row(name, t.task_id, cls, str(t.gpus), shown)
     alerts = Table(title="Open alerts", expand=True)
     for col in ("tier", "rule", "where", "since (event time)", "summary"):
         alerts.add_column(col)

@@ -12,37 +12,34 @@ over the live spool.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
 import statistics
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
-
-from gpuwarden.config import Section
-from gpuwarden.contract import GpuProcess, NodeSnapshot, TaskMetric, TaskMetricKind, Topics, decode
+from gpuwarden.contract import (
+    AlertState,
+    AlertTransition,
+    Evidence,
+    GpuProcess,
+    NodeSnapshot,
+    TaskMetric,
+    TaskMetricKind,
+    Tier,
+    Topics,
+    decode,
+)
+from gpuwarden.history.config import AccountingConfig, HistorySettings
+from gpuwarden.history.flops import flops_per_token, peak_tflops
 from gpuwarden.spool import Spool
 
-By = Literal["user", "project", "task-class"]
 UNKNOWN = "(unknown)"
 WEEK_S = 7 * 86400.0
-
-
-class AccountingConfig(Section):
-    """``accounting:`` section: idle threshold, price, and the weekly digest's receiver."""
-
-    idle_util_below: float = Field(default=5.0, ge=0, le=100)
-    price_per_gpu_hour: float | None = Field(default=None, ge=0)
-    currency: str = ""
-    digest_receiver: str | None = None
-    digest_by: By = "user"
 
 
 @dataclass(slots=True)
@@ -54,6 +51,16 @@ class UsageRow:
     reruns: int = 0
     cost: float | None = None
     idle_cost: float | None = None
+    tokens: float = 0.0
+    token_card_hours: float = 0.0  # card-hours of the tasks that reported tokens/s
+    model_flops: float = 0.0  # FLOPs their tokens needed (tasks with a model and a known GPU peak)
+    peak_flops: float = 0.0  # what their GPUs could do in the same GPU-time
+    unknown_gpus: list[str] = field(default_factory=list)  # GPU models without a peak: MFU unknown
+    cost_per_mtok: float | None = None
+
+    @property
+    def mfu(self) -> float | None:
+        return self.model_flops / self.peak_flops if self.peak_flops else None
 
 
 @dataclass(slots=True)
@@ -73,6 +80,11 @@ class Usage:
             t.idle_card_hours += r.idle_card_hours
             t.failed_jobs += r.failed_jobs
             t.reruns += r.reruns
+            t.tokens += r.tokens
+            t.token_card_hours += r.token_card_hours
+            t.model_flops += r.model_flops
+            t.peak_flops += r.peak_flops
+            t.unknown_gpus = sorted({*t.unknown_gpus, *r.unknown_gpus})
         _price(t, self.price_per_gpu_hour)
         return t
 
@@ -81,6 +93,8 @@ def _price(row: UsageRow, price: float | None) -> None:
     if price is not None:
         row.cost = row.card_hours * price
         row.idle_cost = row.idle_card_hours * price
+        if row.tokens:
+            row.cost_per_mtok = row.token_card_hours * price / (row.tokens / 1e6)
 
 
 def owner(p: GpuProcess, by: str) -> str:
@@ -104,12 +118,42 @@ def _intervals(snaps: list[NodeSnapshot]) -> list[float]:
 
 @dataclass(slots=True)
 class _Run:
-    """One run of a task (a ``task_id``): when it was first seen and whether it failed."""
+    """One run of a task (a ``task_id``): when it was first seen, whether it failed, and what
+    its effective compute needs (GPU-seconds per GPU model, tokens, the model's size)."""
 
     label: str
     first_ts: float
     failed_ts: float | None = None
     owner: str | None = None
+    gpu_seconds: dict[str, float] = field(default_factory=dict)  # GPU model -> seconds held
+    tokens: float = 0.0
+    rate: tuple[float, float] | None = None  # (ts, tokens/s) of its last throughput report
+    model: TaskMetric | None = None
+
+    def add_throughput(self, m: TaskMetric) -> None:
+        """Tokens between reports: each rate holds until the next (the last one counts nothing)."""
+        if m.throughput_unit != "tokens/s" or m.throughput is None:
+            return
+        if self.rate is not None and m.ts > self.rate[0]:
+            self.tokens += self.rate[1] * (m.ts - self.rate[0])
+        self.rate = (m.ts, m.throughput)
+
+    def compute(self, row: UsageRow) -> None:
+        if not self.tokens:
+            return
+        row.tokens += self.tokens
+        row.token_card_hours += sum(self.gpu_seconds.values()) / 3600.0
+        if self.model is None or self.model.model_params is None:
+            return
+        peaks = {name: peak_tflops(name) for name in self.gpu_seconds}
+        unknown = sorted(n or "?" for n, p in peaks.items() if p is None)
+        if unknown:
+            row.unknown_gpus = sorted({*row.unknown_gpus, *unknown})
+            return
+        m = self.model
+        row.model_flops += self.tokens * flops_per_token(m.model_params, m.model_layers, m.model_hidden,  # type: ignore[arg-type]
+                                                         m.model_seq_len)
+        row.peak_flops += sum(sec * peaks[n] * 1e12 for n, sec in self.gpu_seconds.items())  # type: ignore[operator]
 
 
 def compute_usage(records: Iterable[Any], *, by: str = "user", since: float, until: float,
@@ -132,15 +176,30 @@ def compute_usage(records: Iterable[Any], *, by: str = "user", since: float, unt
     runs: dict[str, _Run] = {}
     for snaps in per_node.values():
         snaps.sort(key=lambda s: s.ts)
-        for snap, interval in zip(snaps, _intervals(snaps)):
+        covered = float("-inf")  # a node's time up to here is counted
+        for snap, nominal in zip(snaps, _intervals(snaps)):
+            # A snapshot stands for the time since the one before, at most its interval: the same
+            # moment sent twice (a redelivered record, overlapping runs in one spool) counts once.
+            interval = min(nominal, snap.ts - covered)
+            covered = snap.ts
+            if interval <= 0:
+                continue
             util = dict(zip(snap.gpus.index, snap.gpus.util_gpu))
+            names = dict(zip(snap.gpus.index, snap.gpus.name))
             holders: dict[int, set[str]] = defaultdict(set)
+            tasks: dict[int, set[str]] = defaultdict(set)
             for p in snap.processes.rows():
                 holders[p.gpu_index].add(owner(p, by))
                 if p.task_id:
+                    tasks[p.gpu_index].add(p.task_id)
                     run = runs.setdefault(p.task_id, _Run(p.task or UNKNOWN, snap.ts))
                     run.first_ts = min(run.first_ts, snap.ts)
                     run.owner = run.owner or owner(p, by)
+            for gpu, ids in tasks.items():
+                name = names.get(gpu) or ""
+                for tid in ids:
+                    secs = runs[tid].gpu_seconds
+                    secs[name] = secs.get(name, 0.0) + interval / len(ids)
             for gpu, keys in holders.items():
                 hours = interval / 3600.0 / len(keys)
                 u = util.get(gpu)
@@ -156,9 +215,14 @@ def compute_usage(records: Iterable[Any], *, by: str = "user", since: float, unt
         failed = m.kind == TaskMetricKind.OOM or (m.kind == TaskMetricKind.EXIT and m.exit_code not in (None, 0))
         if failed and run.failed_ts is None:
             run.failed_ts = m.ts
+        if m.kind == TaskMetricKind.THROUGHPUT:
+            run.add_throughput(m)
+        elif m.kind == TaskMetricKind.MODEL:
+            run.model = m
     for run in runs.values():
         if run.failed_ts is not None:
             row(run.owner or UNKNOWN).failed_jobs += 1
+        run.compute(row(run.owner or UNKNOWN))
     for rerun in _reruns(runs.values()):
         row(rerun.owner or UNKNOWN).reruns += 1
     out = sorted(rows.values(), key=lambda r: (-r.card_hours, r.key))
@@ -189,12 +253,15 @@ def _reruns(runs: Iterable[_Run]) -> list[_Run]:
 
 # --------------------------------------------------------------------------- rendering
 
-_COLUMNS = ("card_hours", "idle_card_hours", "idle_share", "failed_jobs", "reruns", "cost", "idle_cost")
+_COLUMNS = ("card_hours", "idle_card_hours", "idle_share", "failed_jobs", "reruns", "cost", "idle_cost",
+            "tokens", "cost_per_mtok", "mfu")
 
 
 def _values(r: UsageRow) -> dict[str, Any]:
     d = asdict(r)
     d["idle_share"] = r.idle_card_hours / r.card_hours if r.card_hours else 0.0
+    # MFU "unknown" (a GPU model without a peak in the table) is said, never guessed.
+    d["mfu"] = r.mfu if r.mfu is not None else ("unknown" if r.unknown_gpus else None)
     return d
 
 
@@ -219,8 +286,10 @@ def to_csv(u: Usage) -> str:
 def _fmt(v: Any, col: str) -> str:
     if v is None:
         return "-"
-    if col == "idle_share":
-        return f"{v:.0%}"
+    if col in ("idle_share", "mfu") and isinstance(v, float):
+        return f"{v:.0%}" if col == "idle_share" else f"{v:.1%}"
+    if col == "tokens":
+        return f"{v / 1e6:,.1f} M"
     return f"{v:.2f}" if isinstance(v, float) else str(v)
 
 
@@ -229,7 +298,9 @@ def to_table(u: Usage, currency: str = "", width: int = 110) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    cols = [c for c in _COLUMNS if u.price_per_gpu_hour is not None or "cost" not in c]
+    tokens = any(r.tokens for r in u.rows)
+    cols = [c for c in _COLUMNS if (u.price_per_gpu_hour is not None or "cost" not in c)
+            and (tokens or c not in ("tokens", "cost_per_mtok", "mfu"))]
     t = Table(title=f"GPU usage by {u.by}, {_day(u.since)} → {_day(u.until)}")
     t.add_column(u.by)
     for c in cols:
@@ -265,7 +336,7 @@ def spool_records(spool: Spool, since: float, until: float, topic_prefix: str = 
                 continue
 
 
-def usage_from_spool(settings: Any, spool: Spool, *, since: float, until: float, by: str,
+def usage_from_spool(settings: HistorySettings, spool: Spool, *, since: float, until: float, by: str,
                      price: float | None = None) -> Usage:
     cfg: AccountingConfig = settings.accounting
     return compute_usage(
@@ -275,89 +346,28 @@ def usage_from_spool(settings: Any, spool: Spool, *, since: float, until: float,
     )
 
 
-def cmd_report_usage(args: argparse.Namespace, settings: Any) -> int:
-    """``gpuwarden report usage``: the table, CSV or JSON on stdout."""
-    from gpuwarden.units import parse_time
-
-    now = time.time()
-    try:
-        since = parse_time(args.since, now)
-        until = parse_time(getattr(args, "until", None), now) or now
-    except ValueError as e:
-        print(f"gpuwarden report usage: {e}", file=sys.stderr)
-        return 2
-    if getattr(args, "idle_util_below", None) is not None:
-        settings.accounting.idle_util_below = args.idle_util_below
-    with Spool(settings.spool.path) as spool:
-        if getattr(args, "post", False):
-            return _post(settings, spool, until)
-        u = usage_from_spool(settings, spool, since=since or 0.0, until=until, by=args.by,
-                             price=args.price_per_gpu_hour)
-    sys.stdout.write(render(u, args.format, settings.accounting.currency))
-    return 0
-
-
-def _post(settings: Any, spool: Spool, now: float) -> int:
-    """``report usage --post``: the weekly digest, for a weekly cron job or timer."""
-    import asyncio
-
-    try:
-        outcome = asyncio.run(post_weekly_digest(settings, spool, now=now))
-    except ValueError as e:
-        print(f"gpuwarden report usage --post: {e}", file=sys.stderr)
-        return 2
-    if outcome is None:
-        print("gpuwarden report usage --post: set accounting.digest_receiver to a receiver name",
-              file=sys.stderr)
-        return 2
-    print(f"usage digest to {outcome.receiver}: {outcome.status} ({outcome.detail})", file=sys.stderr)
-    return 0 if outcome.status != "failed" else 1
-
-
 # --------------------------------------------------------------------------- weekly digest
 
 
-def digest_notification(u: Usage, receiver: str, currency: str = "") -> Any:
-    """The usage table as a notification: one info-tier record whose note is the table."""
-    from gpuwarden.contract import AlertState, AlertTransition, Evidence, Tier
-    from gpuwarden.notifiers.message import Notification
+def weekly_usage(settings: HistorySettings, spool: Spool, now: float) -> Usage:
+    """The last 7 days by ``accounting.digest_by``: what the weekly digest carries."""
+    return usage_from_spool(settings, spool, since=now - WEEK_S, until=now, by=settings.accounting.digest_by)
 
+
+def digest_record(u: Usage, currency: str = "") -> AlertTransition:
+    """The usage table as one info-tier alert record whose note is the table.
+
+    The report stops here: the composition root (``gpuwarden.app.usage``) hands the
+    record to the notifiers' delivery, so this room never imports delivery.
+    """
     total = u.total
     summary = (f"GPU usage {_day(u.since)} → {_day(u.until)}: {total.card_hours:.1f} card-hours, "
                f"{total.idle_card_hours:.1f} idle, {total.failed_jobs} failed, {total.reruns} reruns")
     if total.cost is not None:
         summary += f", cost {total.cost:.2f}{(' ' + currency) if currency else ''}"
     table = to_table(u, currency, width=100)
-    record = AlertTransition(
+    return AlertTransition(
         fingerprint=f"usage-digest-{int(u.until)}", rule="usage.weekly_digest", tier=Tier.INFO,
         state=AlertState.FIRING, labels={"report": "usage", "by": u.by}, started_at=u.since,
         ts=u.until, summary=summary, evidence=Evidence(note="```\n" + table[:3900] + "```"),
     )
-    return Notification(receiver=receiver, group_key="usage-digest", alerts=[record], reason="new",
-                        at=u.until, id=f"usage-digest-{receiver}-{int(u.until)}")
-
-
-async def post_weekly_digest(settings: Any, spool: Spool, *, now: float, delivery: Any = None) -> Any:
-    """Post the last week's usage to ``accounting.digest_receiver`` through the notifiers' Delivery.
-
-    Returns the delivery outcome (a receiver that is down gets it from the
-    spool later, like any notification), or None when no receiver is configured.
-    """
-    cfg: AccountingConfig = settings.accounting
-    if not cfg.digest_receiver:
-        return None
-    names = {r.name for r in settings.notify.receivers}
-    if cfg.digest_receiver not in names:
-        raise ValueError(f"accounting.digest_receiver: no receiver named {cfg.digest_receiver!r} "
-                         f"in notify.receivers ({', '.join(sorted(names)) or 'none configured'})")
-    u = usage_from_spool(settings, spool, since=now - WEEK_S, until=now, by=cfg.digest_by)
-    note = digest_notification(u, cfg.digest_receiver, cfg.currency)
-    if delivery is not None:
-        return await delivery.deliver(note)
-    from gpuwarden.notifiers.delivery import Delivery
-
-    own = Delivery(settings.notify.receivers, spool=spool, language=settings.language)
-    try:
-        return await own.deliver(note)
-    finally:
-        await own.aclose()

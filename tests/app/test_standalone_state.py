@@ -12,7 +12,7 @@ def run(tmp_path, start: int, span: str = "1h") -> subprocess.CompletedProcess[s
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"spool:\n  path: {tmp_path / 'spool.db'}\n")
     return subprocess.run(
-        [sys.executable, "-m", "gpuwarden.cli", "run", "--config", str(cfg), "--simulate", "memory-leak",
+        [sys.executable, "-m", "gpuwarden.app.cli", "run", "--config", str(cfg), "--simulate", "memory-leak",
          "--gpus", "2", "--seed", "3", "--start", str(start), "--duration", span, "--json"],
         capture_output=True, text=True, timeout=120)
 

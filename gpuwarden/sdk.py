@@ -1,12 +1,13 @@
 """Task SDK: training and inference code tells the local agent how it is doing.
 
-Standard library only; every call is fire-and-forget over a Unix datagram
+Standard library only (tests/foundation/test_sdk.py checks it), so a training job can import it
+without the agent's dependencies; every call is fire-and-forget over a Unix datagram
 socket and never blocks or raises in the caller. With no agent listening the
 SDK notices once and stays quiet for ``RETRY_S`` (a call then costs well under
 a microsecond). The agent stamps the sender's pid and uid from the kernel's
 peer credentials, so a task cannot report for someone else's.
 
-    from gpuwarden.producers.tasksdk import Task
+    from gpuwarden.sdk import Task
     task = Task()                       # label from $GPUWARDEN_TASK, else the agent's attribution
     for batch in loader:
         with task.step() as s:           # step time; mark phases inside
@@ -87,6 +88,13 @@ class Task:
 
     def throughput(self, value: float, unit: str = "samples/s") -> None:
         self._send("throughput", throughput=value, throughput_unit=unit)
+
+    def model(self, params: float, *, layers: int | None = None, hidden: int | None = None,
+              seq_len: int | None = None) -> None:
+        """What this task trains, once at start: ``report usage`` then gives its MFU (model FLOPs
+        per token 6N, plus the attention term when layers, hidden size and sequence length are
+        given) from its ``throughput(..., unit="tokens/s")``."""
+        self._send("model", model_params=params, model_layers=layers, model_hidden=hidden, model_seq_len=seq_len)
 
     def ttft(self, seconds: float) -> None:
         self._send("ttft", ttft_s=seconds)
