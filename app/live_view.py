@@ -15,8 +15,9 @@ def _fmt(v: float | None, spec: str = ".0f") -> str:
     return "-" if v is None else format(v, spec)
 
 
-def render(engine: Engine, now: float) -> Group:
-    """One frame: built from the engine's read-only views, so it shows exactly what the rules see."""
+def render(engine: Engine, now: float, notice: str | None = None) -> Group:
+    """One frame: built from the engine's read-only views, so it shows exactly what the rules see;
+    ``notice`` (no receiver configured) above it."""
     gpus = Table(title="GPUs", expand=True)
     for col in ("node", "gpu", "util %", "mem GiB", "temp °C", "power W", "task", "user"):
         gpus.add_column(col)
@@ -44,4 +45,4 @@ def render(engine: Engine, now: float) -> Group:
         where = " ".join(f"{k}={a.labels[k]}" for k in ("node", "gpu", "task") if k in a.labels)
         alerts.add_row(f"[{_TIER_STYLE[a.tier.value]}]{a.tier.value}[/]", a.rule, where,
                        f"{now - a.started_at:.0f} s ago", a.summary[:120])
-    return Group(gpus, tasks, alerts)
+    return Group(*([f"[bold yellow]{notice}[/]"] if notice else []), gpus, tasks, alerts)

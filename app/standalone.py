@@ -39,16 +39,22 @@ SAVE_EVERY_S = 30.0  # wall time between state saves (the runner, not the engine
 VIEW_EVERY_S = 0.5  # wall time between live-view frames
 
 
+class NoGpus(Exception):
+    """NVML could not be opened and nothing asked for a simulation."""
+
+
 def _source(args: argparse.Namespace, settings: Settings) -> tuple[Source, list[Any]]:
-    """(source, extras): the agent's NVML source with its event watchers and SDK socket when
-    NVML is present and nothing is simulated, else the simulator (no extras)."""
+    """(source, extras): the simulator when ``--simulate`` (or ``agent.source: simulate``) asks
+    for it, else the agent's NVML source with its event watchers and SDK socket. A failing NVML
+    is an error, never a silent simulation: that paged on-call with invented ECC errors from
+    ``node-00`` on a GPU box whose driver was broken (issue #18, defect 6)."""
     scenario = args.simulate
     if scenario is None and settings.agent.source != "simulate":
         try:
             return build_source(args, settings, time.time())
-        except Exception as e:  # noqa: BLE001 - any NVML failure means: simulate instead
-            print(f"gpuwarden run: NVML not available ({type(e).__name__}); simulating 'mixed'",
-                  file=sys.stderr)
+        except Exception as e:  # noqa: BLE001 - any NVML failure: say it and stop
+            raise NoGpus(f"cannot open NVML ({type(e).__name__}: {e}): no GPUs to watch. Run 'gpuwarden "
+                         "doctor' to see why, or pass --simulate SCENARIO for simulated GPUs") from None
     scenario = scenario or "mixed"
     span = args.duration or 0.0
     start = _start_ts(args.start, span)
@@ -181,14 +187,14 @@ async def _run(args: argparse.Namespace, settings: Settings, engine: Engine, sou
                 await runner.batch(batch)
                 if live is not None and time.monotonic() - shown >= VIEW_EVERY_S:
                     shown = time.monotonic()
-                    live.update(render(engine, runner.now), refresh=True)
+                    live.update(render(engine, runner.now, notifier.nowhere), refresh=True)
         except KeyboardInterrupt:
             pass
         finally:
             await runner.emit(engine.flush())
             runner.save()
             if live is not None:
-                live.update(render(engine, runner.now), refresh=True)
+                live.update(render(engine, runner.now, notifier.nowhere), refresh=True)
             await notifier.drain_before_exit(stop)
             await notifier.aclose()
     counters = engine.counters()
@@ -212,6 +218,9 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     except ValueError as e:
         print(f"gpuwarden run: {e}", file=sys.stderr)
         return 2
+    except NoGpus as e:
+        print(f"gpuwarden run: {e}", file=sys.stderr)
+        return 1
     engine = Engine(rules, settings.engine, settings.limits.max_past_skew)
     try:
         return asyncio.run(_run(args, settings, engine, source, extras))

@@ -41,6 +41,7 @@ BENCHMARKS: list[tuple[str, str, list[str], bool]] = [
     ("notify_latency", "Kafka alert → fake Feishu latency", [], True),
     ("history_io", "History: replay sources, export/import vs the engine", [], False),
     ("scale_run", "Scale run: 10,000 simulated GPUs at 1 Hz, 5 min, real Kafka, two stream workers", [], True),
+    ("scheduler_collector", "Scheduler collector per poll with 10,000 jobs queued (vs the squeue --json call)", [], False),
 ]
 
 

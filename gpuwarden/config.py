@@ -13,6 +13,7 @@ composition root (``gpuwarden.app.settings``) assembles them into one model.
 
 from __future__ import annotations
 
+import difflib
 import os
 import stat
 from pathlib import Path
@@ -43,7 +44,8 @@ class ConfigError(Exception):
 
 
 class Section(BaseModel):
-    """Base of every config section; unknown keys are kept and reported as warnings."""
+    """Base of every config section. Unknown keys are collected (not rejected by pydantic) so
+    :func:`validate` can name them all, each with the nearest known key."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True, validate_default=True)
 
@@ -157,11 +159,21 @@ def read_config(path: str | os.PathLike[str] | None = None) -> tuple[str, dict[s
 
 
 def validate(model: type[M], data: dict[str, Any], source: str = "<config>") -> M:
-    """``model`` from ``data``; raises :class:`ConfigError` naming ``source`` and each key path."""
+    """``model`` from ``data``; raises :class:`ConfigError` naming ``source`` and each key path,
+    unknown keys included (a typo such as ``notfiy:`` would otherwise send every alert nowhere)."""
     try:
-        return model.model_validate(data)
+        settings = model.model_validate(data)
     except ValidationError as e:
         raise ConfigError(source, validation_problems(e)) from None
+    unknown = unknown_keys(settings)
+    if unknown:
+        raise ConfigError(source, unknown)
+    return settings
+
+
+def unknown_keys(settings: BaseModel) -> list[str]:
+    """``key.path: unknown key (did you mean 'x'?)`` for every key no section defines."""
+    return _walk(settings)[0]
 
 
 def validation_problems(err: ValidationError) -> list[str]:
@@ -180,13 +192,26 @@ def _expected(e: dict[str, Any]) -> str:
 
 
 def config_warnings(settings: BaseModel) -> list[str]:
-    """Unknown keys (likely typos) and world-readable secret files."""
+    """World-readable secret files (unknown keys are errors: :func:`validate`)."""
+    return _walk(settings)[1]
+
+
+def _unknown(obj: BaseModel, key: str, loc: tuple[Any, ...]) -> str:
+    fields = type(obj).model_fields
+    known = [*fields, *(f.alias for f in fields.values() if f.alias)]
+    near = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+    return f"{field_path((*loc, key))}: unknown key" + (f" (did you mean {near[0]!r}?)" if near else "")
+
+
+def _walk(settings: BaseModel) -> tuple[list[str], list[str]]:
+    """(unknown keys, world-readable secret files), each as ``key.path: what``."""
+    unknown: list[str] = []
     found: list[str] = []
 
     def walk(obj: Any, loc: tuple[Any, ...]) -> None:
         if isinstance(obj, BaseModel):
             for k in (obj.model_extra or {}):
-                found.append(f"{field_path((*loc, k))}: unknown key (ignored)")
+                unknown.append(_unknown(obj, k, loc))
             if isinstance(obj, SecretRef):
                 found.extend(f"{field_path(loc)}: {w}" for w in obj.warnings())
             for name in type(obj).model_fields:
@@ -199,4 +224,4 @@ def config_warnings(settings: BaseModel) -> list[str]:
                 walk(v, (*loc, k))
 
     walk(settings, ())
-    return found
+    return unknown, found

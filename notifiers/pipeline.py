@@ -33,6 +33,11 @@ log = logging.getLogger("gpuwarden.notify")
 STATE_NS, STATE_KEY = "notify", "router"
 
 
+#: A config without receivers: every alert is recorded, none is sent (a typo'd section used to
+#: look like this and pass unnoticed, issue #18 defect 8).
+NOWHERE = "no receiver configured (notify.receivers is empty): alerts are recorded in the spool but sent nowhere"
+
+
 class Notifier:
     """Record, route, deliver; ``tick`` runs the timers (group flushes, repeats, escalation, spool drain)."""
 
@@ -57,6 +62,10 @@ class Notifier:
             delivery = Delivery(self.config.receivers, spool=spool,
                                 language=self.config.language or settings.language, timezone=self.config.timezone)
         self.delivery = delivery
+        self.nowhere = None if self.config.receivers else NOWHERE
+        """Said at start and in the live view when no receiver is configured."""
+        if self.nowhere:
+            log.warning("%s", self.nowhere)
         self.sent = 0
         """Notifications handed to delivery."""
 

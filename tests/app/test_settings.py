@@ -11,11 +11,11 @@ from gpuwarden.app.settings import Settings
 from gpuwarden.config import CommonSettings
 from gpuwarden.history.config import HistorySettings
 from gpuwarden.notifiers.config import NotifierSettings
-from gpuwarden.producers.config import AgentSettings
+from gpuwarden.producers.config import AgentSettings, SchedulerSettings
 from gpuwarden.streams.config import StreamsSettings
 
 
-@pytest.mark.parametrize("protocol", [CommonSettings, AgentSettings, StreamsSettings, NotifierSettings,
+@pytest.mark.parametrize("protocol", [CommonSettings, AgentSettings, SchedulerSettings, StreamsSettings, NotifierSettings,
                                       HistorySettings])
 def test_settings_has_every_section_a_room_reads_with_its_type(protocol):
     wanted = typing.get_type_hints(protocol)
@@ -29,6 +29,6 @@ def test_settings_has_every_section_a_room_reads_with_its_type(protocol):
 
 def test_every_section_is_read_by_some_room():
     read = set()
-    for protocol in (AgentSettings, StreamsSettings, NotifierSettings, HistorySettings):
+    for protocol in (AgentSettings, SchedulerSettings, StreamsSettings, NotifierSettings, HistorySettings):
         read |= set(typing.get_type_hints(protocol))
     assert read == set(Settings.model_fields)
