@@ -242,8 +242,7 @@ class NodeSnapshot(_SnapshotHead):
 
     ``gpus`` and ``processes`` are column tables (:class:`_Columns`): ``snap.gpus.util_gpu[i]``
     is GPU row ``i``; ``snap.gpus.rows()`` gives :class:`GpuSample` objects; :meth:`of` builds
-    one from rows. ``node_snapshot/1`` records (rows as JSON objects)
-    are still read: :func:`decode` upgrades them."""
+    one from rows."""
 
     schema_: Literal["node_snapshot/2"] = Field(default="node_snapshot/2", alias="schema")
     gpus: GpuColumns = Field(default_factory=lambda: GpuColumns.of([]))  # type: ignore[valid-type]
@@ -255,19 +254,6 @@ class NodeSnapshot(_SnapshotHead):
         agent builds one. Not an ``__init__`` or a validator that takes rows: either makes
         pydantic hand every decoded table to Python first (54 µs per 8-GPU record, not 35)."""
         return cls(gpus=GpuColumns.of(list(gpus)), processes=ProcessColumns.of(list(processes)), **head)
-
-
-class NodeSnapshotV1(_SnapshotHead):
-    """``node_snapshot/1``, read only: GPUs and processes as arrays of row objects."""
-
-    schema_: Literal["node_snapshot/1"] = Field(default="node_snapshot/1", alias="schema")
-    gpus: list[GpuSample] = Field(default_factory=list, max_length=64)
-    processes: list[GpuProcess] = Field(default_factory=list, max_length=4096)
-
-    def upgrade(self) -> NodeSnapshot:
-        head = {name: getattr(self, name) for name in _SnapshotHead.model_fields if name != "schema_"}
-        return NodeSnapshot.model_construct(**head, gpus=GpuColumns.of(self.gpus),
-                                            processes=ProcessColumns.of(self.processes))
 
 
 # --------------------------------------------------------------------------- gpu.events
@@ -681,7 +667,6 @@ DEAD_LETTER_KEY_PREFIX = 1 << 10
 Record = Annotated[
     Union[
         NodeSnapshot,
-        NodeSnapshotV1,
         GpuEvent,
         TaskMetric,
         TaskSummary,
@@ -699,7 +684,6 @@ Record = Annotated[
     Field(discriminator="schema_"),
 ]
 _RECORD = TypeAdapter(Record)
-_SNAPSHOT = TypeAdapter(Annotated[Union[NodeSnapshot, NodeSnapshotV1], Field(discriminator="schema_")])
 _CONTROL = TypeAdapter(ControlRecord)
 
 
@@ -801,18 +785,14 @@ def decode(
                                     "max_past_skew_s": max_past_skew_s}
     try:
         if model is None:
-            record = _RECORD.validate_json(data, context=ctx)
-        elif model is NodeSnapshot:
-            record = _SNAPSHOT.validate_json(data, context=ctx)
-        else:
-            return model.model_validate_json(data, context=ctx)
+            return _RECORD.validate_json(data, context=ctx)
+        return model.model_validate_json(data, context=ctx)
     except ValidationError as e:
         version = _version_error(e)
         if version is not None:
             raise version from None
         msg, fields = describe(e)
         raise ContractError(msg, fields) from None
-    return record.upgrade() if isinstance(record, NodeSnapshotV1) else record
 
 
 def decode_control(data: bytes | str) -> Silence | Ack | OnCallOverride:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpuwarden.streams.metrics import GPU_INDEX
-from gpuwarden.streams.nodestage import NodeState
+from gpuwarden.streams.columns import GPU_INDEX
+from gpuwarden.streams.nodestate import NodeState
 
 
 @dataclass(frozen=True, slots=True)
