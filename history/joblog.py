@@ -1,5 +1,6 @@
 """A scheduler's past job log as ``scheduler_job/1`` records, so a site starts with its real queue.
 
+``gpuwarden import-jobs --format sacct FILE`` reads Slurm's ``sacct --json`` (:mod:`.sacct`).
 ``gpuwarden import-jobs --format philly FILE`` reads the Philly trace's job form (one JSON object a
 line: ``id``, ``num_gpus``, ``submitted_time``, ``attempts`` with ``start_time``/``end_time``; see
 ../shared/data/README.md). Each attempt becomes one record, its ``restarts`` the attempt's index,
@@ -23,9 +24,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from gpuwarden.config import CommonSettings
 from gpuwarden.contract import JobState, SchedulerJob, Topics, encode
 from gpuwarden.history.portable import warn_eviction
+from gpuwarden.history.sacct import SacctError, read_file
 from gpuwarden.spool import Spool
 
-FORMATS = ("philly",)
+FORMATS = ("philly", "sacct")
 
 
 class JobLogError(ValueError):
@@ -62,25 +64,32 @@ def philly(lines: Iterable[str], *, cluster: str, tz: tzinfo, source: str = "<in
             raise JobLogError(f"{source}:{n}: {type(e).__name__}: {e}") from None
 
 
-def read(path: Path, fmt: str, *, cluster: str, tz: tzinfo) -> Iterator[SchedulerJob]:
+def read(path: Path, fmt: str, *, cluster: str | None, tz: tzinfo) -> list[SchedulerJob]:
+    """Every record of the log, all read before any is written (a bad line imports nothing).
+    ``cluster`` None: sacct's own cluster name per job, ``default`` for Philly."""
+    if fmt == "sacct":
+        return read_file(path, cluster=cluster)
     if fmt != "philly":
         raise JobLogError(f"--format {fmt!r}: this version reads {', '.join(FORMATS)}")
     with open(path, encoding="utf-8") as f:
-        yield from philly(f, cluster=cluster, tz=tz, source=str(path))
+        return list(philly(f, cluster=cluster or "default", tz=tz, source=str(path)))
 
 
 def cmd_import_jobs(args: argparse.Namespace, settings: CommonSettings) -> int:
-    """``gpuwarden import-jobs --format philly FILE``: the records into the spool."""
+    """``gpuwarden import-jobs --format philly|sacct FILE``: the records into the spool."""
     try:
         tz = ZoneInfo(args.timezone) if args.timezone else timezone.utc
     except (ZoneInfoNotFoundError, ValueError):
         print(f"gpuwarden import-jobs: --timezone {args.timezone!r}: not a time zone (e.g. UTC, America/Los_Angeles)",
               file=sys.stderr)
         return 2
+    if args.format == "sacct" and args.timezone:
+        print("gpuwarden import-jobs: --timezone does not apply to sacct JSON (its times are epoch seconds, UTC)",
+              file=sys.stderr)
     topic = Topics(settings.kafka.topic_prefix).jobs
     try:
-        records = list(read(Path(args.file), args.format, cluster=args.cluster, tz=tz))
-    except (JobLogError, OSError) as e:
+        records = read(Path(args.file), args.format, cluster=args.cluster, tz=tz)
+    except (JobLogError, SacctError, OSError) as e:
         print(f"gpuwarden import-jobs: {e}", file=sys.stderr)
         return 1
     with Spool(settings.spool.path) as spool:

@@ -5,6 +5,11 @@
   that cannot be started fails the tests; it never skips them.
 * ``own_slurm`` (function fixture): a second Slurm of the test's own (``SLURM_LOCAL_DIR``), which
   it may stop and start again.
+* ``accounting_slurm`` (function fixture): a Slurm of the test's own with accounting
+  (``start --accounting``: slurmdbd on a local MariaDB), so ``sacct`` answers.
+
+Jobs write their output under the Slurm's own directory (``sbatch --output``), never the
+working directory.
 """
 
 from __future__ import annotations
@@ -44,8 +49,10 @@ class LocalSlurm:
         return proc.stdout
 
     def sbatch(self, *args: str, wrap: str = "sleep 600") -> str:
-        """Submit a real batch job; its id."""
-        out = self.run("sbatch", "--parsable", "-c", "1", *args, "--wrap", wrap)
+        """Submit a real batch job; its id. Its output goes under the Slurm's directory."""
+        out_dir = Path(self.conf).parent / "job-output"
+        out_dir.mkdir(exist_ok=True)
+        out = self.run("sbatch", "--parsable", "-c", "1", f"--output={out_dir}/slurm-%j.out", *args, "--wrap", wrap)
         return out.strip().split(";")[0]
 
     def cancel_all(self) -> None:
@@ -72,8 +79,8 @@ class LocalSlurm:
         _start(self.local_env)
 
 
-def _start(env: dict[str, str] | None) -> str:
-    proc = slurm_local("start", env=env)
+def _start(env: dict[str, str] | None, *options: str) -> str:
+    proc = slurm_local("start", *options, env=env)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines or not lines[-1].startswith("SLURM_CONF="):
         pytest.fail(f"scripts/slurm-local start failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}",
@@ -96,6 +103,16 @@ def slurm() -> Iterator[LocalSlurm]:
 def own_slurm(tmp_path: Path) -> Iterator[LocalSlurm]:
     env = {"SLURM_LOCAL_DIR": str(tmp_path / "slurm")}
     s = LocalSlurm(_start(env), env)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def accounting_slurm(tmp_path: Path) -> Iterator[LocalSlurm]:
+    env = {"SLURM_LOCAL_DIR": str(tmp_path / "slurm")}
+    s = LocalSlurm(_start(env, "--accounting"), env)
     try:
         yield s
     finally:
