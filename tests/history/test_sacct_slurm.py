@@ -9,38 +9,13 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from gpuwarden.contract import JobState, SchedulerJob, decode
 from gpuwarden.spool import Spool
 from tests.history.builders import config, gw
+from tests.history.test_sacct import independent
 from tests.slurm_support import LocalSlurm
-
-
-def _gpus(entry: dict) -> int:
-    """GPUs from the entry's allocated TRES, read here without the importer's code."""
-    return sum(t["count"] for t in entry["tres"]["allocated"] if t["type"] == "gres" and t["name"] == "gpu")
-
-
-def _independent(entries: list[dict]) -> dict:
-    """The report's totals from sacct's raw entries (22.05: plain numbers, start null if never run)."""
-    by_job: dict[int, list[dict]] = {}
-    for e in entries:
-        by_job.setdefault(e["job_id"], []).append(e)
-    # A job cancelled before it ran has a start (= its end) but no nodes: sacct shows "None assigned".
-    ran = {j: [e for e in es if e["nodes"] != "None assigned"] for j, es in by_job.items()}
-    waits = [min(e["time"]["start"] for e in es) - min(e["time"]["submission"] for e in by_job[j])
-             for j, es in ran.items() if es]
-    return {
-        "jobs": len(by_job),
-        "attempts": sum(len(es) for es in ran.values()),
-        "retried_jobs": sum(len(es) > 1 for es in ran.values()),
-        "queue_wait_p50_s": float(np.percentile(waits, 50)),
-        "queue_wait_p90_s": float(np.percentile(waits, 90)),
-        "gpu_hours": sum(_gpus(e) * (e["time"]["end"] - e["time"]["start"]) / 3600
-                         for es in ran.values() for e in es),
-    }
 
 
 def _wait_accounted(slurm: LocalSlurm, ids: list[str], timeout: float = 90) -> dict:
@@ -93,7 +68,7 @@ def test_real_sacct_history_gives_the_report_an_independent_computation_gives(
     assert out.returncode == 0, out.stderr
     total = json.loads(out.stdout)["total"]
 
-    want = _independent(doc["jobs"])
+    want = independent(doc["jobs"])
     assert (want["jobs"], want["attempts"], want["retried_jobs"]) == (6, 6, 1)  # held never ran; rq ran twice
     for key in ("jobs", "attempts", "retried_jobs", "queue_wait_p50_s", "queue_wait_p90_s"):
         assert total[key] == pytest.approx(want[key]), key
