@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -23,27 +24,37 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sacct"
 JSON_FILE, TEXT_FILE = FIXTURES / "sacct-22.05.8.json", FIXTURES / "sacct-22.05.8.txt"
 
 
-def independent(entries: list[dict[str, Any]]) -> dict[str, Any]:
-    """The report's totals from sacct's raw 22.05 entries, read here without the importer's code:
-    an entry ran when nodes were assigned; a running one ends at start + elapsed."""
+def independent(entries: list[dict[str, Any]], since: float = 0.0, until: float = math.inf) -> dict[str, Any]:
+    """The report's figures for ``[since, until)`` from sacct's raw 22.05 entries, read here without
+    the importer's code: an entry ran when nodes were assigned, a running one ends at start +
+    elapsed; a run belongs to the period when it overlaps it (one of no length: when it started
+    inside), a job that never ran when it ended (cancelled) or was submitted (pending) inside."""
     by_job: dict[str, list[dict[str, Any]]] = {}
     for e in entries:
         task = e["array"]["task_id"]
         by_job.setdefault(f"{e['array']['job_id']}_{task}" if task is not None else str(e["job_id"]), []).append(e)
-    ran = {j: [e for e in es if e["nodes"] != "None assigned"] for j, es in by_job.items()}
-    waits = [min(e["time"]["start"] for e in es) - min(e["time"]["submission"] for e in by_job[j])
-             for j, es in ran.items() if es]
-    gpu_seconds = 0.0
-    for e in (e for es in ran.values() for e in es):
-        gpus = sum(t["count"] for t in e["tres"]["allocated"] if t["type"] == "gres" and t["name"] == "gpu")
-        gpu_seconds += gpus * ((e["time"]["end"] or e["time"]["start"] + e["time"]["elapsed"]) - e["time"]["start"])
+    runs: dict[str, list[tuple[float, float, int]]] = {}  # job → (start, end, GPUs) of its runs in the period
+    waits, jobs = [], 0
+    for job, es in by_job.items():
+        ran = [e for e in es if e["nodes"] != "None assigned"]
+        for e in ran:
+            start = e["time"]["start"]
+            end = e["time"]["end"] or start + e["time"]["elapsed"]
+            if start < until and (end > since or start >= since):
+                gpus = sum(t["count"] for t in e["tres"]["allocated"] if t["type"] == "gres" and t["name"] == "gpu")
+                runs.setdefault(job, []).append((max(start, since), min(end, until), gpus))
+        waited = [e for e in es if e not in ran and since <= (e["time"]["end"] or e["time"]["submission"]) < until]
+        if job in runs or waited:
+            jobs += 1
+            if ran:
+                waits.append(min(e["time"]["start"] for e in ran) - min(e["time"]["submission"] for e in es))
     return {
-        "jobs": len(by_job),
-        "attempts": sum(len(es) for es in ran.values()),
-        "retried_jobs": sum(len(es) > 1 for es in ran.values()),
-        "queue_wait_p50_s": float(np.percentile(waits, 50)),
-        "queue_wait_p90_s": float(np.percentile(waits, 90)),
-        "gpu_hours": gpu_seconds / 3600,
+        "jobs": jobs,
+        "attempts": sum(len(r) for r in runs.values()),
+        "retried_jobs": sum(len(r) > 1 for r in runs.values()),
+        "queue_wait_p50_s": float(np.percentile(waits, 50)) if waits else None,
+        "queue_wait_p90_s": float(np.percentile(waits, 90)) if waits else None,
+        "gpu_hours": sum(g * (b - a) for r in runs.values() for a, b, g in r) / 3600,
     }
 
 
@@ -110,6 +121,26 @@ def test_each_record_agrees_with_sacct_text() -> None:
     # The job exited 3 (text: 3:0); Slurm 22.05.8's JSON says 0, and that is what is recorded.
     assert text_runs["2"][0]["ExitCode"] == "3:0" and by["2", 0].state is JobState.FAILED and by["2", 0].exit_code == 0
     assert by["5", 0].exit_code == 0 and by["10", 0].exit_code is None and by["11", 0].exit_code is None
+
+
+@pytest.mark.parametrize(("since", "until"), [
+    ("2026-12-01T13:56:44", "2026-12-01T13:56:46"),  # inside several runs: each clipped to the period
+    ("2026-12-01T13:56:46", "2026-12-01T13:56:58"),  # the requeued job's second run, the running one's start
+    ("2026-12-01T13:56:59", "2026-12-01T13:57:30"),  # the running job and the pending one only
+    ("2026-12-01T14:00:00", "2026-12-01T15:00:00"),  # after the export: the running job (ends at its record)
+])
+def test_since_and_until_report_the_period_as_an_independent_computation(
+        tmp_path: Path, since: str, until: str) -> None:
+    cfg = config(tmp_path, extra="")
+    Path(cfg).write_text(Path(cfg).read_text().replace("spool:\n", "spool:\n  max_age: 5000d\n"))
+    assert gw("import-jobs", "--config", cfg, "--format", "sacct", str(JSON_FILE)).returncode == 0
+    out = gw("report", "--config", cfg, "scheduler", "--since", since, "--until", until, "--format", "json")
+    assert out.returncode == 0, out.stderr
+    total = json.loads(out.stdout)["total"]
+    want = independent(json.loads(JSON_FILE.read_text())["jobs"], _utc(since), _utc(until))  # type: ignore[arg-type]
+    for key in ("jobs", "attempts", "retried_jobs", "queue_wait_p50_s", "queue_wait_p90_s"):
+        assert total[key] == pytest.approx(want[key]), key
+    assert total["gpu_hours"] == round(want["gpu_hours"], 3)
 
 
 def _nested(v: Any) -> dict[str, Any]:

@@ -96,3 +96,25 @@ def test_a_bad_line_is_named_with_its_file_and_number(tmp_path: Path) -> None:
                    '{"id": "broken", "num_gpus": 1}\n')
     out = gw("import-jobs", "--config", config(tmp_path), "--format", "philly", str(log))
     assert out.returncode == 1 and f"{log}:2: KeyError" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize(("since", "until", "want"), [
+    # An attempt 10:00-14:00 on 2 GPUs, stamped at its end: a period inside it holds it, clipped.
+    ("2017-09-04T11:00:00", "2017-09-04T12:00:00", {"jobs": 1, "attempts": 1, "gpu_hours": 2.0}),
+    ("2017-09-04T12:00:00", "2017-09-04T20:00:00", {"jobs": 1, "attempts": 1, "gpu_hours": 4.0}),
+    ("2017-09-04T14:00:00", "2017-09-04T20:00:00", {"jobs": 0, "attempts": 0, "gpu_hours": 0.0}),
+    ("2017-09-04T00:00:00", "2017-09-04T10:00:00", {"jobs": 0, "attempts": 0, "gpu_hours": 0.0}),
+])
+def test_since_and_until_hold_the_part_of_each_attempt_inside_the_period(
+        tmp_path: Path, since: str, until: str, want: dict) -> None:
+    log = tmp_path / "one.jsonl"
+    log.write_text(json.dumps({"id": "j1", "num_gpus": 2, "submitted_time": "2017-09-04 09:00:00",
+                               "attempts": [{"start_time": "2017-09-04 10:00:00",
+                                             "end_time": "2017-09-04 14:00:00"}]}) + "\n")
+    cfg = config(tmp_path)
+    Path(cfg).write_text(Path(cfg).read_text().replace("spool:\n", "spool:\n  max_age: 5000d\n"))
+    assert gw("import-jobs", "--config", cfg, "--format", "philly", str(log)).returncode == 0
+    out = gw("report", "--config", cfg, "scheduler", "--since", since, "--until", until, "--format", "json")
+    total = json.loads(out.stdout)["total"]
+    assert {k: total[k] for k in want} == want
+    assert total["queue_wait_p50_s"] == (3600 if want["jobs"] else None)
