@@ -69,7 +69,7 @@ class _Entry:
     @property
     def where(self) -> str:
         jid = self.job.get("job_id")
-        return f"{self.source}: jobs[{self.index}]" + (f" (job {jid})" if jid is not None else "")
+        return f"{self.source}: jobs[{self.index}]" + (f" (job {jid!s:.64})" if jid is not None else "")
 
     def fail(self, field: str, expected: str, got: Any) -> SacctError:
         return SacctError(f"{self.where}: {field}: expected {expected}, got {got!r}")
@@ -204,9 +204,13 @@ def _numbered(jobs: dict[tuple[str, str], list[tuple[_Entry, dict[str, Any]]]]) 
             try:
                 yield SchedulerJob(**fields, submit_time=first, restarts=n)
             except ValidationError as e:
-                err = e.errors()[0]
-                field = ".".join(map(str, err["loc"]))
-                raise SacctError(f"{entry.where}: {field}: {err['msg']} (got {err.get('input')!r:.100})") from None
+                raise SacctError(invalid_record(entry.where, e)) from None
+
+
+def invalid_record(where: str, e: ValidationError) -> str:
+    """A job record the contract refuses (a name too long, ...), said as ``where: field: why (got ...)``."""
+    err = e.errors()[0]
+    return f"{where}: {'.'.join(map(str, err['loc']))}: {err['msg']} (got {err.get('input')!r:.100})"
 
 
 def read_file(path: Path, *, cluster: str | None) -> list[SchedulerJob]:

@@ -90,12 +90,25 @@ def test_times_without_a_zone_are_read_in_the_given_zone(tmp_path: Path) -> None
     assert spans["America/Los_Angeles"]["jobs"] == 0
 
 
-def test_a_bad_line_is_named_with_its_file_and_number(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("line", "message"), [
+    ('{"id": "broken", "num_gpus": 1}', ":2 (job broken): submitted_time: missing; expected a time such as"),
+    ('{"id": "b", "num_gpus": "two", "submitted_time": "2017-09-04 10:00:00"}',
+     ":2 (job b): num_gpus: expected a GPU count (0 or more), got 'two'"),
+    ('{"id": "b", "num_gpus": 1, "submitted_time": "2017-09-04 10:00:00", "attempts": [{"start_time": "noon"}]}',
+     ":2 (job b): attempts[0].start_time: expected a time such as 2017-10-03 05:55:19 (or None), got 'noon'"),
+    ('{"id": "' + "x" * 300 + '", "num_gpus": 1, "submitted_time": "2017-09-04 10:00:00"}',
+     f":2 (job {'x' * 64}): job_id: String should have at most 256 characters"),
+    ('{"id": "b", "num_gpus"', ":2: not JSON ("),
+])
+def test_a_bad_line_is_named_with_its_file_number_job_and_field(tmp_path: Path, line: str, message: str) -> None:
     log = tmp_path / "bad.jsonl"
     log.write_text('{"id": "ok", "num_gpus": 1, "submitted_time": "2017-09-04 10:00:00", "attempts": []}\n'
-                   '{"id": "broken", "num_gpus": 1}\n')
-    out = gw("import-jobs", "--config", config(tmp_path), "--format", "philly", str(log))
-    assert out.returncode == 1 and f"{log}:2: KeyError" in out.stderr, out.stderr
+                   f"{line}\n")
+    cfg = config(tmp_path)
+    out = gw("import-jobs", "--config", cfg, "--format", "philly", str(log))
+    assert out.returncode == 1 and f"{log}{message}" in out.stderr, out.stderr
+    report = gw("report", "--config", cfg, "scheduler", "--since", "2017-09-01", "--format", "json")
+    assert json.loads(report.stdout)["total"]["jobs"] == 0  # the good line before it was not imported either
 
 
 @pytest.mark.parametrize(("since", "until", "want"), [
