@@ -5,8 +5,8 @@ tests/fixtures/sacct/README.md) and in the 23.02+ shapes (nested numbers, state 
 ``return_code``), both through :mod:`gpuwarden.slurmjson`, which the collector shares:
 
 * **Attempts.** A requeued job has one entry per run, the earlier ones in state ``REQUEUED``.
-  22.05 prints them all, ``--duplicates`` or not; later releases print only the last without
-  ``--duplicates``, so export with it (else each job counts one attempt). A job's entries
+  sacct's manual says only the most recent run is shown without ``--duplicates``; 22.05.8's
+  JSON printed them all either way (checked). Export with it, else a job may count one attempt. A job's entries
   (cluster, job id; array tasks as ``JOB_TASK``, het components as ``JOB+N``) are ordered by
   submission and numbered from 0: the record's ``restarts``.
 * **Times** are epoch seconds, UTC by definition: ``--timezone`` does not apply. Slurm resets
@@ -74,14 +74,14 @@ class _Entry:
     def fail(self, field: str, expected: str, got: Any) -> SacctError:
         return SacctError(f"{self.where}: {field}: expected {expected}, got {got!r}")
 
-    def number(self, field: str) -> int | None:
+    def int_at(self, field: str) -> int | None:
         v = _at(self.job, field)
         try:
             return number(v)
         except (TypeError, ValueError):
             raise self.fail(field, _NUMBER, v) from None
 
-    def time(self, field: str, *, required: bool = False) -> float | None:
+    def time_at(self, field: str, *, required: bool = False) -> float | None:
         v = _at(self.job, field)
         try:
             t = epoch(v)
@@ -91,7 +91,7 @@ class _Entry:
             raise self.fail(field, _EPOCH, v)
         return t
 
-    def text(self, field: str) -> str:
+    def text_at(self, field: str) -> str:
         v = _at(self.job, field)
         if v is None:
             return ""
@@ -100,14 +100,14 @@ class _Entry:
         return v
 
     def job_id(self) -> str:
-        jid = self.number("job_id")
+        jid = self.int_at("job_id")
         if jid is None:
             raise self.fail("job_id", "the job's number", self.job.get("job_id"))
-        task, offset = self.number("array.task_id"), self.number("het.job_offset")
+        task, offset = self.int_at("array.task_id"), self.int_at("het.job_offset")
         if task is not None:
-            return f"{self.number('array.job_id')}_{task}"
+            return f"{self.int_at('array.job_id')}_{task}"
         if offset is not None:
-            return f"{self.number('het.job_id')}+{offset}"
+            return f"{self.int_at('het.job_id')}+{offset}"
         return str(jid)
 
     def gpus(self) -> tuple[int, str]:
@@ -139,7 +139,7 @@ class _Entry:
         return 0, ""
 
     def nodes(self) -> list[str]:
-        text = self.text("nodes")
+        text = self.text_at("nodes")
         if not text or text == "None assigned":
             return []
         try:
@@ -154,26 +154,26 @@ class _Entry:
             raise self.fail("state.current", "a Slurm job state such as COMPLETED", _at(self.job, "state.current"))
         requeued = word in REQUEUE_WORDS
         state = JobState.UNKNOWN if requeued else STATES.get(word, JobState.UNKNOWN)
-        submit, start, end = self.time("time.submission", required=True), self.time("time.start"), self.time("time.end")
+        submit, start, end = self.time_at("time.submission", required=True), self.time_at("time.start"), self.time_at("time.end")
         nodes = self.nodes()
         if state is JobState.PENDING:
             start = end = None
         if not nodes:  # cancelled before it ran: Slurm sets its start to its end, assigns no node
             start = None
         ended = requeued or state in ENDED
-        ts = end if end is not None else start + (self.number("time.elapsed") or 0) if start is not None else submit
-        reason = self.text("state.reason")
+        ts = end if end is not None else start + (self.int_at("time.elapsed") or 0) if start is not None else submit
+        reason = self.text_at("state.reason")
         gpus, kind = self.gpus()
         try:
             code = exit_code(self.job.get("exit_code")) if ended else None
         except (TypeError, ValueError):
             raise self.fail("exit_code", '{"status": ..., "return_code": N}', self.job.get("exit_code")) from None
         return {
-            "ts": ts, "cluster": cluster or self.text("cluster") or "default", "scheduler": "slurm",
-            "job_id": self.job_id(), "name": self.text("name"), "user": self.text("user"),
-            "account": self.text("account"), "queue": self.text("partition"), "state": state,
+            "ts": ts, "cluster": cluster or self.text_at("cluster") or "default", "scheduler": "slurm",
+            "job_id": self.job_id(), "name": self.text_at("name"), "user": self.text_at("user"),
+            "account": self.text_at("account"), "queue": self.text_at("partition"), "state": state,
             "reason": "requeued" if requeued else reason if state is JobState.PENDING and reason != "None" else "",
-            "eligible_time": self.time("time.eligible"), "start_time": start,
+            "eligible_time": self.time_at("time.eligible"), "start_time": start,
             "end_time": end if ended else None, "gpus": gpus, "gpu_type": kind,
             "nodes": nodes if start is not None else [], "exit_code": code, "submission": submit,
         }
