@@ -73,23 +73,35 @@ def _utc(text: str) -> float | None:
     return None if text in ("Unknown", "None") else datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp()
 
 
-def test_the_report_equals_an_independent_computation(tmp_path: Path) -> None:
-    doc = json.loads(JSON_FILE.read_text())
-    cfg = config(tmp_path, extra="")
+@pytest.fixture(scope="module")
+def spool_config(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A config whose spool holds the fixture, imported through the real command line."""
+    cfg = config(tmp_path_factory.mktemp("sacct"), extra="")
     Path(cfg).write_text(Path(cfg).read_text().replace("spool:\n", "spool:\n  max_age: 5000d\n"))
     imported = gw("import-jobs", "--config", cfg, "--format", "sacct", str(JSON_FILE))
     assert imported.returncode == 0, imported.stderr
     assert "imported 10 jobs (11 records)" in imported.stderr
-    out = gw("report", "--config", cfg, "scheduler", "--since", "2026-12-01", "--until", "2026-12-02",
-             "--by", "gpus", "--format", "json")
+    return cfg
+
+
+def _report(cfg: str, since: str, until: str) -> dict[str, Any]:
+    out = gw("report", "--config", cfg, "scheduler", "--since", since, "--until", until, "--by", "gpus",
+             "--format", "json")
     assert out.returncode == 0, out.stderr
-    total = json.loads(out.stdout)["total"]
-    want = independent(doc["jobs"])
-    # 10 jobs; 10 runs (rq twice, the pending one none); 1 retried.
-    assert (want["jobs"], want["attempts"], want["retried_jobs"]) == (10, 10, 1)
+    return json.loads(out.stdout)["total"]
+
+
+def _equal(total: dict[str, Any], want: dict[str, Any]) -> None:
     for key in ("jobs", "attempts", "retried_jobs", "queue_wait_p50_s", "queue_wait_p90_s"):
         assert total[key] == pytest.approx(want[key]), key
     assert total["gpu_hours"] == round(want["gpu_hours"], 3)
+
+
+def test_the_report_equals_an_independent_computation(spool_config: str) -> None:
+    want = independent(json.loads(JSON_FILE.read_text())["jobs"])
+    # 10 jobs; 10 runs (rq twice, the pending one none); 1 retried.
+    assert (want["jobs"], want["attempts"], want["retried_jobs"]) == (10, 10, 1)
+    _equal(_report(spool_config, "2026-12-01", "2026-12-02"), want)
 
 
 def test_each_record_agrees_with_sacct_text() -> None:
@@ -130,17 +142,9 @@ def test_each_record_agrees_with_sacct_text() -> None:
     ("2026-12-01T14:00:00", "2026-12-01T15:00:00"),  # after the export: the running job (ends at its record)
 ])
 def test_since_and_until_report_the_period_as_an_independent_computation(
-        tmp_path: Path, since: str, until: str) -> None:
-    cfg = config(tmp_path, extra="")
-    Path(cfg).write_text(Path(cfg).read_text().replace("spool:\n", "spool:\n  max_age: 5000d\n"))
-    assert gw("import-jobs", "--config", cfg, "--format", "sacct", str(JSON_FILE)).returncode == 0
-    out = gw("report", "--config", cfg, "scheduler", "--since", since, "--until", until, "--format", "json")
-    assert out.returncode == 0, out.stderr
-    total = json.loads(out.stdout)["total"]
+        spool_config: str, since: str, until: str) -> None:
     want = independent(json.loads(JSON_FILE.read_text())["jobs"], _utc(since), _utc(until))  # type: ignore[arg-type]
-    for key in ("jobs", "attempts", "retried_jobs", "queue_wait_p50_s", "queue_wait_p90_s"):
-        assert total[key] == pytest.approx(want[key]), key
-    assert total["gpu_hours"] == round(want["gpu_hours"], 3)
+    _equal(_report(spool_config, since, until), want)
 
 
 def _nested(v: Any) -> dict[str, Any]:
