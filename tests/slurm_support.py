@@ -7,9 +7,6 @@
   it may stop and start again.
 * ``accounting_slurm`` (function fixture): a Slurm of the test's own with accounting
   (``start --accounting``: slurmdbd on a local MariaDB), so ``sacct`` answers.
-
-Jobs write their output under the Slurm's own directory (``sbatch --output``), never the
-working directory.
 """
 
 from __future__ import annotations
@@ -17,6 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,6 +24,9 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SLURM_LOCAL = REPO_ROOT / "scripts" / "slurm-local"
+#: Where the test jobs' output goes (sbatch's default, slurm-N.out in the working directory,
+#: left files in the repository's root).
+JOB_OUTPUT = Path(tempfile.gettempdir()) / "gpuwarden-slurm-jobs"
 
 
 def slurm_local(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -49,10 +50,10 @@ class LocalSlurm:
         return proc.stdout
 
     def sbatch(self, *args: str, wrap: str = "sleep 600") -> str:
-        """Submit a real batch job; its id. Its output goes under the Slurm's directory."""
-        out_dir = Path(self.conf).parent / "job-output"
-        out_dir.mkdir(exist_ok=True)
-        out = self.run("sbatch", "--parsable", "-c", "1", f"--output={out_dir}/slurm-%j.out", *args, "--wrap", wrap)
+        """Submit a real batch job; its id."""
+        JOB_OUTPUT.mkdir(exist_ok=True)
+        out = self.run("sbatch", "--parsable", "-c", "1", f"--output={JOB_OUTPUT}/slurm-%j.out", *args,
+                       "--wrap", wrap)
         return out.strip().split(";")[0]
 
     def cancel_all(self) -> None:
