@@ -90,7 +90,8 @@ def philly(lines: Iterable[str], *, cluster: str, tz: tzinfo, source: str = "<in
                 "gpus": line.get(job, "num_gpus", "num_gpus", _gpus, "a GPU count (0 or more)"), "submit_time": submit}
         attempts = job.get("attempts") or []
         if not isinstance(attempts, list) or not all(isinstance(a, dict) for a in attempts):
-            raise JobLogError(f"{line.where}: attempts: expected a list of {{start_time, end_time}}, got {attempts!r:.100}")
+            raise JobLogError(f"{line.where}: attempts: expected a list of {{start_time, end_time}}, "
+                              f"got {attempts!r:.100}")
         if not attempts:
             try:
                 yield SchedulerJob(ts=submit, state=JobState.PENDING, **base)

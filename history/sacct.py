@@ -6,9 +6,9 @@ tests/fixtures/sacct/README.md) and in the 23.02+ shapes (nested numbers, state 
 
 * **Attempts.** A requeued job has one entry per run, the earlier ones in state ``REQUEUED``.
   sacct's manual says only the most recent run is shown without ``--duplicates``; 22.05.8's
-  JSON printed them all either way (checked). Export with it, else a job may count one attempt. A job's entries
-  (cluster, job id; array tasks as ``JOB_TASK``, het components as ``JOB+N``) are ordered by
-  submission and numbered from 0: the record's ``restarts``.
+  JSON printed them all either way (checked). Export with it, else a job may count one
+  attempt. A job's entries (cluster, job id; array tasks as ``JOB_TASK``, het components as
+  ``JOB+N``) are ordered by submission and numbered from 0: the record's ``restarts``.
 * **Times** are epoch seconds, UTC by definition: ``--timezone`` does not apply. Slurm resets
   a job's submission time when it requeues it, so every attempt carries the job's first
   submission (the report's queue wait is first start minus first submission) and its own
@@ -154,7 +154,8 @@ class _Entry:
             raise self.fail("state.current", "a Slurm job state such as COMPLETED", _at(self.job, "state.current"))
         requeued = word in REQUEUE_WORDS
         state = JobState.UNKNOWN if requeued else STATES.get(word, JobState.UNKNOWN)
-        submit, start, end = self.time_at("time.submission", required=True), self.time_at("time.start"), self.time_at("time.end")
+        submit = self.time_at("time.submission", required=True)
+        start, end = self.time_at("time.start"), self.time_at("time.end")
         nodes = self.nodes()
         if state is JobState.PENDING:
             start = end = None
@@ -197,7 +198,7 @@ def records(doc: Any, *, cluster: str | None, source: str = "<input>") -> list[S
 
 def _numbered(jobs: dict[tuple[str, str], list[tuple[_Entry, dict[str, Any]]]]) -> Iterator[SchedulerJob]:
     for attempts in jobs.values():
-        attempts.sort(key=lambda a: (a[1]["submission"], math.inf if a[1]["start_time"] is None else a[1]["start_time"]))
+        attempts.sort(key=lambda a: (a[1]["submission"], a[1]["start_time"] or math.inf))
         first = attempts[0][1]["submission"]
         for n, (entry, fields) in enumerate(attempts):
             fields = {k: v for k, v in fields.items() if k != "submission"}

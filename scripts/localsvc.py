@@ -46,7 +46,8 @@ class Service:
                        f"{' '.join(packages)}); this script installs them itself only as root with apt-get")
         self.say(f"installing {' '.join(packages)} with apt-get")
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "-o", "DPkg::Lock::Timeout=300", *packages]):
+        wait = ["-o", "DPkg::Lock::Timeout=300"]  # another apt-get may be running: wait for it, not fail
+        for cmd in (["apt-get", "update", "-qq", *wait], ["apt-get", "install", "-y", "-qq", *wait, *packages]):
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
             if proc.returncode != 0:
                 raise Fail(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")

@@ -70,7 +70,9 @@ def _text_rows() -> list[dict[str, str]]:
 
 
 def _utc(text: str) -> float | None:
-    return None if text in ("Unknown", "None") else datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp()
+    if text in ("Unknown", "None"):
+        return None
+    return datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp()
 
 
 @pytest.fixture(scope="module")
