@@ -230,3 +230,14 @@ def test_a_bad_entry_imports_nothing(tmp_path: Path) -> None:
 def test_the_cluster_comes_from_sacct_unless_given() -> None:
     assert {r.cluster for r in read_file(JSON_FILE, cluster=None)} == {"gpuwarden-local"}
     assert {r.cluster for r in read_file(JSON_FILE, cluster="lab-a")} == {"lab-a"}
+
+
+def test_a_timezone_changes_nothing_and_says_so(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    Path(cfg).write_text(Path(cfg).read_text().replace("spool:\n", "spool:\n  max_age: 5000d\n"))
+    out = gw("import-jobs", "--config", cfg, "--format", "sacct", "--timezone", "Asia/Shanghai", str(JSON_FILE))
+    assert out.returncode == 0, out.stderr
+    assert "--timezone does not apply to sacct JSON (its times are epoch seconds, UTC)" in out.stderr
+    with Spool(tmp_path / "spool" / "spool.db") as spool:
+        got = [r for r in map(decode, (row.value for row in spool.read())) if isinstance(r, SchedulerJob)]
+    assert got == read_file(JSON_FILE, cluster=None)
