@@ -9,68 +9,26 @@
   256 MiB more every ~0.25 s for 12 s (a leak), converted by ``gpuwarden.history.nvmltrace``;
   0x4 in 121 of 210 samples at 119-238 W, SM clock 1,725-1,980 MHz (2.4 % below max on average).
 
-Both are shorter than the rules' windows (10-15 min), so each is also replayed time-dilated:
-every timestamp ``t`` becomes ``t0 + k·(t - t0)`` and the durations a record carries (a
-snapshot's ``interval_s``, a step's times) are multiplied by ``k``: the same shapes, ``k`` times
-slower (a slope in GiB/h is ``k`` times smaller).
+Both are shorter than the rules' windows, so each is also replayed time-dilated
+(``tests/streams/real_recordings.py`` says how).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from gpuwarden.contract import AlertTransition, NodeSnapshot, TaskMetric, decode, encode
+from gpuwarden.contract import encode
 from gpuwarden.history.nvmltrace import TraceError, TraceFacts, snapshots
-from gpuwarden.streams.config import EngineConfig
-from gpuwarden.streams.engine import Engine
-from gpuwarden.streams.rules import DEFAULT_RULES, compile_rules, load_rule_file
 from gpuwarden.units import parse_time
+from tests.streams.real_recordings import AGENT, PROBE, PROBE_RAW, REAL_RECORDINGS, dilate, firing, records, run
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
-AGENT = FIXTURES / "h200" / "h200-agent.jsonl"
-PROBE_RAW = FIXTURES / "h200-leak-probe" / "h200-leak-probe.jsonl"
-PROBE = FIXTURES / "h200-leak-probe" / "h200-leak-probe.records.jsonl"
-#: How the committed probe records were made (the README says why each fact).
+#: How the committed probe records were made (its README says where each fact comes from).
 PROBE_START = "2026-11-30T00:00:00Z"
 PROBE_FACTS = TraceFacts("h200-probe", "GPU-trace-0", "NVIDIA H200", sm_max_mhz=1980, power_limit_w=700,
                          mem_total_mib=143771)
-
-
-def _records(path: Path) -> list[Any]:
-    return [decode(line) for line in path.read_bytes().splitlines() if line.strip()]
-
-
-def _dilate(records: list[Any], k: float) -> list[Any]:
-    t0 = min(r.ts for r in records)
-    out = []
-    for r in records:
-        update: dict[str, Any] = {"ts": t0 + k * (r.ts - t0)}
-        if isinstance(r, NodeSnapshot) and r.interval_s:
-            update["interval_s"] = r.interval_s * k
-        if isinstance(r, TaskMetric):
-            update.update({f: getattr(r, f) * k for f in ("step_time_s", "data_wait_s", "comm_s")
-                           if getattr(r, f) is not None})
-        out.append(r.model_copy(update=update))
-    return sorted(out, key=lambda r: r.ts)
-
-
-def _run(records: list[Any], share: float | None = None) -> list[AlertTransition]:
-    """The default pack (``share``: clock-capped's clock share lowered, as a user's override would)."""
-    rf = load_rule_file(DEFAULT_RULES)
-    if share is not None:
-        spec = next(r for r in rf.rules if r.name == "clock-capped")
-        loss = next(c.threshold for c in spec.when.all if c.threshold.metric == "cap_clock_loss")
-        loss.value = share
-    engine = Engine(compile_rules(rf, "<test>"), EngineConfig())
-    return engine.process_many(records) + engine.flush()
-
-
-def _firing(transitions: list[AlertTransition]) -> set[tuple[str, str]]:
-    return {(t.rule, t.tier) for t in transitions if t.state == "firing"}
 
 
 def test_the_converted_probe_is_what_the_converter_makes_of_the_raw_trace() -> None:
@@ -80,7 +38,7 @@ def test_the_converted_probe_is_what_the_converter_makes_of_the_raw_trace() -> N
         made = [encode(s) for s in snapshots(f, start, PROBE_FACTS)]
     assert made == PROBE.read_bytes().splitlines()
     samples = [json.loads(line) for line in PROBE_RAW.read_text().splitlines()[1:]]
-    snaps = _records(PROBE)
+    snaps = records(PROBE)
     assert len(snaps) == len(samples) == 210
     g = snaps[100].gpus.rows()[0]
     s = samples[100]
@@ -99,20 +57,18 @@ def test_a_line_that_is_not_a_sample_is_refused_with_its_line_number() -> None:
 
 @pytest.mark.parametrize("path", [AGENT, PROBE], ids=["h200-agent", "h200-leak-probe"])
 def test_at_their_own_speed_the_recordings_are_too_short_for_any_rule(path: Path) -> None:
-    assert _run(_records(path)) == []
+    assert run(records(path)) == []
 
 
-def test_agent_recording_dilated_20x_fires_what_the_load_did_and_no_cap() -> None:
-    """20 min: the load's data wait (42 % of each step, by construction) and its kept memory are
-    attention; nothing is critical. The SW power cap bit costs 0.6 % of the clock there: under
-    clock-capped's 10 %, so no info alert (the bit alone is not a cap that costs anything)."""
-    got = _run(_dilate(_records(AGENT), 20))
-    assert _firing(got) == {("data-loader-starvation", "attention"), ("memory-leak", "attention")}
-
-
-def test_probe_dilated_60x_fires_the_leak_and_no_cap() -> None:
-    """21 min: 256 MiB kept every 0.25 s (15 s dilated) for 12 s (12 min) is the leak it was."""
-    assert _firing(_run(_dilate(_records(PROBE), 60))) == {("memory-leak", "attention")}
+@pytest.mark.parametrize("name", sorted(REAL_RECORDINGS))
+def test_dilated_the_recordings_fire_what_really_happened_and_nothing_else(name: str) -> None:
+    """h200-agent ×20 (20 min): the load's data wait (42 % of each step, by construction) and the
+    memory it keeps across its checkpoint are attention. h200-leak-probe ×60 (21 min): 256 MiB
+    kept every 0.25 s (15 s dilated) for 12 s (12 min) is the leak it was. Nothing critical, and
+    no clock-capped: the SW power cap bit costs 0.6 % and 1.6 % of the clock there, under the
+    rule's 10 % (the bit alone is not a cap that costs the work anything)."""
+    path, k, fired = REAL_RECORDINGS[name]
+    assert firing(run(dilate(records(path), k))) == {(rule, "attention") for rule in fired}
 
 
 @pytest.mark.parametrize(("path", "k", "low", "high"), [(AGENT, 20, 0.004, 0.01), (PROBE, 60, 0.01, 0.025)],
@@ -121,7 +77,7 @@ def test_the_real_sw_power_cap_samples_make_the_info_alert_once_the_share_is_bel
         path: Path, k: float, low: float, high: float) -> None:
     """The same mechanism on real bits and clocks: with the share at 0.5 % the cap the recordings
     really show (0x4, SM clock a little under 1,980 MHz) is an info alert stating that cost."""
-    got = [t for t in _run(_dilate(_records(path), k), share=0.005) if t.rule == "clock-capped"]
+    got = [t for t in run(dilate(records(path), k), share=0.005) if t.rule == "clock-capped"]
     assert [(t.state, t.tier) for t in got][:1] == [("firing", "info")]
     assert low <= got[0].evidence.values["cap_clock_loss_avg"] <= high
     assert got[0].evidence.values["clock_sm_max_mhz"] == 1980 and got[0].evidence.values["power_limit_w"] == 700
