@@ -254,7 +254,9 @@ def validate(data: Any, source: str) -> RuleFile:
         for j, c in enumerate(r.causes):
             _walk(c.when, f"rules[{i}].causes[{j}].when", r.scope, problems)
         for j, sh in enumerate(r.show):
-            _walk(_shown(sh), f"rules[{i}].show[{j}]", r.scope, problems)
+            loc, found = f"rules[{i}].show[{j}]", []
+            _walk(_shown(sh), loc, r.scope, found)
+            problems += [p.replace(f"{loc}.threshold.", f"{loc}.", 1) for p in found]  # the key as written
         _check_templates(r.summary, f"rules[{i}].summary", problems)
     if problems:
         raise RulesError(source, problems)
