@@ -52,7 +52,7 @@ def test_the_real_heavy_phase_at_the_default_limit_is_an_info_alert_with_the_clo
     t = got[0]
     assert t.ts - T0 <= 10 * 60  # the 10-minute window 75 % covered (7.5 min), then held 2 min
     assert t.summary.startswith("n1 GPU 0 SM clock 20% below its 1,980 MHz maximum under a power or thermal cap "
-                                "(capped 100% of the last 10 min, for 2 min) at 691/700 W.")
+                                "(capped 100% of the last 10 min) at 691/700 W.")
     assert t.summary.endswith("Likely cause: at its power limit under load (99% of 700 W).")
     assert t.evidence.values["cap_clock_loss_avg"] == pytest.approx(1 - 1575 / 1980, abs=1e-3)
 
