@@ -2,11 +2,12 @@
 
 Fast set (every tick, ~50 µs per GPU on an H200): utilization, memory,
 temperature, power, clocks and reasons, pstate, ECC totals, remapped rows, PCIe
-generation, processes. Static (read once): the maximum SM clock (~1.5 ms) and the default
-power limit, with which a rule tells a lowered power limit from the board's own. Slow set (``slow_s``, in its own thread so it never
+generation, processes. Slow set (``slow_s``, in its own thread so it never
 delays a tick): energy (~3 ms), PCIe width and replays, HBM temperature (field
-values), NVLink, fan, power limit, MIG mode and GPM (two samples ≥100 ms
-apart). Static facts are read once. ``NotSupported`` (or any per-call error)
+values), NVLink, fan, the enforced power limit, MIG mode and GPM (two samples
+≥100 ms apart). Static facts are read once: the maximum SM clock (~1.5 ms) and
+the default power limit (with which a rule tells a lowered limit from the
+board's own), serial, VBIOS. ``NotSupported`` (or any per-call error)
 gives ``None``; ``GPU_IS_LOST`` — or every fast call failing — marks the GPU
 lost, emits a ``gpu_lost`` event and sampling continues for the other GPUs.
 MIG: the mode is reported; per-instance metrics are not collected yet.
