@@ -444,7 +444,7 @@ def _compile(cond: Any, scope: str, evidence: bool = True) -> Check:
 
     def count_within(ctx: Any) -> bool:
         n = ctx.count_events(ctx.now - win, pred, per, kinds)
-        if n and evidence:
+        if evidence:  # none counted is a figure too (a resolve says "0 in the last 60 min")
             ctx.ev["count"] = max(n, ctx.ev.get("count") or 0)
             ctx.note_window(win)
         return n >= at_least
