@@ -75,8 +75,8 @@ def theil_sen(ts: list[float], ys: list[float]) -> float | None:
 
 
 def ladder(hold_min: float, hold_max: float) -> list[float]:
-    """Window lengths from ``hold_min`` to ``hold_max``, each ~``LADDER`` times the last, whole minutes."""
-    out, d = [], hold_min
+    """Window lengths from ``hold_min`` to ``hold_max``, each ~``LADDER`` times the last, in whole steps."""
+    out, d = [], float(hold_min)
     while d < hold_max:
         w = max(hold_min, STEP_S * round(d / STEP_S))
         if not out or w > out[-1]:
