@@ -98,24 +98,28 @@ class Growth:
     holds: bool
 
 
-def judge(m: Minima, now: float, capacity: float, *, rate: float, rise: float, monotonic: float,
-          sustained: float, share: float, hold_min: float, hold_max: float, measure: bool) -> Growth | None:
-    """The first window of the ladder over which the growth holds; with ``measure``, when none
-    does, what the shortest covered window measured (``holds`` False). ``rate`` per second."""
+def judge(m: Minima, now: float, capacity: float, *, rungs: tuple[float, ...], rate: float, rise: float,
+          monotonic: float, sustained: float, share: float, hold_min: float, hold_max: float,
+          measure: bool) -> Growth | None:
+    """The first window of ``rungs`` (the ladder) over which the growth holds; with ``measure``,
+    when none does, what the shortest covered window measured (``holds`` False). ``rate`` per second."""
     ts, ys = m.t, m.v
-    if len(ts) < MIN_POINTS:
+    n = len(ts)
+    if n < MIN_POINTS:
         return None
     shortest: Growth | None = None
-    for d in ladder(hold_min, hold_max):
+    for d in rungs:
         since = now - d
         if ts[0] > since + STEP_S:
             break  # no history this far back (nor further)
         i = bisect_right(ts, since)
-        wt, wy = ts[i:], ys[i:]
-        if len(wt) < MIN_POINTS:
+        if n - i < MIN_POINTS:
             continue
-        if not measure and (wy[-1] - wy[0]) <= rate * (wt[-1] - wt[0]) * 0.5:
-            continue  # far too flat for this window: skip the pairwise slopes
+        if not measure:  # far too flat for this window (most GPUs, most of the time): no pairwise slopes
+            up = ys[-1] - ys[i]
+            if up <= 0.5 * rise or up <= 0.5 * rate * (ts[-1] - ts[i]):
+                continue
+        wt, wy = ts[i:], ys[i:]
         s = theil_sen(wt, wy)
         if s is None:
             continue

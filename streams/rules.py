@@ -456,8 +456,8 @@ def _compile_growth(g: Growth, known: dict, evidence: bool) -> Check:
 
     name, cap, per = g.metric, g.capacity, g.per
     unit = f"{known[name].unit}/{_per_label(per)}"
-    knobs = {"rate": g.slope_above / per, "rise": g.rise_above, "monotonic": g.monotonic_above,
-             "sustained": g.sustained,
+    knobs = {"rungs": tuple(gr.ladder(g.hold_min, g.hold_max)), "rate": g.slope_above / per,
+             "rise": g.rise_above, "monotonic": g.monotonic_above, "sustained": g.sustained,
              "share": g.hold_share, "hold_min": g.hold_min, "hold_max": g.hold_max}
 
     def growth(ctx: Any) -> bool:
