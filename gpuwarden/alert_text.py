@@ -46,12 +46,22 @@ def humanize(seconds: float, units: tuple[str, str, str] = ("s", "min", "h")) ->
     return f"{seconds / 3600:.1f} {units[2]}"
 
 
+#: ``{checkpoint}``, said from the ``ckpt_released`` value the alert observed: none (no checkpoint
+#: has ended in the last 30 min), 0, 1.
+CHECKPOINT_WORDS = ("no finished checkpoint seen", "not released after its last checkpoint",
+                    "released after its last checkpoint")
+
+
 def template_names(labels: dict[str, str], ev: dict[str, Any],
-                   say_duration: Callable[[float], str] = humanize) -> dict[str, Any]:
+                   say_duration: Callable[[float], str] = humanize,
+                   checkpoint_words: tuple[str, str, str] = CHECKPOINT_WORDS) -> dict[str, Any]:
     """What a summary/action template may name: labels, evidence values, ``held_for``, ``window``,
-    slope, count, ``baseline_*``. Also rebuilt from a transition to render it in another language."""
+    slope, count, ``baseline_*``, ``checkpoint``. Also rebuilt from a transition to render it in
+    another language."""
+    released = ev["values"].get("ckpt_released")
     names: dict[str, Any] = {**labels, **ev["values"], "held_for": say_duration(ev.get("held_for_s") or 0),
-                             "window": say_duration(ev.get("window_s") or 0)}
+                             "window": say_duration(ev.get("window_s") or 0),
+                             "checkpoint": checkpoint_words[0 if released is None else 1 + int(released)]}
     for k in ("slope", "slope_unit", "count"):
         if ev.get(k) is not None:
             names[k] = ev[k]

@@ -18,6 +18,7 @@ _WORDS: dict[str, dict[str, str]] = {
         "critical": "CRITICAL", "attention": "ATTENTION", "info": "INFO",
         "firing": "firing", "resolved": "resolved",
         "action": "Recommended action", "evidence": "Evidence", "since": "since", "ended": "ended",
+        "evidence_resolved": "At resolution",
         "held": "held for", "slope": "slope", "baseline": "baseline", "window": "window",
         "count": "count", "digest": "Digest: {n} alerts held back by the rate limit or an outage, merged",
         "escalation": "Escalation level {n}",
@@ -27,6 +28,7 @@ _WORDS: dict[str, dict[str, str]] = {
         "critical": "严重", "attention": "关注", "info": "信息",
         "firing": "告警中", "resolved": "已恢复",
         "action": "建议操作", "evidence": "证据", "since": "开始于", "ended": "结束于",
+        "evidence_resolved": "恢复时",
         "held": "持续", "slope": "斜率", "baseline": "基线", "window": "窗口",
         "count": "次数", "digest": "汇总：因频率限制或故障暂存的 {n} 条告警合并发送",
         "escalation": "升级级别 {n}",
@@ -116,7 +118,8 @@ def alert_block(a: AlertTransition, locale: Locale) -> str:
     if lab := _labels(a):
         lines.append(lab)
     if ev := evidence_parts(a.evidence, w):
-        lines.append(f"{w['evidence']}: " + "; ".join(ev))
+        said = w["evidence_resolved"] if a.state == AlertState.RESOLVED else w["evidence"]
+        lines.append(f"{said}: " + "; ".join(ev))  # a resolve's figures are measured at resolution
     when = f"{w['since']} {human_time(a.started_at, locale)}"
     if a.ended_at is not None:
         when += f", {w['ended']} {human_time(a.ended_at, locale)}"

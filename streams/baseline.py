@@ -28,7 +28,12 @@ def median_mad(values: Iterable[float]) -> tuple[float, float, int]:
     return med, median([abs(v - med) for v in vals]), len(vals)
 
 
-def band(med: float, mad: float, mads: float = 3.0, min_delta: float = 0.0) -> tuple[float, float]:
-    """The normal band ``median ± max(mads·1.4826·MAD, min_delta)``."""
+def band(med: float, mad: float, mads: float = 3.0, min_delta: float = 0.0,
+         unit: str = "") -> tuple[float, float]:
+    """The normal band ``median ± max(mads·1.4826·MAD, min_delta)``; a percentage's is clamped to
+    [0, 100] (it judges the same: no percentage lies outside, and none is shown there)."""
     half = max(mads * MAD_TO_SIGMA * mad, min_delta)
-    return med - half, med + half
+    lo, hi = med - half, med + half
+    if unit == "%":
+        return max(lo, 0.0), min(hi, 100.0)
+    return lo, hi

@@ -39,9 +39,9 @@ from gpuwarden.streams.baseline import band, median_mad
 from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.evaluate import Context, evaluate, resolve_all
 from gpuwarden.streams.columns import CLASS_INDEX
-from gpuwarden.streams.metrics import CLASS_ROW
+from gpuwarden.streams.metrics import CLASS_ROW, SCOPES
 from gpuwarden.streams.reorder import ReorderBuffer
-from gpuwarden.streams.rules import RulePack
+from gpuwarden.streams.rules import DeviationC, RulePack, rule_leaves
 from gpuwarden.streams.statecodec import state
 from gpuwarden.streams.windows import BucketWindow
 
@@ -128,6 +128,13 @@ class ClassStage:
         self._ctx = _ClassCtx(self)
         self._maxlen = int(config.history // config.summary_interval) + 1
         self.lateness = float(config.summary_lateness)
+        #: (mads, min_delta) of the first deviation rule on each metric: the band shown is the one judged.
+        self._bands: dict[str, tuple[float, float]] = {}
+        for rule in rules.by_scope["class"]:
+            for leaf in rule_leaves(rule):
+                if isinstance(leaf, DeviationC):
+                    d = leaf.deviation
+                    self._bands.setdefault(d.metric, (d.mads, d.min_delta))
 
     def classes(self) -> list[str]:
         return sorted(self._classes)
@@ -167,7 +174,7 @@ class ClassStage:
         if cls is None or self.learning(cls, cls.max_ts):
             return out
         for k, (med, mad, n) in sorted(cls.cache.items()):
-            lo, hi = band(med, mad)
+            lo, hi = band(med, mad, *self._bands.get(k, (3.0, 0.0)), SCOPES["class"][k].unit)
             out[k] = Baseline(median=med, mad=mad, low=lo, high=hi, samples=n)
         return out
 

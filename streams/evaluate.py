@@ -12,6 +12,7 @@ from typing import Any
 from gpuwarden.alert_text import LIKELY_CAUSE, fill, template_names
 from gpuwarden.contract import AlertTransition
 from gpuwarden.streams.alerts import AlertSlot, fingerprint, step, transition
+from gpuwarden.streams.growth import Minima
 from gpuwarden.streams.rules import Rule
 
 
@@ -55,6 +56,10 @@ class Context:
     def baseline(self, metric: str) -> tuple[float, float, int] | None:
         return None
 
+    def minima(self, metric: str) -> Minima | None:
+        """The entity's minima of ``metric`` per ``growth.STEP_S`` (growth conditions)."""
+        return None
+
     def has_events(self) -> bool:
         """False only when ``count_events`` would count none, whatever it is asked."""
         return True
@@ -73,10 +78,11 @@ def _fp(rule: str, identity: dict[str, str], ident: tuple) -> str:
     return fp
 
 
-def _fire(rule: Rule, slot: AlertSlot, ctx: Context, labels: dict[str, str], now: float) -> None:
-    """Freeze labels, evidence, summary and action at the firing instant."""
+def _describe(rule: Rule, slot: AlertSlot, ctx: Context, labels: dict[str, str], now: float,
+              held_s: float) -> None:
+    """Evidence, summary and action from what the rule measures at ``now`` (``ctx`` holds it)."""
     ev = ctx.evidence()
-    ev["held_for_s"] = round(now - (slot.pending_since or now), 3)
+    ev["held_for_s"] = round(held_s, 3)
     spec = rule.spec
     if rule.show:
         ctx.reset(now)
@@ -91,14 +97,27 @@ def _fire(rule: Rule, slot: AlertSlot, ctx: Context, labels: dict[str, str], now
             cause_text, action = cause.summary, cause.action or action
             ev["values"].update(ctx.ev["values"])
             break
-    merged = {**labels, **spec.labels}
-    names = template_names(merged, ev)
+    names = template_names(labels, ev)
     summary = fill(spec.summary, names)
     if cause_text:
         summary += LIKELY_CAUSE + fill(cause_text, names)
         ev["note"] = fill(cause_text, names)
-    slot.labels, slot.evidence, slot.tier = merged, ev, spec.tier.value
-    slot.summary, slot.action = summary, fill(action, names)
+    slot.evidence, slot.summary, slot.action = ev, summary, fill(action, names)
+
+
+def _fire(rule: Rule, slot: AlertSlot, ctx: Context, labels: dict[str, str], now: float) -> None:
+    """Freeze labels, evidence, summary and action at the firing instant."""
+    merged = {**labels, **rule.spec.labels}
+    slot.labels, slot.tier = merged, rule.spec.tier.value
+    _describe(rule, slot, ctx, merged, now, now - (slot.pending_since or now))
+
+
+def _resolve(rule: Rule, slot: AlertSlot, ctx: Context, now: float, started: float) -> None:
+    """A resolve says the figures measured at resolution, not the firing's (the rules' summaries
+    state figures, true whenever filled); ``held_for_s``: how long it fired."""
+    ctx.reset(now)
+    rule.check(ctx)  # records what it can measure now, whatever it decides
+    _describe(rule, slot, ctx, slot.labels, now, now - started)
 
 
 def evaluate(rules: list[Rule], ctx: Context, now: float, identity: dict[str, str],
@@ -129,6 +148,7 @@ def evaluate(rules: list[Rule], ctx: Context, now: float, identity: dict[str, st
             _fire(rule, slot, ctx, labels, now)
             out.append(transition(rule.name, fp, slot, "firing", now, now))
         elif change == "resolved":
+            _resolve(rule, slot, ctx, now, started or now)
             out.append(transition(rule.name, fp, slot, "resolved", now, started or now))
         if slot.firing_since is None and slot.pending_since is None:
             del alerts[fp]

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from gpuwarden.streams import trend as tr
 from gpuwarden.streams.columns import GPU_INDEX, NODE_INDEX, TASK_INDEX, Positions
 from gpuwarden.streams.evaluate import Context
+from gpuwarden.streams.growth import Minima
 from gpuwarden.streams.nodestate import GpuState, NodeState, TaskState
 from gpuwarden.streams.windows import BucketWindow
 
@@ -48,6 +49,9 @@ class NodeContext(Context):
     def series(self, metric: str, since: float, use_max: bool = False) -> tuple[list[float], list[float]]:
         assert self._win is not None
         return self._win.series(self._index[metric], since, use_max)
+
+    def minima(self, metric: str) -> Minima | None:
+        return None if self.gpu is None else self.gpu.minima.get(metric)
 
     def scalar(self, metric: str) -> float | None:
         g, now = self.gpu, self.now

@@ -42,9 +42,10 @@ from gpuwarden.streams.nodestate import EVENT, METRIC, SNAPSHOT, CheckpointMemor
     TaskState, keep_for
 from gpuwarden.streams.output import StageOutput
 from gpuwarden.streams.reorder import ReorderBuffer, watermark
-from gpuwarden.streams.rules import Rule, RulePack, event_reach, series_reach
+from gpuwarden.streams.growth import Minima
+from gpuwarden.streams.rules import Rule, RulePack, event_reach, growth_reach, series_reach
 from gpuwarden.streams.snap import Snap
-from gpuwarden.streams.summaries import fold, summarise
+from gpuwarden.streams.summaries import CHECKPOINT_BUCKET, fold, summarise
 
 #: A record stage 1 takes, as it arrives and as its reorder buffer holds it.
 Record = NodeSnapshot | GpuEvent | TaskMetric
@@ -82,6 +83,8 @@ class NodeStage:
         self._event_rules_node = [r for r in rules.by_scope["node"] if _counts_events(r)]
         self.event_horizons = event_reach(rules.by_scope["gpu"] + rules.by_scope["node"])
         self.horizon = max(self.event_horizons.values(), default=0.0)
+        #: (metric, its column, span) of the minima growth conditions read.
+        self._growth = [(k, GPU_INDEX[k], span) for k, span in sorted(growth_reach(rules.by_scope["gpu"]).items())]
         reach = {sc: series_reach(rules.by_scope[sc]) for sc in ("gpu", "task", "node")}
         b = self.bucket_s
         self.keep_gpu = keep_for(reach["gpu"], GPU_RAW, GPU_DERIVED, b, {("mem_used_gib", False): OOM_TREND_S,
@@ -334,12 +337,18 @@ class NodeStage:
         if kind == "step":
             t.win.rows.append(_step_row(step_time_s=m.step_time_s, data_wait_s=m.data_wait_s, comm_s=m.comm_s))
         elif kind in ("checkpoint_begin", "checkpoint_end"):
+            if kind == "checkpoint_begin":
+                if t.ckpt_open is None:
+                    t.ckpt_open = m.ts
+            elif t.ckpt_open is not None:
+                t.ckpt_s += m.ts - max(t.ckpt_open, (st.bucket or 0) * self.bucket_s)
+                t.ckpt_open = None
             for i in t.gpus:
                 gs = st.gpus.get(i)
                 if gs is None:
                     continue
                 if kind == "checkpoint_begin":
-                    gs.ckpt = CheckpointMemory(m.ts, gs.win.latest(_MEM))
+                    gs.ckpt = CheckpointMemory(m.ts, gs.win.latest(_MEM), gs.ckpt)
                 elif gs.ckpt is not None:
                     gs.ckpt.ended(m.ts)
         elif kind == "exit":
@@ -370,6 +379,14 @@ class NodeStage:
                     gs.idle_since = None
                 if gs.ckpt is not None:
                     gs.ckpt.observe(means[_MEM])
+                # A checkpoint's staging is no growth: one the SDK reports, or one inferred from a
+                # bucket the GPU spent mostly idle (as it is while a checkpoint is written).
+                if (gs.ckpt is None or not gs.ckpt.overlaps(t - self.bucket_s)) and not (idle and idle >= 0.5):
+                    for metric, at, span in self._growth:
+                        m = gs.minima.get(metric)
+                        if m is None:
+                            m = gs.minima[metric] = Minima(span)
+                        m.add(t, means[at], self.bucket_s)
             st.win.rows.append(_node_row(gpus_present=float(present), gpus_missing=float(missing)))
             st.win.close(t)
         st.has_samples = False
@@ -378,9 +395,10 @@ class NodeStage:
             utils = [u for u in utils if u is not None]
             if utils:
                 task.win.rows.append(_task_util_row(util_gpu=sum(utils) / len(utils)))
+            in_checkpoint = task.checkpoint_share(t, self.bucket_s) >= CHECKPOINT_BUCKET
             tb = task.win.close(t, _task_derived)
             if tb is not None:
-                fold(st, task, tb)
+                fold(st, task, tb, in_checkpoint)
         self._expire(st, t, out)
         if t - st.evaluated < self.eval_s:
             return  # not an evaluation instant yet

@@ -5,6 +5,7 @@ from __future__ import annotations
 from math import ceil
 
 from gpuwarden.streams.alerts import AlertSlot
+from gpuwarden.streams.growth import Minima
 from gpuwarden.streams.reorder import ReorderBuffer
 from gpuwarden.streams.statecodec import state
 from gpuwarden.streams.windows import BucketWindow, EventLog, Keep
@@ -43,18 +44,30 @@ def _window(keep: Keep) -> BucketWindow:
 
 @state
 class CheckpointMemory:
-    """A GPU's memory around its task's last training checkpoint: did it fall back after it?"""
+    """A GPU's memory around its task's last training checkpoint: did it fall back after it?
+    Until it is judged, the checkpoint before it (``prior``: its end and verdict) says."""
 
-    __slots__ = ("begin", "mem_at_begin", "end", "released")
+    __slots__ = ("begin", "mem_at_begin", "end", "released", "prior")
 
-    def __init__(self, begin: float, mem_at_begin: float | None) -> None:
+    def __init__(self, begin: float, mem_at_begin: float | None, prior: CheckpointMemory | None = None) -> None:
         self.begin = begin
         self.mem_at_begin = mem_at_begin  # GiB, the newest bucket mean at checkpoint_begin
         self.end: float | None = None
         self.released: int | None = None  # 1 back at the level, 0 not, None: not judged yet
+        self.prior: list | None = None  # [end, released] of the last judged checkpoint before it
+        if prior is not None:
+            if prior.end is not None and prior.released is not None:
+                self.prior = [prior.end, prior.released]
+            else:
+                self.prior = prior.prior
 
     def ended(self, ts: float) -> None:
         self.end, self.released = ts, None
+
+    def overlaps(self, since: float) -> bool:
+        """The checkpoint was open at some time after ``since`` (the bucket now closing); one
+        not ended within ``CKPT_HORIZON`` never will be (its task died writing it)."""
+        return since - self.begin < CKPT_HORIZON if self.end is None else self.end > since
 
     def observe(self, mem: float | None) -> None:
         """A bucket closed with mean memory ``mem``: after the end, is it back at the level?"""
@@ -62,10 +75,14 @@ class CheckpointMemory:
             self.released = 1 if mem <= self.mem_at_begin * (1 + CKPT_TOLERANCE) else 0
 
     def released_at(self, now: float) -> float | None:
-        """The ``ckpt_released`` metric at ``now``."""
-        if self.end is None or self.released is None or now - self.end > CKPT_HORIZON:
+        """The ``ckpt_released`` metric at ``now``: the last judged checkpoint's verdict, if recent."""
+        if self.end is not None and self.released is not None:
+            end, released = self.end, self.released
+        elif self.prior is not None:
+            end, released = self.prior
+        else:
             return None
-        return float(self.released)
+        return None if now - end > CKPT_HORIZON else float(released)
 
 
 @state
@@ -93,7 +110,7 @@ class TaskTotals:
 @state
 class GpuState:
     __slots__ = ("index", "uuid", "win", "labels", "owner", "last_seen", "idle_since", "ckpt", "alerts",
-                 "events")
+                 "events", "minima")
 
     def __init__(self, index: int, keep: Keep, horizon: float) -> None:
         self.index = index
@@ -106,11 +123,13 @@ class GpuState:
         self.idle_since: float | None = None
         self.ckpt: CheckpointMemory | None = None
         self.alerts: dict[str, AlertSlot] = {}
+        self.minima: dict[str, Minima] = {}  # metric -> its minima (growth conditions)
 
 
 @state
 class TaskState:
-    __slots__ = ("task_id", "labels", "gpus", "win", "last_seen", "ended", "totals", "alerts")
+    __slots__ = ("task_id", "labels", "gpus", "win", "last_seen", "ended", "totals", "alerts", "ckpt_open",
+                 "ckpt_s")
 
     def __init__(self, task_id: str, labels: dict[str, str], keep: Keep) -> None:
         self.task_id = task_id
@@ -121,6 +140,16 @@ class TaskState:
         self.ended = False
         self.totals = TaskTotals()
         self.alerts: dict[str, AlertSlot] = {}
+        self.ckpt_open: float | None = None  # ts of the checkpoint_begin not yet ended
+        self.ckpt_s = 0.0  # seconds of the open bucket inside ended checkpoints
+
+    def checkpoint_share(self, t_end: float, bucket_s: float) -> float:
+        """Share of the bucket ending at ``t_end`` spent inside SDK checkpoints; starts the next."""
+        s = self.ckpt_s
+        if self.ckpt_open is not None and t_end - self.ckpt_open <= CKPT_HORIZON:  # else: never ended
+            s += t_end - max(self.ckpt_open, t_end - bucket_s)
+        self.ckpt_s = 0.0
+        return min(s / bucket_s, 1.0)
 
 
 @state

@@ -28,7 +28,7 @@ from gpuwarden.units import Duration
 from gpuwarden.streams.metrics import SCOPES
 
 DEFAULT_RULES = Path(__file__).with_name("default_rules.yaml")
-_CONDITIONS = ("all", "any", "not", "threshold", "trend", "deviation", "count_within")
+_CONDITIONS = ("all", "any", "not", "threshold", "trend", "growth", "deviation", "count_within")
 
 
 class RulesError(ValueError):
@@ -64,6 +64,24 @@ class Trend(_M):
     sustained: float | None = Field(default=None, ge=0)
     """Slope over the window's later half must be at least this share of the whole-window slope
     (rules out a decelerating approach to a new level, such as a GPU warming up)."""
+
+
+class Growth(_M):
+    """Growth of ``metric`` toward ``capacity``, seen for a share of the projected time to reach it
+    (``gpuwarden.streams.growth``)."""
+
+    metric: str
+    capacity: str
+    slope_above: float = Field(ge=0)
+    per: Duration = 3600.0
+    rise_above: float = Field(default=0.0, ge=0)
+    """The growth over the window (slope times window) must exceed this, in the metric's unit:
+    memory's own jitter over a few minutes projects a steep slope."""
+    monotonic_above: float = Field(default=0.85, ge=0, le=1)
+    sustained: float = Field(default=0.5, ge=0)
+    hold_share: float = Field(default=0.02, gt=0, le=1)
+    hold_min: Duration = 180.0
+    hold_max: Duration = 7200.0
 
 
 class Deviation(_M):
@@ -109,6 +127,10 @@ class TrendC(_M):
     trend: Trend
 
 
+class GrowthC(_M):
+    growth: Growth
+
+
 class DeviationC(_M):
     deviation: Deviation
 
@@ -131,13 +153,14 @@ Condition = Annotated[
     Union[
         Annotated[AllOf, Tag("<all>")], Annotated[AnyOf, Tag("<any>")], Annotated[NotOf, Tag("<not>")],
         Annotated[ThresholdC, Tag("<threshold>")], Annotated[TrendC, Tag("<trend>")],
-        Annotated[DeviationC, Tag("<deviation>")], Annotated[CountC, Tag("<count_within>")],
+        Annotated[GrowthC, Tag("<growth>")], Annotated[DeviationC, Tag("<deviation>")],
+        Annotated[CountC, Tag("<count_within>")],
     ],
     Discriminator(_which, custom_error_type="condition",
                   custom_error_message="expected a mapping with exactly one of " + ", ".join(_CONDITIONS)),
 ]
 _WRAPPERS = {"all": AllOf, "any": AnyOf, "not": NotOf, "threshold": ThresholdC, "trend": TrendC,
-             "deviation": DeviationC, "count_within": CountC}
+             "growth": GrowthC, "deviation": DeviationC, "count_within": CountC}
 for _w in (AllOf, AnyOf, NotOf):
     _w.model_rebuild()
 
@@ -208,6 +231,18 @@ def _walk(cond: Any, loc: str, scope: str, problems: list[str]) -> None:
     elif isinstance(cond, CountC):
         if scope not in ("gpu", "node"):
             problems.append(f"{loc}.count_within: events are counted in scope gpu or node, not {scope}")
+    elif isinstance(cond, GrowthC):
+        g = cond.growth
+        if scope != "gpu":
+            problems.append(f"{loc}.growth: growth is judged per GPU; use scope gpu")
+            return
+        for key in ("metric", "capacity"):
+            metric = getattr(g, key)
+            if known.get(metric) is None or known[metric].kind != "series":
+                problems.append(f"{loc}.growth.{key}: expected a series metric of scope gpu, not {metric!r} "
+                                f"(known: {', '.join(sorted(k for k, m in known.items() if m.kind == 'series'))})")
+        if g.hold_min > g.hold_max:
+            problems.append(f"{loc}.growth.hold_min: expected at most hold_max ({g.hold_max:g} s)")
     else:
         key, spec = next((k, getattr(cond, k)) for k in ("threshold", "trend", "deviation") if hasattr(cond, k))
         if spec.metric not in known:
@@ -308,7 +343,7 @@ def _compile(cond: Any, scope: str, evidence: bool = True) -> Check:
     is evaluated again with evidence (the same truth: conditions only read state).
     """
     from gpuwarden.streams import trend as tr
-    from gpuwarden.streams.baseline import band
+    from gpuwarden.streams.baseline import band, median
 
     known = SCOPES[scope]
     if isinstance(cond, AllOf):
@@ -398,6 +433,8 @@ def _compile(cond: Any, scope: str, evidence: bool = True) -> Check:
                     return False
             return mono_ok
         return trend
+    if isinstance(cond, GrowthC):
+        return _compile_growth(cond.growth, known, evidence)
     if isinstance(cond, DeviationC):
         d = cond.deviation
         name, below = d.metric, d.direction == "below"
@@ -409,9 +446,11 @@ def _compile(cond: Any, scope: str, evidence: bool = True) -> Check:
             _, ys = ctx.series(name, ctx.now - d.window)
             if not ys:
                 return False
-            v = sum(ys) / len(ys)
+            # The baseline is a median of the class's per-summary values: the task is judged by
+            # the same estimator over its own (a mean would count every checkpoint dip).
+            v = median(ys)
             med, mad, n = base
-            lo, hi = band(med, mad, d.mads, d.min_delta)
+            lo, hi = band(med, mad, d.mads, d.min_delta, known[name].unit)
             if evidence:
                 ctx.ev["values"][name] = _r(v)
                 ctx.ev["baseline"] = {"median": _r(med), "mad": _r(mad), "low": _r(lo), "high": _r(hi),
@@ -426,11 +465,40 @@ def _compile(cond: Any, scope: str, evidence: bool = True) -> Check:
 
     def count_within(ctx: Any) -> bool:
         n = ctx.count_events(ctx.now - win, pred, per, kinds)
-        if n and evidence:
+        if evidence:  # none counted is a figure too (a resolve says "0 in the last 60 min")
             ctx.ev["count"] = max(n, ctx.ev.get("count") or 0)
             ctx.note_window(win)
         return n >= at_least
     return count_within
+
+
+def _compile_growth(g: Growth, known: dict, evidence: bool) -> Check:
+    from gpuwarden.streams import growth as gr
+
+    name, cap, per = g.metric, g.capacity, g.per
+    unit = f"{known[name].unit}/{_per_label(per)}"
+    knobs = {"rungs": tuple(gr.ladder(g.hold_min, g.hold_max)), "rate": g.slope_above / per,
+             "rise": g.rise_above, "monotonic": g.monotonic_above, "sustained": g.sustained,
+             "share": g.hold_share, "hold_min": g.hold_min, "hold_max": g.hold_max}
+
+    def growth(ctx: Any) -> bool:
+        minima = ctx.minima(name)
+        _, caps = ctx.series(cap, ctx.now - ctx.last_window)
+        if minima is None or not caps:
+            return False
+        v = gr.judge(minima, ctx.now, caps[-1], measure=evidence, **knobs)
+        if v is None:
+            return False
+        if evidence:
+            vals = ctx.ev["values"]
+            vals[name], vals[f"{name}_start"] = _r(v.last), _r(v.start)
+            if v.time_to_full_s is not None:
+                vals["time_to_full_s"] = _r(v.time_to_full_s)
+            ctx.ev["slope"], ctx.ev["slope_unit"] = _r(v.slope * per), unit
+            ctx.ev["monotonic"] = None if v.monotonic is None else round(v.monotonic, 3)
+            ctx.note_window(v.window_s)
+        return v.holds
+    return growth
 
 
 def _per_label(per: float) -> str:
@@ -540,9 +608,22 @@ def series_reach(rules: list[Rule]) -> dict[tuple[str, bool], float | None]:
                 need((leaf.threshold.metric, leaf.threshold.agg == "max"), leaf.threshold.window)
             elif isinstance(leaf, TrendC):
                 need((leaf.trend.metric, False), leaf.trend.window)
+            elif isinstance(leaf, GrowthC):
+                need((leaf.growth.capacity, False), None)
             elif isinstance(leaf, DeviationC):
                 need((leaf.deviation.metric, False), leaf.deviation.window)
     return reach
+
+
+def growth_reach(rules: list[Rule]) -> dict[str, float]:
+    """Per metric, the longest ``hold_max`` of the growth conditions on it: how long its minima are kept."""
+    out: dict[str, float] = {}
+    for r in rules:
+        for leaf in rule_leaves(r):
+            if isinstance(leaf, GrowthC):
+                g = leaf.growth
+                out[g.metric] = max(out.get(g.metric, 0.0), g.hold_max)
+    return out
 
 
 def event_reach(rules: list[Rule]) -> dict[str | None, float]:

@@ -5,6 +5,10 @@ over the interval's buckets of the window column of the same name, except ``mem_
 the highest bucket maximum of memory used over memory total on any of the task's GPUs, and
 ``cap_clock_loss``: per bucket the highest of the task's GPUs (a synchronous job runs at its
 slowest GPU's pace, so one capped GPU of eight costs the job its clock, not an eighth of it).
+
+``util_gpu`` leaves out buckets spent mostly inside SDK checkpoints (``checkpoint_begin`` to
+``checkpoint_end``): the GPU idles while a checkpoint is written, and a class's baseline and the
+window its tasks are judged over are both made of these stats, so both leave them out alike.
 """
 
 from __future__ import annotations
@@ -28,15 +32,21 @@ _MEM, _TOT = GPU_INDEX.mem_used_gib, GPU_INDEX.mem_total_gib
 LABELS = ("user", "project")
 
 
-def fold(st: NodeState, task: TaskState, bucket: ClosedBucket) -> None:
-    """Fold one closed task bucket (and its GPUs' buckets of the same end) into the task's totals."""
+#: A bucket at least this share inside a checkpoint adds no ``util_gpu`` to its summary.
+CHECKPOINT_BUCKET = 0.5
+
+
+def fold(st: NodeState, task: TaskState, bucket: ClosedBucket, in_checkpoint: bool = False) -> None:
+    """Fold one closed task bucket (and its GPUs' buckets of the same end) into the task's totals;
+    ``in_checkpoint``: the bucket was mostly inside a checkpoint (its utilisation is left out)."""
     means = bucket.means
     if means[_UTIL] is None and means[_STEP] is None:
         return
     totals = task.totals
     totals.samples += 1
     for stat, at in _TASK_AT:
-        totals.add(stat, means[at])
+        if not (in_checkpoint and at == _UTIL):
+            totals.add(stat, means[at])
     highest: dict[str, float] = {}
     for i in task.gpus:
         gs = st.gpus.get(i)

@@ -7,8 +7,9 @@ stages' rules all shape the output. The lines hold every transition, a digest of
 task summaries (their stats read most window columns), the counters and a digest of stage
 1's state at the halfway dump. ``tests/streams/test_golden.py`` compares the lines with
 ``tests/fixtures/engine_golden.jsonl``: transitions, summaries and counters as the engine gave
-them before stage 1 was split into modules (c10a3a0), the state digest of state format 6. A
-change meant to alter them re-records it:
+them when last re-recorded (issue #18: median deviation, growth-based memory-leak, SDK checkpoint
+buckets out of util summaries, resolve figures), the state digest of state format 7. A change
+meant to alter them re-records it:
 
     .venv/bin/python tests/streams/golden.py > tests/fixtures/engine_golden.jsonl
 

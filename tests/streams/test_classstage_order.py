@@ -89,7 +89,9 @@ def _run(sums: list[TaskSummary] | tuple[TaskSummary, ...], lateness: float,
 
 
 def _bytes(transitions: list[AlertTransition]) -> list[bytes]:
-    return [encode(t) for t in transitions]
+    """Each class's transitions in its order: classes are keys of their own (faust partitions), so
+    two classes' transitions of one instant may come in either order."""
+    return [encode(t) for t in sorted(transitions, key=lambda t: t.labels.get("task_class", ""))]
 
 
 def _stage2_rules() -> set[str]:

@@ -47,7 +47,7 @@ def test_condition_must_be_exactly_one_kind(tmp_path: Path) -> None:
     with pytest.raises(RulesError) as e:
         load_rules(_file(tmp_path, ("a", "gpu", "{foo: 1}")))
     assert e.value.problems == [
-        "rules[0].when: expected a mapping with exactly one of all, any, not, threshold, trend, "
+        "rules[0].when: expected a mapping with exactly one of all, any, not, threshold, trend, growth, "
         "deviation, count_within"]
 
 
@@ -64,6 +64,24 @@ def test_semantic_errors(tmp_path: Path) -> None:
     assert problems[1] == "rules[1].when.deviation: baselines exist per task class; use scope class"
     assert problems[2] == "rules[2].when.count_within: events are counted in scope gpu or node, not class"
     assert problems[3] == "rules[3].name: duplicate rule name 'a'"
+
+
+def test_growth_errors(tmp_path: Path) -> None:
+    p = _file(tmp_path,
+              ("a", "task", '{growth: {metric: util_gpu, capacity: mem_total_gib, slope_above: 1}}'),
+              ("b", "gpu", '{growth: {metric: mem_used_gib, capacity: time_to_oom_s, slope_above: 1}}'),
+              ("c", "gpu", '{growth: {metric: mem_used_gib, capacity: mem_total_gib, slope_above: 1, '
+                           'hold_min: 2h, hold_max: 1h}}'))
+    with pytest.raises(RulesError) as e:
+        load_rules(p)
+    problems = e.value.problems
+    assert problems[0] == "rules[0].when.growth: growth is judged per GPU; use scope gpu"
+    assert problems[1].startswith("rules[1].when.growth.capacity: expected a series metric of scope gpu, "
+                                  "not 'time_to_oom_s' (known: allocated, ")
+    assert problems[2] == "rules[2].when.growth.hold_min: expected at most hold_max (3600 s)"
+    with pytest.raises(RulesError) as e:
+        load_rules(_file(tmp_path, ("d", "gpu", "{growth: {metric: mem_used_gib, capacity: mem_total_gib}}")))
+    assert e.value.problems == ["rules[0].when.growth.slope_above: field required"]
 
 
 def test_extends_default_overrides_and_disables(tmp_path: Path) -> None:
