@@ -104,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(p)
     p.add_argument("--worker-id", default=None, help="distinguishes workers sharing partitions")
     p.add_argument("--data-dir", metavar="DIR", default=None, help="faust data directory")
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="serve Prometheus /metrics on this port (default: engine.metrics_port; off when unset)")
     p.set_defaults(handler="gpuwarden.streams.worker:cmd_streams")
 
     p = sub.add_parser("notify", help="notifier worker: route alerts from Kafka to chat and on-call")
@@ -112,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the last N delivery-log entries (default 50) and exit")
     p.add_argument("--no-kafka", action="store_true",
                    help="serve only Alertmanager's webhook (notify.alertmanager_webhook), no Kafka")
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="serve Prometheus /metrics on this port (default: notify.metrics_port; off when unset)")
     p.set_defaults(handler="gpuwarden.notifiers.worker:cmd_notify")
 
     p = sub.add_parser("replay", help="feed recorded records through the engine (incident retros)")

@@ -157,12 +157,12 @@ async def _agent(args: argparse.Namespace, settings: AgentSettings) -> int:
         return EXIT_FAIL
     sink = Sink(args.output, settings)
     metrics = None
-    port = args.metrics_port or settings.agent.metrics_port
-    if port:
+    if args.metrics_port or settings.agent.metrics_port:
+        from gpuwarden.exposition import serve_from
         from gpuwarden.producers.metrics import AgentMetrics
 
         metrics = AgentMetrics()
-        metrics.serve(port, settings.agent.metrics_bind)
+        serve_from(metrics.registry, settings.agent, args.metrics_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

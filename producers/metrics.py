@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gpuwarden.contract import GpuEvent, NodeSnapshot
 
@@ -79,7 +79,3 @@ class AgentMetrics:
                 self.proc_mem.labels(str(p.gpu_index), snap.node, str(p.pid), p.user or "", p.task or "",
                                      p.pod_name or "", p.pod_namespace or "", p.slurm_job_id or "",
                                      ).set(p.used_memory_bytes)
-
-    def serve(self, port: int, addr: str = "127.0.0.1") -> Any:
-        server, thread = start_http_server(port, addr=addr, registry=self.registry)
-        return server

@@ -23,7 +23,9 @@ def cmd_streams(args: argparse.Namespace, settings: StreamsSettings) -> int:
     """Run a worker until SIGINT/SIGTERM."""
     import asyncio
 
+    from gpuwarden.exposition import serve_from
     from gpuwarden.kafka import KafkaConnectError, client_kwargs, diagnose
+    from gpuwarden.streams.telemetry import StreamMetrics
     from gpuwarden.streams.topology import app_id, build_app
 
     why = asyncio.run(diagnose(client_kwargs(settings)))  # faust retries a refused login forever
@@ -33,7 +35,9 @@ def cmd_streams(args: argparse.Namespace, settings: StreamsSettings) -> int:
     worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
     data_dir = Path(args.data_dir or Path("var") / "streams" / worker_id)
     data_dir.mkdir(parents=True, exist_ok=True)
-    app = build_app(settings, worker_id=worker_id, data_dir=data_dir)
+    metrics = StreamMetrics()
+    app = build_app(settings, worker_id=worker_id, data_dir=data_dir, metrics=metrics)
+    serve_from(metrics.registry, settings.engine, getattr(args, "metrics_port", None))
     log.warning("streams worker %s: app %s, broker %s, data dir %s",
                 worker_id, app_id(settings), settings.kafka.bootstrap, data_dir)
     level = logging.getLevelName(logging.getLogger().getEffectiveLevel())

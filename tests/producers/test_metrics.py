@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import urllib.request
 
+from gpuwarden.exposition import serve
 from gpuwarden.producers.metrics import AgentMetrics
 from gpuwarden.producers.simulator import Simulator
 
@@ -21,7 +22,7 @@ def test_scrape_shows_gpu_and_process_metrics():
     for _ in range(10):
         m.observe(sim.step())
     port = free_port()
-    server = m.serve(port)
+    server = serve(m.registry, port)
     try:
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     finally:
