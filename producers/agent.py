@@ -158,11 +158,7 @@ async def _agent(args: argparse.Namespace, settings: AgentSettings) -> int:
     sink = Sink(args.output, settings)
     metrics = None
     if args.metrics_port or settings.agent.metrics_port:
-        from gpuwarden.exposition import serve_from
-        from gpuwarden.producers.metrics import AgentMetrics
-
-        metrics = AgentMetrics()
-        serve_from(metrics.registry, settings.agent, args.metrics_port)
+        metrics = _serve_metrics(args, settings, source, extras)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -189,6 +185,30 @@ async def _agent(args: argparse.Namespace, settings: AgentSettings) -> int:
         return EXIT_OK
     finally:
         stop_extras(extras)
+
+
+def _serve_metrics(args: argparse.Namespace, settings: AgentSettings, source: Any, extras: list[Any]) -> Any:
+    """dcgm-exporter's series on the agent's port, with pod labels when the kubelet's pod-resources
+    socket is there (its poller joins ``extras``, stopped with them)."""
+    from gpuwarden.exposition import serve_from
+    from gpuwarden.producers.metrics import COUNTERS, AgentMetrics
+
+    cfg, owner = settings.agent, None
+    if cfg.pod_resources_socket.is_socket():
+        try:
+            from gpuwarden.producers.podresources import PodResources
+
+            pods = PodResources(cfg.pod_resources_socket, cfg.pod_resources_refresh).start()
+        except ImportError:
+            log.warning("%s exists but grpcio is not installed: no pod labels on /metrics "
+                        "(pip install 'gpuwarden[kubelet]')", cfg.pod_resources_socket)
+        else:
+            extras.append(pods)
+            owner = pods.owner
+    bus_ids = source.bus_ids() if hasattr(source, "bus_ids") else {}
+    metrics = AgentMetrics(bus_ids, owner)
+    serve_from(metrics.registry, cfg, args.metrics_port, COUNTERS)
+    return metrics
 
 
 def stop_extras(extras: list[Any]) -> None:

@@ -46,6 +46,10 @@ class AgentConfig(MetricsEndpoint):
     nvml_events: bool = True
     event_dedup_window: Duration = 10.0
     publish_timeout: Duration = 10.0
+    pod_resources_socket: Path = Field(default=Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
+                                       description="the kubelet's pod-resources API: pod, namespace and container "
+                                       "labels on /metrics when this socket exists (needs gpuwarden[kubelet])")
+    pod_resources_refresh: Duration = 30.0
     inference: InferenceConfig = Field(default_factory=InferenceConfig)
 
 

@@ -238,6 +238,10 @@ class NvmlCollector:
                            clock_sm_max_mhz=g.static.get("clock_sm_max_mhz"), **slow, **fast)
         return sample, procs
 
+    def bus_ids(self) -> dict[int, str]:
+        """GPU index → PCI bus id (read once at start), for the agent's ``pci_bus_id`` label."""
+        return {g.index: g.bus_id for g in self.gpus if g.bus_id}
+
     def step(self) -> list:
         """One tick: the node's snapshot, then any events (sorted by ts)."""
         ts = self.clock()
