@@ -88,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_simulation(p, many=True)
     p.add_argument("--output", metavar="FILE.jsonl", help="write contract records to FILE instead of Kafka")
     p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
+    p.add_argument("--node", default=None, help="this node's name (default: agent.node, else the host name); "
+                   "the Helm chart passes the Kubernetes node's")
     p.set_defaults(handler="gpuwarden.producers.agent:cmd_agent")
 
     p = sub.add_parser("scheduler", help="scheduler collector (one per cluster): jobs and GPU capacity to Kafka or a file")

@@ -269,4 +269,7 @@ class _SpoolDrops:
 
 
 def cmd_agent(args: argparse.Namespace, settings: AgentSettings) -> int:
+    """``--node`` names the node over ``agent.node`` (a DaemonSet pod's host name is the pod's)."""
+    if getattr(args, "node", None):
+        settings.agent = settings.agent.model_copy(update={"node": args.node})
     return asyncio.run(_agent(args, settings))
