@@ -30,8 +30,9 @@ class Runner(Protocol):
 class StreamMetrics:
     """One worker's series, on its own registry (served by ``gpuwarden streams --metrics-port``)."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, refresh_s: float = REFRESH_S) -> None:
         self.registry = registry or CollectorRegistry()
+        self.refresh_s = refresh_s
         r = self.registry
         self.records = Counter("gpuwarden_streams_records", "records read, by input topic", ("topic",), registry=r)
         self.lag = Gauge("gpuwarden_streams_consumer_lag", "records on the broker past what this worker applied "
@@ -73,12 +74,12 @@ class StreamMetrics:
         self.state_bytes.labels(table).set(sum(map(len, data.values())))
 
     def refresh(self, consumer: Any, runners: Iterable[Runner], unsent: Any) -> None:
-        """At most every ``REFRESH_S``: lag per assigned input partition (``consumer.polled(tp)``'s
+        """At most every ``refresh_s``: lag per assigned input partition (``consumer.polled(tp)``'s
         high-water mark against the runner's next offset), and the runners' counts carried over."""
         now = time.monotonic()
         if now < self._next:
             return
-        self._next = now + REFRESH_S
+        self._next = now + self.refresh_s
         lagging = set()
         assigned = consumer.assignment()
         for runner in runners:
