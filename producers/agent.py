@@ -72,7 +72,7 @@ class Sink:
             self.file.close()
         if self.publisher is not None:
             end = time.monotonic() + drain_s
-            while self.spool.pending_count() and time.monotonic() < end:
+            while self.spool.pending_count(self.publisher.topics.all()) and time.monotonic() < end:
                 if not await self.publisher.pump():
                     await asyncio.sleep(1.0)
             await self.publisher.close()
