@@ -11,6 +11,7 @@ import argparse
 import logging
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,12 @@ def cmd_streams(args: argparse.Namespace, settings: StreamsSettings) -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
     metrics = StreamMetrics()
     app = build_app(settings, worker_id=worker_id, data_dir=data_dir, metrics=metrics)
-    serve_from(metrics.registry, settings.engine, getattr(args, "metrics_port", None))
+    try:
+        serve_from(metrics.registry, settings.engine, getattr(args, "metrics_port", None))
+    except OSError as e:  # the port taken, or an address not on this host
+        print(f"gpuwarden streams: cannot serve /metrics on {settings.engine.metrics_bind}: {e.strerror or e}",
+              file=sys.stderr)
+        return 1
     log.warning("streams worker %s: app %s, broker %s, data dir %s",
                 worker_id, app_id(settings), settings.kafka.bootstrap, data_dir)
     level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
