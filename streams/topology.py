@@ -239,7 +239,7 @@ def build_app(
     def report_counts() -> None:
         """Log what was set aside (dead letters, letters the broker refused, fields a newer
         writer sends) when it changed, at most every 5 s."""
-        metrics.refresh(app.consumer, (node_runner, class_runner), unsent)  # metrics hook
+        metrics.refresh(app.consumer, (node_runner, class_runner), unsent, class_stage)  # metrics hook
         wall = asyncio.get_running_loop().time()
         if wall - reported["at"] < 5.0:
             return

@@ -41,7 +41,7 @@ def test_promtool_rule_unit_tests_pass(promtool: str) -> None:
 
 def test_dashboards_are_grafana_json_with_a_query_in_every_panel() -> None:
     dashboards = [json.loads(p.read_text()) for p in sorted((ROOT / "deploy" / "grafana").glob("*.json"))]
-    assert {d["uid"] for d in dashboards} == {"gpuwarden-fleet", "gpuwarden-node", "gpuwarden-pipeline"}
+    assert {d["uid"] for d in dashboards} == {"gpuwarden-fleet", "gpuwarden-node", "gpuwarden-pipeline", "gpuwarden-classes"}
     for d in dashboards:
         assert d["templating"]["list"][0] == {**d["templating"]["list"][0], "type": "datasource", "query": "prometheus"}
         ids = [p["id"] for p in d["panels"]]

@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((REPO / "deploy" / "grafana").glob("*.json"))
 RULES = REPO / "deploy" / "prometheus" / "gpuwarden-rules.yml"
 #: Grafana's variables, as a dashboard opened on "all" with a 1 s scrape would fill them.
-VARIABLES = {"$__rate_interval": "15s", "$Hostname": ".+"}
+VARIABLES = {"$__rate_interval": "15s", "$Hostname": ".+", "$task_class": ".+", "$statistic": ".+"}
 #: promtool's complaints about dcgm-exporter's own names, which the agent keeps for parity: its
 #: camelCase labels (modelName, UUID, Hostname), and of its counters, the ``_total`` they lack
 #: and the type in DCGM_FI_DEV_PCIE_REPLAY_COUNTER's name.
@@ -70,7 +70,10 @@ def config(tmp: Path, bootstrap: str, prefix: str, ports: dict[str, int], name: 
         "kafka": {"bootstrap": bootstrap, "topic_prefix": prefix, "partitions": 2},
         "spool": {"path": str(tmp / name / "spool.db")},
         "agent": {"metrics_port": ports["agent"]},
-        "engine": {"metrics_port": ports["streams"], "checkpoint_interval": "1s"},
+        # Minutes of history squeezed into seconds, so the simulated tasks' classes get baselines.
+        "engine": {"metrics_port": ports["streams"], "checkpoint_interval": "1s", "bucket": "1s",
+                   "summary_interval": "5s", "observation_period": "10s", "baseline_min_samples": 3,
+                   "baseline_refresh": "1s", "summary_lateness": "10s"},
         "notify": {"metrics_port": ports["notify"], "consumer_group": f"notify-{prefix}", "tick_interval": "200ms",
                    "receivers": [{"name": "team", "webhook": {"url": {"env": "GW_TEST_WEBHOOK_URL"}}}],
                    "route": {"receivers": ["team"], "group_by": ["rule", "node"], "group_wait": "0s",

@@ -70,3 +70,34 @@ def test_dead_letter_reasons_are_a_bounded_set() -> None:
     assert reason_label("schema: 'node_snapshot/9' is a version this reader does not know") == "schema"
     assert reason_label("key: record key 'b' does not match 'a'") == "key"
     assert reason_label("engine: KeyError: 'x'") == "engine"
+
+
+def test_task_classes_against_their_baselines_from_a_real_class_stage() -> None:
+    from gpuwarden.app.settings import validate_settings
+    from gpuwarden.contract import TaskSummary
+    from gpuwarden.streams.classstage import ClassStage
+    from gpuwarden.streams.rules import load_rules
+
+    engine = validate_settings({"engine": {"observation_period": "10s", "baseline_min_samples": 3,
+                                           "baseline_refresh": "1s", "summary_interval": "5s"}}).engine
+    stage = ClassStage(load_rules(None), engine)
+    for i in range(12):
+        for task_id, util in (("t1", 60.0 + i % 3), ("t2", 62.0)):
+            stage.process(TaskSummary(task="llm-pretrain", task_id=task_id, node="n1", ts=1_000 + 5 * i,
+                                      window_s=5.0, samples=5, gpus=1, stats={"util_gpu": util}))
+    stage.process(TaskSummary(task="fresh", task_id="t3", node="n1", ts=1_055, window_s=5.0, samples=5, gpus=1,
+                              stats={"util_gpu": 10.0}))
+    m = StreamMetrics(refresh_s=0.0, classes_s=0.0)
+    m.refresh(Consumer({}), [], SimpleNamespace(count=0), stage)
+    band = stage.baseline("llm-pretrain")["util_gpu"]
+    assert band is not None
+    assert sample(m, "gpuwarden_streams_class_baseline", task_class="llm-pretrain", statistic="util_gpu",
+                  bound="median") == band.median
+    assert sample(m, "gpuwarden_streams_class_baseline", task_class="llm-pretrain", statistic="util_gpu",
+                  bound="high") == band.high
+    assert sample(m, "gpuwarden_streams_class_value", task_class="llm-pretrain", statistic="util_gpu") == \
+        stage.latest("llm-pretrain")["util_gpu"]
+    assert sample(m, "gpuwarden_streams_classes", state="learning") == 1  # "fresh": one summary
+    assert sample(m, "gpuwarden_streams_classes", state="baselined") == 1
+    assert sample(m, "gpuwarden_streams_class_baseline", task_class="fresh", statistic="util_gpu",
+                  bound="median") is None
