@@ -8,7 +8,7 @@ COPY streams ./streams
 COPY notifiers ./notifiers
 COPY history ./history
 COPY app ./app
-RUN pip install --no-cache-dir . && useradd --system --uid 990 gpuwarden \
+RUN pip install --no-cache-dir ".[kubelet,kubernetes]" && useradd --system --uid 990 gpuwarden \
     && mkdir -p /var/lib/gpuwarden && chown gpuwarden:gpuwarden /var/lib/gpuwarden
 ENV GPUWARDEN_CONFIG=/etc/gpuwarden/gpuwarden.yaml
 # Not root: the stream and notifier workers need no privilege (the agent's service runs as root:

@@ -88,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_simulation(p, many=True)
     p.add_argument("--output", metavar="FILE.jsonl", help="write contract records to FILE instead of Kafka")
     p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
+    p.add_argument("--node", default=None, help="this node's name (default: agent.node, else the host name); "
+                   "the Helm chart passes the Kubernetes node's")
     p.set_defaults(handler="gpuwarden.producers.agent:cmd_agent")
 
     p = sub.add_parser("scheduler", help="scheduler collector (one per cluster): jobs and GPU capacity to Kafka or a file")
@@ -104,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(p)
     p.add_argument("--worker-id", default=None, help="distinguishes workers sharing partitions")
     p.add_argument("--data-dir", metavar="DIR", default=None, help="faust data directory")
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="serve Prometheus /metrics on this port (default: engine.metrics_port; off when unset)")
     p.set_defaults(handler="gpuwarden.streams.worker:cmd_streams")
 
     p = sub.add_parser("notify", help="notifier worker: route alerts from Kafka to chat and on-call")
@@ -112,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the last N delivery-log entries (default 50) and exit")
     p.add_argument("--no-kafka", action="store_true",
                    help="serve only Alertmanager's webhook (notify.alertmanager_webhook), no Kafka")
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="serve Prometheus /metrics on this port (default: notify.metrics_port; off when unset)")
     p.set_defaults(handler="gpuwarden.notifiers.worker:cmd_notify")
 
     p = sub.add_parser("replay", help="feed recorded records through the engine (incident retros)")

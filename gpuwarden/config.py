@@ -83,6 +83,14 @@ class SecretRef(Section):
         return []
 
 
+class MetricsEndpoint(Section):
+    """Where a worker serves Prometheus ``/metrics`` (:mod:`gpuwarden.exposition`); off when no port is set.
+    Loopback by default: a scrape from another host is a choice made here (``metrics_bind: 0.0.0.0``)."""
+
+    metrics_port: int | None = Field(default=None, ge=1, le=65535, description="Prometheus /metrics; off when unset")
+    metrics_bind: str = "127.0.0.1"
+
+
 class KafkaConfig(Section):
     bootstrap: str = "127.0.0.1:9092"
     topic_prefix: str = ""

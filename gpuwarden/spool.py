@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,21 +122,17 @@ class Spool:
             self._bytes_estimate += sum(len(r[3]) for r in rows)
         return ids
 
-    def pending(self, topic: str | None = None, limit: int = 1000) -> list[SpoolRecord]:
-        """Unpublished records, oldest first."""
-        q = "SELECT id, topic, key, ts, value, published FROM records WHERE published=0"
-        args: tuple = ()
-        if topic is not None:
-            q += " AND topic=?"
-            args = (topic,)
-        q += " ORDER BY id LIMIT ?"
+    def pending(self, topic: str | Collection[str] | None = None, limit: int = 1000) -> list[SpoolRecord]:
+        """Unpublished records of ``topic`` (one name, or any of several; None: every topic), oldest first."""
+        where, args = _topics(topic)
+        q = f"SELECT id, topic, key, ts, value, published FROM records WHERE published=0{where} ORDER BY id LIMIT ?"
         with self._lock:
             return [self._row(r) for r in self._db.execute(q, (*args, limit))]
 
-    def pending_count(self, topic: str | None = None) -> int:
-        q = "SELECT COUNT(*) FROM records WHERE published=0" + (" AND topic=?" if topic else "")
+    def pending_count(self, topic: str | Collection[str] | None = None) -> int:
+        where, args = _topics(topic)
         with self._lock:
-            return int(self._db.execute(q, (topic,) if topic else ()).fetchone()[0])
+            return int(self._db.execute(f"SELECT COUNT(*) FROM records WHERE published=0{where}", args).fetchone()[0])
 
     def mark_published(self, ids: Iterable[int]) -> None:
         ids = list(ids)
@@ -278,6 +274,14 @@ class Spool:
     @staticmethod
     def _row(r: tuple) -> SpoolRecord:
         return SpoolRecord(int(r[0]), r[1], r[2], float(r[3]), bytes(r[4]), bool(r[5]))
+
+
+def _topics(topic: str | Collection[str] | None) -> tuple[str, tuple[str, ...]]:
+    """The SQL condition (and its arguments) for one topic name or any of several."""
+    if topic is None:
+        return "", ()
+    names = (topic,) if isinstance(topic, str) else tuple(topic)
+    return f" AND topic IN ({','.join('?' * len(names))})", names
 
 
 class _Txn:

@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, field_validator, model_validator
 
-from gpuwarden.config import KafkaConfig, LimitsConfig, SecretRef, Section, SpoolConfig
+from gpuwarden.config import KafkaConfig, LimitsConfig, MetricsEndpoint, SecretRef, Section, SpoolConfig
 from gpuwarden.contract import Matcher, Tier
 from gpuwarden.units import Duration, Size
 from gpuwarden.notifiers.receivers import BasicAuth, Receiver, fallback_problems
@@ -214,7 +214,7 @@ class AlertmanagerWebhookConfig(Section):
         return self
 
 
-class NotifyConfig(Section):
+class NotifyConfig(MetricsEndpoint):
     language: Literal["en", "zh-CN"] | None = None
     timezone: str = "UTC"
     """IANA zone (``Asia/Shanghai``) the messages show times in; alerts themselves stay in epoch seconds."""

@@ -28,7 +28,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 from zoneinfo import ZoneInfo
 
 import httpx
@@ -44,6 +44,7 @@ from gpuwarden.notifiers.ratelimit import Limiter
 from gpuwarden.notifiers.receivers import Receiver, fallback_problems
 from gpuwarden.notifiers.redact import LOGGERS as REDACTED_LOGGERS, install as install_redaction, redact
 from gpuwarden.notifiers.localise import localise
+from gpuwarden.notifiers.telemetry import DeliveryMetrics
 from gpuwarden.notifiers.render import Locale, is_resolved, render_text, top_tier
 from gpuwarden.notifiers.verdict import Ok, Permanent, Retry, Verdict
 
@@ -108,9 +109,11 @@ class Delivery:
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  client: httpx.AsyncClient | None = None, log: DeliveryLog | None = None,
                  max_attempts: int = 4, backoff_s: float = 1.0, max_backoff_s: float = 300.0,
-                 timeout_s: float = 10.0, rng: Callable[[], float] = random.random) -> None:
+                 timeout_s: float = 10.0, rng: Callable[[], float] = random.random,
+                 metrics: DeliveryMetrics | None = None) -> None:
         """``clock``/``sleep``: the wall clock (never event time); tests inject a simulated one.
-        ``timezone``: the zone messages show times in (validated by the config)."""
+        ``timezone``: the zone messages show times in (validated by the config). ``metrics``: where
+        outcomes, retries, waits and queues are counted (its own registry when None)."""
         if problems := fallback_problems(receivers):
             raise ValueError("; ".join(problems))
         # Resolve every secret now: a missing one fails at start, and redaction knows them all.
@@ -130,6 +133,9 @@ class Delivery:
         self.client = client or httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)))
         self.context = SendContext(self.client, clock, timeout_s)
         self.log = log or DeliveryLog(self.spool)
+        self.metrics = metrics or DeliveryMetrics(clock)
+        for r in receivers:
+            self.metrics.known(r.name, get_args(Status))
         self.delivered = Delivered(self.spool)
         self.limiters = {r.name: Limiter(CHANNELS[r.kind].rate_limits(r.channel), clock) for r in receivers}
         self._locks = {r.name: asyncio.Lock() for r in receivers}
@@ -187,7 +193,10 @@ class Delivery:
         returns how many are queued. Workers send; this never does, so it cannot bypass a backoff."""
         queued = 0
         for name in self.receivers:
-            if n := self.spool.pending_count(outbox_topic(name)):
+            n = self.spool.pending_count(outbox_topic(name))
+            oldest = self.spool.pending(outbox_topic(name), limit=1)[0].ts if n else None
+            self.metrics.queue(name, n, oldest)
+            if n:
                 queued += n
                 self._ensure_flusher(name)
         return queued
@@ -217,6 +226,8 @@ class Delivery:
         while True:
             attempt += 1
             verdict = await self._send_once(r, n)
+            if isinstance(verdict, Retry):
+                self.metrics.retry(r.name)
             if not isinstance(verdict, Retry) or attempt >= max_attempts:
                 return verdict, attempt
             delay = self._backoff(attempt, verdict.after_s)
@@ -231,6 +242,7 @@ class Delivery:
         for part in parts:
             limiter = self.limiters[r.name]
             while (wait := limiter.wait_s()) > 0:  # wall clock: this wait always ends
+                self.metrics.rate_limited(r.name, wait)
                 await self.sleep(wait)
             limiter.try_take()
             verdict = await channel.send(r.channel, part, locale, self.context)
@@ -297,6 +309,8 @@ class Delivery:
         r = self.receivers[name]
         while self.spool.pending_count(outbox_topic(name)):
             if (wait := self._wait_s(name)) > 0:
+                if name not in self._failures:  # not a backoff: the rate limit (or its pacing)
+                    self.metrics.rate_limited(name, wait)
                 await self.sleep(wait)
                 continue
             try:
@@ -374,6 +388,7 @@ class Delivery:
                         fingerprints=[a.fingerprint for a in n.alerts], status=status,
                         attempts=attempts, detail=detail)
         log.debug("%s %s: %s (%s)", n.receiver, n.id, status, detail)
+        self.metrics.outcome(n.receiver, status)
         return Outcome(n.receiver, n.id, status, detail, attempts)
 
     def _warn(self, r: Receiver, verdict: Verdict, attempts: int) -> None:

@@ -25,6 +25,7 @@ from aiokafka.errors import KafkaError
 
 from gpuwarden.contract import AlertState, AlertTransition, ContractError, Tier, Topics, decode
 from gpuwarden.deadletter import UnsentLog, letter
+from gpuwarden.exposition import serve_from
 from gpuwarden.kafka import kafka_kwargs, start_client
 from gpuwarden.spool import Spool
 from gpuwarden.notifiers import am_server
@@ -36,6 +37,7 @@ from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.outbox import DeliveryLog
 from gpuwarden.notifiers.pipeline import Notifier
 from gpuwarden.notifiers.settings import NotifierSettings
+from gpuwarden.notifiers.telemetry import WorkerCounts
 
 log = logging.getLogger("gpuwarden.notify")
 MIN_WAIT_MS = 5  # a poll never spins: even a past-due timer waits this long for records
@@ -52,16 +54,21 @@ class Stats:
 
 
 async def run_notify(settings: NotifierSettings, *, stop: asyncio.Event, delivery: Delivery | None = None,
-                     stats: Stats | None = None, kafka: bool = True) -> Stats:
+                     stats: Stats | None = None, kafka: bool = True, metrics_port: int | None = None) -> Stats:
     """Consume until ``stop`` is set, and serve Alertmanager's webhook when ``notify.alertmanager_webhook``
-    is set; ``kafka=False``: the webhook only. ``delivery`` may be injected (tests, benchmarks)."""
+    is set; ``kafka=False``: the webhook only. ``delivery`` may be injected (tests, benchmarks).
+    Prometheus metrics on ``metrics_port`` (else ``notify.metrics_port``) when one is set."""
     stats = stats or Stats()
     spool = Spool(settings.spool.path, settings.spool.max_bytes, settings.spool.max_age)
     notifier = Notifier(settings, spool=spool, delivery=delivery, record_history=False)
+    registry = notifier.delivery.metrics.registry
+    registry.register(WorkerCounts(stats))
+    exposed = None
     webhook = settings.notify.alertmanager_webhook
     sock: socket.socket | None = None
     served: asyncio.Task[None] | None = None
     try:
+        exposed = serve_from(registry, settings.notify, metrics_port)
         if webhook is not None:
             sock = am_server.listen(webhook.bind, webhook.port)  # before Kafka: a taken port fails at once
             print(f"gpuwarden notify: Alertmanager webhook at {am_server.webhook_url(sock)}", file=sys.stderr,
@@ -77,6 +84,8 @@ async def run_notify(settings: NotifierSettings, *, stop: asyncio.Event, deliver
             sock.close()
         await notifier.aclose()
         spool.close()
+        if exposed is not None:
+            exposed.shutdown()
     return stats
 
 
@@ -177,9 +186,12 @@ def cmd_notify(args: argparse.Namespace, settings: NotifierSettings) -> int:
         print(f"gpuwarden notify --no-kafka: {problem}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(_main(settings, kafka))
+        return asyncio.run(_main(settings, kafka, getattr(args, "metrics_port", None)))
     except am_server.ListenError as e:
         print(f"gpuwarden notify: {e.strerror}", file=sys.stderr)
+        return 1
+    except OSError as e:  # the metrics port taken
+        print(f"gpuwarden notify: cannot serve /metrics: {e.strerror or e}", file=sys.stderr)
         return 1
 
 
@@ -191,12 +203,12 @@ def _webhook_only_problem(cfg: NotifyConfig) -> str | None:
     return None
 
 
-async def _main(settings: NotifierSettings, kafka: bool) -> int:
+async def _main(settings: NotifierSettings, kafka: bool, metrics_port: int | None) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    stats = await run_notify(settings, stop=stop, kafka=kafka)
+    stats = await run_notify(settings, stop=stop, kafka=kafka, metrics_port=metrics_port)
     print(f"consumed {stats.consumed} alert records, {stats.dead_letters} to the dead-letter topic, "
           f"{stats.stale} older than notify.max_backlog skipped; "
           f"{stats.from_alertmanager} alerts from Alertmanager's webhook",

@@ -72,7 +72,7 @@ class Sink:
             self.file.close()
         if self.publisher is not None:
             end = time.monotonic() + drain_s
-            while self.spool.pending_count() and time.monotonic() < end:
+            while self.spool.pending_count(self.publisher.topics.all()) and time.monotonic() < end:
                 if not await self.publisher.pump():
                     await asyncio.sleep(1.0)
             await self.publisher.close()
@@ -157,12 +157,8 @@ async def _agent(args: argparse.Namespace, settings: AgentSettings) -> int:
         return EXIT_FAIL
     sink = Sink(args.output, settings)
     metrics = None
-    port = args.metrics_port or settings.agent.metrics_port
-    if port:
-        from gpuwarden.producers.metrics import AgentMetrics
-
-        metrics = AgentMetrics()
-        metrics.serve(port, settings.agent.metrics_bind)
+    if args.metrics_port or settings.agent.metrics_port:
+        metrics = _serve_metrics(args, settings, source, extras)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -189,6 +185,30 @@ async def _agent(args: argparse.Namespace, settings: AgentSettings) -> int:
         return EXIT_OK
     finally:
         stop_extras(extras)
+
+
+def _serve_metrics(args: argparse.Namespace, settings: AgentSettings, source: Any, extras: list[Any]) -> Any:
+    """dcgm-exporter's series on the agent's port, with pod labels when the kubelet's pod-resources
+    socket is there (its poller joins ``extras``, stopped with them)."""
+    from gpuwarden.exposition import serve_from
+    from gpuwarden.producers.metrics import COUNTERS, AgentMetrics
+
+    cfg, owner = settings.agent, None
+    if cfg.pod_resources_socket.is_socket():
+        try:
+            from gpuwarden.producers.podresources import PodResources
+
+            pods = PodResources(cfg.pod_resources_socket, cfg.pod_resources_refresh).start()
+        except ImportError:
+            log.warning("%s exists but grpcio is not installed: no pod labels on /metrics "
+                        "(pip install 'gpuwarden[kubelet]')", cfg.pod_resources_socket)
+        else:
+            extras.append(pods)
+            owner = pods.owner
+    bus_ids = source.bus_ids() if hasattr(source, "bus_ids") else {}
+    metrics = AgentMetrics(bus_ids, owner)
+    serve_from(metrics.registry, cfg, args.metrics_port, COUNTERS)
+    return metrics
 
 
 def stop_extras(extras: list[Any]) -> None:
@@ -249,4 +269,7 @@ class _SpoolDrops:
 
 
 def cmd_agent(args: argparse.Namespace, settings: AgentSettings) -> int:
+    """``--node`` names the node over ``agent.node`` (a DaemonSet pod's host name is the pod's)."""
+    if getattr(args, "node", None):
+        settings.agent = settings.agent.model_copy(update={"node": args.node})
     return asyncio.run(_agent(args, settings))

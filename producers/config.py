@@ -7,7 +7,7 @@ from typing import Literal, Protocol
 
 from pydantic import Field
 
-from gpuwarden.config import CommonSettings, Section
+from gpuwarden.config import CommonSettings, MetricsEndpoint, Section
 from gpuwarden.units import Duration
 
 
@@ -34,7 +34,7 @@ class InferenceConfig(Section):
                               "serving processes (and discovery)")
 
 
-class AgentConfig(Section):
+class AgentConfig(MetricsEndpoint):
     node: str | None = Field(default=None, description="node name; the host name when unset")
     source: Literal["auto", "nvml", "simulate"] = "auto"
     fast_interval: Duration = 1.0
@@ -45,9 +45,11 @@ class AgentConfig(Section):
     proc_root: Path = Path("/proc")
     nvml_events: bool = True
     event_dedup_window: Duration = 10.0
-    metrics_port: int | None = Field(default=None, ge=1, le=65535, description="Prometheus /metrics; off when unset")
-    metrics_bind: str = "127.0.0.1"
     publish_timeout: Duration = 10.0
+    pod_resources_socket: Path = Field(default=Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
+                                       description="the kubelet's pod-resources API: pod, namespace and container "
+                                       "labels on /metrics when this socket exists (needs gpuwarden[kubelet])")
+    pod_resources_refresh: Duration = 30.0
     inference: InferenceConfig = Field(default_factory=InferenceConfig)
 
 

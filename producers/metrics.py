@@ -1,26 +1,36 @@
 """Prometheus ``/metrics`` for the agent (off by default), named like dcgm-exporter.
 
-Names and labels follow dcgm-exporter (``DCGM_FI_*``; labels ``gpu``, ``UUID``,
-``modelName``, ``Hostname``) so existing Grafana dashboards work; the per-process
-memory and XID count are ours (``gpuwarden_*``) with user/task/pod labels.
+Names, types and labels follow dcgm-exporter (``DCGM_FI_*``; labels ``gpu``, ``UUID``,
+``pci_bus_id``, ``device``, ``modelName``, ``Hostname``, ``DCGM_FI_DRIVER_VERSION``, and on
+Kubernetes ``pod``/``namespace``/``container`` from the kubelet's pod-resources API,
+:mod:`gpuwarden.producers.podresources`) so a site can swap it in for dcgm-exporter and keep its
+dashboards. Its cumulative fields are counters without a ``_total`` suffix, as dcgm-exporter's
+are (:data:`COUNTERS`). The per-process memory and XID count are ours (``gpuwarden_*``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from gpuwarden.contract import GpuEvent, NodeSnapshot
+from gpuwarden.producers.podresources import NO_POD, PodRef
 
-_GPU = ("gpu", "UUID", "modelName", "Hostname")
+#: The labels of every per-GPU series, in dcgm-exporter's names.
+GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION",
+              "container", "namespace", "pod")
 _MIB = 1 << 20
 #: metric name -> (help, GpuSample field, scale)
 _FIELDS = {
     "DCGM_FI_DEV_GPU_UTIL": ("GPU utilization (%)", "util_gpu", 1),
     "DCGM_FI_DEV_MEM_COPY_UTIL": ("memory utilization (%)", "util_memory", 1),
     "DCGM_FI_DEV_FB_USED": ("framebuffer used (MiB)", "mem_used_bytes", 1 / _MIB),
+    "DCGM_FI_DEV_FB_FREE": ("framebuffer free (MiB)", "mem_free_bytes", 1 / _MIB),
     "DCGM_FI_DEV_FB_TOTAL": ("framebuffer total (MiB)", "mem_total_bytes", 1 / _MIB),
     "DCGM_FI_DEV_GPU_TEMP": ("GPU temperature (C)", "temp_gpu_c", 1),
     "DCGM_FI_DEV_MEMORY_TEMP": ("HBM temperature (C)", "temp_memory_c", 1),
@@ -44,10 +54,33 @@ _FIELDS = {
 }
 
 
+#: dcgm-exporter's counters (default-counters.csv): typed counter, named without ``_total``.
+COUNTERS = frozenset({"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+                      "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+                      "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"})
+XID_ERRORS = "DCGM_FI_DEV_XID_ERRORS"
+
+#: ``owner(uuid, index)`` → the container holding the GPU (:data:`NO_POD` off Kubernetes).
+Owner = Callable[[str, int], PodRef]
+
+
+def _no_pod(uuid: str, index: int) -> PodRef:
+    return NO_POD
+
+
 class AgentMetrics:
-    def __init__(self) -> None:
+    """The agent's registry: per-GPU series rebuilt from each snapshot, read by scrapes as a whole."""
+
+    def __init__(self, bus_ids: Mapping[int, str] | None = None, owner: Owner | None = None) -> None:
+        """``bus_ids``: GPU index → PCI bus id (from the source); ``owner``: who holds a GPU
+        (:meth:`gpuwarden.producers.podresources.PodResources.owner`)."""
         self.registry = CollectorRegistry()
-        self.gauges = {n: Gauge(n, h, _GPU, registry=self.registry) for n, (h, _, _) in _FIELDS.items()}
+        self.bus_ids = bus_ids or {}
+        self.owner = owner or _no_pod
+        self._gpus: dict[str, list[tuple[tuple[str, ...], dict[str, float]]]] = {}  # node → its GPUs' series
+        self._xid: dict[tuple[str, int], int] = {}  # (node, GPU index) → last XID code
+        self._lock = threading.Lock()
+        self.registry.register(_GpuSeries(self))
         self.proc_mem = Gauge("gpuwarden_process_gpu_memory_bytes", "GPU memory held by a process",
                               ("gpu", "Hostname", "pid", "user", "task", "pod", "namespace", "hpc_job"),
                               registry=self.registry)
@@ -60,20 +93,21 @@ class AgentMetrics:
                 self._snapshot(r)
             elif isinstance(r, GpuEvent) and r.kind == "xid":
                 self.xids.labels(str(r.gpu_index), r.node, str(r.code)).inc(r.count)
+                if r.gpu_index is not None and r.code is not None:
+                    self._xid[r.node, r.gpu_index] = r.code
 
     def _snapshot(self, snap: NodeSnapshot) -> None:
+        gpus = []
         for g in snap.gpus.rows():
-            labels = (str(g.index), g.uuid, g.name or "", snap.node)
-            for name, (_, field, scale) in _FIELDS.items():
-                v = getattr(g, field)
-                gauge = self.gauges[name]
-                if v is None:
-                    try:
-                        gauge.remove(*labels)
-                    except KeyError:
-                        pass
-                else:
-                    gauge.labels(*labels).set(float(v) * scale)
+            who = self.owner(g.uuid, g.index)
+            labels = (str(g.index), g.uuid, self.bus_ids.get(g.index, ""), f"nvidia{g.index}", g.name or "",
+                      snap.node, snap.driver_version or "", who.container, who.namespace, who.pod)
+            values = {name: float(v) * scale for name, (_, field, scale) in _FIELDS.items()
+                      if (v := _value(g, field)) is not None}
+            values[XID_ERRORS] = float(self._xid.get((snap.node, g.index), 0))
+            gpus.append((labels, values))
+        with self._lock:
+            self._gpus[snap.node] = gpus
         self.proc_mem.clear()
         for p in snap.processes.rows():
             if p.used_memory_bytes is not None:
@@ -81,6 +115,30 @@ class AgentMetrics:
                                      p.pod_name or "", p.pod_namespace or "", p.slurm_job_id or "",
                                      ).set(p.used_memory_bytes)
 
-    def serve(self, port: int, addr: str = "127.0.0.1") -> Any:
-        server, thread = start_http_server(port, addr=addr, registry=self.registry)
-        return server
+    def series(self) -> list[tuple[tuple[str, ...], dict[str, float]]]:
+        with self._lock:
+            return [gpu for gpus in self._gpus.values() for gpu in gpus]
+
+
+def _value(g: Any, field: str) -> float | None:
+    """A sample's field; free framebuffer is what the total leaves over the used (NVML's v1 reading)."""
+    if field == "mem_free_bytes":
+        return None if g.mem_total_bytes is None or g.mem_used_bytes is None else g.mem_total_bytes - g.mem_used_bytes
+    return getattr(g, field)
+
+
+class _GpuSeries(Collector):
+    """Every per-GPU family, built at scrape time from the last snapshot of each node."""
+
+    def __init__(self, metrics: AgentMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        rows = self.metrics.series()
+        docs = {**{n: h for n, (h, _, _) in _FIELDS.items()}, XID_ERRORS: "last XID error code seen (0: none)"}
+        for name, doc in docs.items():
+            family = Metric(name, doc, "counter") if name in COUNTERS else GaugeMetricFamily(name, doc, labels=GPU_LABELS)
+            for labels, values in rows:
+                if name in values:
+                    family.add_sample(name, dict(zip(GPU_LABELS, labels)), values[name])
+            yield family

@@ -241,6 +241,10 @@ class NvmlCollector:
                            power_default_limit_w=g.static.get("power_default_limit_w"), **slow, **fast)
         return sample, procs
 
+    def bus_ids(self) -> dict[int, str]:
+        """GPU index → PCI bus id (read once at start), for the agent's ``pci_bus_id`` label."""
+        return {g.index: g.bus_id for g in self.gpus if g.bus_id}
+
     def step(self) -> list:
         """One tick: the node's snapshot, then any events (sorted by ts)."""
         ts = self.clock()

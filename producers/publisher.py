@@ -79,7 +79,10 @@ class Publisher:
         """Send pending records oldest first until none are left or Kafka fails; returns how many."""
         sent = 0
         while True:
-            pending = self.spool.pending(limit=self.batch)
+            # Only the pipeline's topics: a spool shared with other processes on the host (one
+            # config, one spool path: deploy/systemd) also holds the notifier's outbox and delivery
+            # log, which must stay where they are.
+            pending = self.spool.pending(self.topics.all(), limit=self.batch)
             if not pending:
                 return sent
             try:
@@ -90,7 +93,7 @@ class Publisher:
             except (asyncio.TimeoutError, OSError, Exception) as e:  # noqa: BLE001 - any Kafka failure
                 self.failures += 1
                 log.warning("Kafka unavailable (%s: %s); %d records wait in the spool",
-                            type(e).__name__, e, self.spool.pending_count())
+                            type(e).__name__, e, self.spool.pending_count(self.topics.all()))
                 await self._reset()
                 return sent
             self.spool.mark_published(r.id for r in pending)

@@ -567,6 +567,10 @@ class Simulator:
 
     # ------------------------------------------------------------------ layout
 
+    def bus_ids(self) -> dict[int, str]:
+        """GPU index → the simulated PCI bus id (the same on every simulated node)."""
+        return {i: bus_id(i) for i in range(len(self.nodes[0].gpus))}
+
     def _place_faults(self, names: list[str]) -> dict[str, tuple[int, int]]:
         """Fault scenario -> (node, gpu); single-GPU slots first, spread over nodes."""
         faults = [f for n in names for f in (MIXED_FAULTS if n == "mixed" else [n]) if f in FAULTS]

@@ -178,6 +178,11 @@ class ClassStage:
             out[k] = Baseline(median=med, mad=mad, low=lo, high=hi, samples=n)
         return out
 
+    def latest(self, task_class: str) -> dict[str, float]:
+        """Each statistic's newest value that went into the class's baseline ({} for an unknown class)."""
+        cls = self._classes.get(task_class)
+        return {} if cls is None else {k: v[-1] for k, v in cls.values.items() if v and v[-1] is not None}
+
     def counters(self) -> dict[str, int]:
         """``late``: summaries applied after a newer one of their class (past ``summary_lateness``)."""
         return {"late": sum(c.late for c in self._classes.values())}

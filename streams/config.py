@@ -7,12 +7,12 @@ from typing import Protocol
 
 from pydantic import Field
 
-from gpuwarden.config import CommonSettings, Section
+from gpuwarden.config import CommonSettings, MetricsEndpoint, Section
 from gpuwarden.streams.slo import ServiceSlo
 from gpuwarden.units import Duration
 
 
-class EngineConfig(Section):
+class EngineConfig(MetricsEndpoint):
     rules: Path | None = None
     observation_period: Duration = 14 * 86400
     """A task class raises no deviation alerts (shows "learning") for this long after first seen."""

@@ -81,6 +81,19 @@ class Limits:
         return cls(int(lim.max_record_bytes), float(lim.max_future_skew), float(lim.max_past_skew))
 
 
+#: Dead-letter reasons as metric labels: the first word of a letter's reason when it is one of
+#: these (``record: ... exceeds the limit``, ``schema: ...``, ``key: ...``, ``engine: ...``,
+#: ``decode: ...``); not JSON at all (``<record>: Invalid JSON``) is ``json``, and a field's
+#: validation error (``gpus[0].util_gpu: ...``) is ``field``.
+REASONS = frozenset({"record", "schema", "key", "engine", "decode"})
+
+
+def reason_label(why: str) -> str:
+    """A bounded label for a dead letter's reason (the text itself names fields and values)."""
+    head = why.partition(":")[0]
+    return head if head in REASONS else "json" if head == "<record>" else "field"
+
+
 def to_dlq(msg: Consumed, error: str, *, dlq_topic: str | None = None,
            max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Outbound:
     """The dead letter for ``msg``, bound for ``<topic>.dlq`` (see :func:`gpuwarden.deadletter.letter`)."""

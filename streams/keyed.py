@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import cramjam  # aiokafka's codec library (zstd), a dependency through aiokafka[zstd]
 
 from gpuwarden.contract import ContractError, unknown_fields
-from gpuwarden.streams.dlq import Consumed, Limits, Outbound, decode_inbound, to_dlq
+from gpuwarden.streams.dlq import Consumed, Limits, Outbound, decode_inbound, reason_label, to_dlq
 
 log = logging.getLogger("gpuwarden.streams")
 
@@ -124,6 +124,7 @@ class KeyedRunner:
         #: Per (topic, field path): records read with a field this version does not know.
         self.unknown: dict[tuple[str, str], int] = {}
         self.dead = 0  # records dead-lettered since start
+        self.dead_by: dict[tuple[str, str], int] = {}  # metrics hook (streams/telemetry.py): per (topic, reason)
         #: Per topic:partition, the last offset this process dead-lettered: its batch's sends
         #: were acknowledged before the next batch, so a record read again up to there (the
         #: offsets commit only with state checkpoints) needs no second letter.
@@ -196,6 +197,8 @@ class KeyedRunner:
         res.out.append(to_dlq(msg, why, dlq_topic=src.dlq_topic, max_bytes=self.limits.max_bytes))
         res.dead += 1
         self.dead += 1
+        by = (msg.topic, reason_label(why))  # metrics hook (streams/telemetry.py)
+        self.dead_by[by] = self.dead_by.get(by, 0) + 1
 
     def _unknown(self, topic: str, fields: list[str]) -> None:
         """Count fields a newer writer sends; the first of each is logged (upgrade the workers)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from operator import attrgetter
@@ -54,6 +55,7 @@ from gpuwarden.streams.keyed import KeyedRunner, Settle, Source
 from gpuwarden.streams.progress import HEADERS as PROGRESS_HEADERS
 from gpuwarden.streams.progress import Gate, Reporter, is_progress, partition_watermark
 from gpuwarden.streams.runtime import HeapTrim
+from gpuwarden.streams.telemetry import StreamMetrics
 
 log = logging.getLogger("gpuwarden.streams")
 
@@ -94,9 +96,11 @@ def default_stages(settings: StreamsSettings) -> tuple[Any, Any]:
 
 def build_app(
     settings: StreamsSettings, *, worker_id: str, data_dir: Path,
-    node_stage: Any = None, class_stage: Any = None,
+    node_stage: Any = None, class_stage: Any = None, metrics: StreamMetrics | None = None,
 ) -> faust.App:
-    """The faust app for ``settings``; stages default to :func:`default_stages`."""
+    """The faust app for ``settings``; stages default to :func:`default_stages`; ``metrics``: where the
+    worker counts what it does (its own unserved one when None)."""
+    metrics = metrics or StreamMetrics()  # metrics hook
     if node_stage is None or class_stage is None:
         node_stage, class_stage = default_stages(settings)
     k = settings.kafka
@@ -214,6 +218,7 @@ def build_app(
         # Outputs must be on the broker before the state that says they were made.
         await send_all(res.out)
         if res.state:
+            began = time.monotonic()  # metrics hook
             # Not ``table[key] = ...``: faust buffers that send and its pre-commit flush may
             # return before the buffer drained. Await delivery, then let the offsets commit.
             futs = []
@@ -224,6 +229,7 @@ def build_app(
             await asyncio.gather(*futs)
             app.consumer.ack_offsets(waiting)
             waiting.clear()
+            metrics.checkpointed(table.name, table.data, time.monotonic() - began)  # metrics hook
             log.debug("%s checkpoint: %d keys, %d bytes, %s", table.name, len(res.state),
                       sum(map(len, res.state.values())), getattr(runner.stage, "counters", dict)())
         return True
@@ -233,6 +239,7 @@ def build_app(
     def report_counts() -> None:
         """Log what was set aside (dead letters, letters the broker refused, fields a newer
         writer sends) when it changed, at most every 5 s."""
+        metrics.refresh(app.consumer, (node_runner, class_runner), unsent, class_stage)  # metrics hook
         wall = asyncio.get_running_loop().time()
         if wall - reported["at"] < 5.0:
             return
@@ -323,6 +330,7 @@ def build_app(
         """Transitions and summaries to produce."""
         if not out.transitions and not out.summaries:
             return []
+        metrics.produced(out.transitions)  # metrics hook
         return [*(Outbound(topics.alerts, t.fingerprint.encode(), encode(t)) for t in out.transitions),
                 *(Outbound(topics.summaries, s.task.encode(), encode(s)) for s in out.summaries)]
 
@@ -387,8 +395,9 @@ def build_app(
 
     def emit_class(summary: TaskSummary, msg: Consumed) -> list[Outbound]:
         class_at[summary.task] = msg.partition
-        return [Outbound(topics.alerts, t.fingerprint.encode(), encode(t))
-                for t in class_stage.process(summary, gate(msg.partition).value)]
+        made = class_stage.process(summary, gate(msg.partition).value)
+        metrics.produced(made)  # metrics hook
+        return [Outbound(topics.alerts, t.fingerprint.encode(), encode(t)) for t in made]
 
     def open_gates(progress: list[Any]) -> Settle:
         """After a fetch's summaries (judged against the gates as they stood before it): its
@@ -407,8 +416,9 @@ def build_app(
                     moved.add(r.partition)
             changed = [c for c, p in sorted(class_at.items()) if p in moved and class_runner.synced(c)]
             for c in changed:
-                sends += [Outbound(topics.alerts, t.fingerprint.encode(), encode(t))
-                          for t in class_stage.release(c, gates[class_at[c]].value)]
+                made = class_stage.release(c, gates[class_at[c]].value)
+                metrics.produced(made)  # metrics hook
+                sends += [Outbound(topics.alerts, t.fingerprint.encode(), encode(t)) for t in made]
             return changed, sends
         return settle
 
@@ -459,6 +469,7 @@ def build_app(
         """One fetch: stage-1 records merged in Kafka timestamp order (the order agents sent
         them), then stage 2's. A rebalance during the fetch's awaits ends it (see ``apply``)."""
         fence = app.rebalancing_count
+        metrics.fetched(fetched)  # metrics hook
         trim.busy(sum(map(len, fetched.values())))
         assigned = app.consumer.assignment()
         node_lists = [recs for tp, recs in fetched.items() if tp.topic in ranks and tp in assigned]

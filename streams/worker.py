@@ -11,6 +11,7 @@ import argparse
 import logging
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,9 @@ def cmd_streams(args: argparse.Namespace, settings: StreamsSettings) -> int:
     """Run a worker until SIGINT/SIGTERM."""
     import asyncio
 
+    from gpuwarden.exposition import serve_from
     from gpuwarden.kafka import KafkaConnectError, client_kwargs, diagnose
+    from gpuwarden.streams.telemetry import StreamMetrics
     from gpuwarden.streams.topology import app_id, build_app
 
     why = asyncio.run(diagnose(client_kwargs(settings)))  # faust retries a refused login forever
@@ -33,7 +36,14 @@ def cmd_streams(args: argparse.Namespace, settings: StreamsSettings) -> int:
     worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
     data_dir = Path(args.data_dir or Path("var") / "streams" / worker_id)
     data_dir.mkdir(parents=True, exist_ok=True)
-    app = build_app(settings, worker_id=worker_id, data_dir=data_dir)
+    metrics = StreamMetrics()
+    app = build_app(settings, worker_id=worker_id, data_dir=data_dir, metrics=metrics)
+    try:
+        serve_from(metrics.registry, settings.engine, getattr(args, "metrics_port", None))
+    except OSError as e:  # the port taken, or an address not on this host
+        print(f"gpuwarden streams: cannot serve /metrics on {settings.engine.metrics_bind}: {e.strerror or e}",
+              file=sys.stderr)
+        return 1
     log.warning("streams worker %s: app %s, broker %s, data dir %s",
                 worker_id, app_id(settings), settings.kafka.bootstrap, data_dir)
     level = logging.getLevelName(logging.getLogger().getEffectiveLevel())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -54,11 +55,39 @@ def _has_compose() -> bool:
     return subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
 
 
-@pytest.mark.skipif(not _has_compose(), reason="docker CLI with the compose plugin not installed")
+SCHEMA = ROOT / "tests" / "fixtures" / "compose-spec" / "compose-spec.json"  # vendored, see its README.md
+
+
+def _schema_errors(doc: dict) -> list[str]:
+    import jsonschema
+
+    validator = jsonschema.Draft7Validator(json.loads(SCHEMA.read_text()))
+    return sorted(f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc))
+
+
 def test_docker_compose_config():
-    r = subprocess.run(["docker", "compose", "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
-                       capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 0, r.stderr
+    """``docker compose config`` where the CLI is installed; else the compose-spec JSON schema."""
+    if _has_compose():
+        r = subprocess.run(["docker", "compose", "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
+                           capture_output=True, text=True, cwd=ROOT)
+        assert r.returncode == 0, r.stderr
+    assert _schema_errors(COMPOSE) == []
+
+
+def test_the_schema_check_catches_a_misspelt_key():
+    broken = {**COMPOSE, "services": {**COMPOSE["services"], "notify": {**COMPOSE["services"]["notify"],
+                                                                        "helthcheck": {}}}}
+    assert _schema_errors(broken) == ["services/notify: 'helthcheck' does not match any of the regexes: '^x-'"]
+
+
+def test_every_gpuwarden_service_has_a_healthcheck_on_its_metrics_port():
+    settings = load_settings(ROOT / "deploy" / "gpuwarden.yaml")
+    ports = {"agent": settings.agent.metrics_port, "streams": settings.engine.metrics_port,
+             "notify": settings.notify.metrics_port}
+    for name, port in ports.items():
+        service = COMPOSE["services"][name]
+        assert f"127.0.0.1:{port}/-/healthy" in " ".join(service["healthcheck"]["test"])
+        assert service["ports"] == [f"127.0.0.1:{port}:{port}"]
 
 
 def test_the_image_copies_every_installed_folder():

@@ -1,0 +1,72 @@
+"""Serving a worker's Prometheus registry on ``/metrics``: the agent, stream and notify workers share it.
+
+A small HTTP server in a daemon thread: scrapes never wait on the worker's event loop, and
+prometheus-client's metrics are safe to read from another thread. Besides ``/metrics`` it
+answers ``/-/healthy`` (the containers' and systemd's health check: the process is serving).
+prometheus-client's text format names every counter ``*_total``; dcgm-exporter's counters
+(``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``, ...) have no suffix, so a registry may name
+counters whose ``HELP``/``TYPE`` lines keep their own name (``bare_counters``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Collection
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from gpuwarden.config import MetricsEndpoint
+
+log = logging.getLogger("gpuwarden")
+
+
+def render(registry: CollectorRegistry, bare_counters: Collection[str] = ()) -> bytes:
+    """The text exposition of ``registry``, with the counters named in ``bare_counters`` typed
+    under their own name (their samples carry it already)."""
+    text = generate_latest(registry)
+    for name in bare_counters:
+        n = name.encode()
+        text = text.replace(b"# HELP " + n + b"_total ", b"# HELP " + n + b" ", 1)
+        text = text.replace(b"# TYPE " + n + b"_total counter", b"# TYPE " + n + b" counter", 1)
+    return text
+
+
+def serve(registry: CollectorRegistry, port: int, bind: str = "127.0.0.1",
+          bare_counters: Collection[str] = ()) -> ThreadingHTTPServer:
+    """Serve ``registry`` on ``http://bind:port/metrics`` until ``shutdown()``; a port already taken
+    raises OSError at once."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            path = self.path.partition("?")[0]
+            if path == "/metrics":
+                self._answer(200, render(registry, bare_counters), CONTENT_TYPE_LATEST)
+            elif path == "/-/healthy":
+                self._answer(200, b"ok\n", "text/plain")
+            else:
+                self._answer(404, b"not found: try /metrics\n", "text/plain")
+
+        def _answer(self, status: int, body: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:  # scrapes are not worth a log line each
+            pass
+
+    server = ThreadingHTTPServer((bind, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
+    log.info("Prometheus metrics on http://%s:%d/metrics", bind, server.server_port)
+    return server
+
+
+def serve_from(registry: CollectorRegistry, endpoint: MetricsEndpoint, override: int | None = None,
+               bare_counters: Collection[str] = ()) -> ThreadingHTTPServer | None:
+    """:func:`serve` on the endpoint's port and bind (or ``override``'s port); None when off."""
+    port = override or endpoint.metrics_port
+    return None if port is None else serve(registry, port, endpoint.metrics_bind, bare_counters)
