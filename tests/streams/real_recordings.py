@@ -26,7 +26,7 @@ PROBE = FIXTURES / "h200-leak-probe" / "h200-leak-probe.records.jsonl"
 #: recording -> (its records, the dilation that fills the rules' windows, the default rules that
 #: fire there: what really happened, see tests/streams/test_real_recordings.py).
 REAL_RECORDINGS: dict[str, tuple[Path, float, set[str]]] = {
-    "h200-agent": (AGENT, 20, {"data-loader-starvation", "memory-leak"}),
+    "h200-agent": (AGENT, 20, {"data-loader-starvation"}),
     "h200-leak-probe": (PROBE, 60, {"memory-leak"}),
 }
 

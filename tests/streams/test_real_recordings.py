@@ -62,8 +62,10 @@ def test_at_their_own_speed_the_recordings_are_too_short_for_any_rule(path: Path
 
 @pytest.mark.parametrize("name", sorted(REAL_RECORDINGS))
 def test_dilated_the_recordings_fire_what_really_happened_and_nothing_else(name: str) -> None:
-    """h200-agent ×20 (20 min): the load's data wait (42 % of each step, by construction) and the
-    memory it keeps across its checkpoint are attention. h200-leak-probe ×60 (21 min): 256 MiB
+    """h200-agent ×20 (20 min): the load's data wait (42 % of each step, by construction) is
+    attention. The memory it keeps across its checkpoint (1.6 GiB in the recording, 4.8 GiB/h
+    dilated) is a slow leak: about 28 h from an OOM on the 141 GiB card, so ``memory-leak`` waits
+    2 % of that (~34 min, docs/engine.md) and the 20 min do not reach it. h200-leak-probe ×60 (21 min): 256 MiB
     kept every 0.25 s (15 s dilated) for 12 s (12 min) is the leak it was. Nothing critical, and
     no clock-capped: the SW power cap bit costs 0.6 % and 1.6 % of the clock there, under the
     rule's 10 % (the bit alone is not a cap that costs the work anything)."""
