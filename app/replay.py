@@ -62,13 +62,8 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
         print(f"gpuwarden replay: {e}", file=sys.stderr)
         return 2
     if args.report:
-        from gpuwarden.history.retro import ReportHelpers, write_report
-        from gpuwarden.notifiers.render import evidence_parts, words
-
-        helpers = ReportHelpers(evidence=lambda ev: evidence_parts(ev, words("en")))
-        baselines = {c: engine.classes.baseline(c) for c in engine.classes.classes()}
-        write_report(args.report, records, transitions, helpers, baselines=baselines,
-                     source=args.from_file or args.spool or f"Kafka {args.kafka}")
+        with open(args.report, "w", encoding="utf-8") as fh:
+            fh.write(_report(engine, records, transitions, args.from_file or args.spool or f"Kafka {args.kafka}"))
         print(f"gpuwarden replay: report written to {args.report}", file=sys.stderr)
     odd = engine.counters()["implausible"]
     print(f"gpuwarden replay: {len(transitions)} alert transitions; {len(rejected)} records skipped"
@@ -97,6 +92,28 @@ def _source(args: argparse.Namespace, settings: Settings, since: float | None, u
         kw = {**client_kwargs(settings), "bootstrap_servers": args.kafka}
         yield asyncio.run(read_kafka(kw, input_topics(settings.kafka.topic_prefix), since, until,
                                      slack_s=settings.limits.max_future_skew, on_reject=reject))
+
+
+def _report(engine: Engine, records: list[InputRecord], transitions: list[AlertTransition], source: str) -> str:
+    """The retro report of a finished replay, with the notifiers' evidence wording and the classes' bands."""
+    from gpuwarden.history.retro import ReportHelpers, render_report
+    from gpuwarden.notifiers.render import evidence_parts, words
+
+    helpers = ReportHelpers(evidence=lambda ev: evidence_parts(ev, words("en")))
+    baselines = {c: engine.classes.baseline(c) for c in engine.classes.classes()}
+    return render_report(records, transitions, helpers, baselines=baselines, source=source)
+
+
+def retro_html(settings: Settings, since: float, until: float) -> str:
+    """The retro report of the spool's records in ``[since, until)``, replayed with the config's
+    rules (the web console's report links); ReplayError when the spool cannot be read."""
+    from gpuwarden.spool import Spool
+
+    engine = Engine(load_rules(settings.engine.rules), settings.engine, settings.limits.max_past_skew)
+    with Spool(settings.spool.path, settings.spool.max_bytes, settings.spool.max_age) as spool:
+        records = list(read_spool(spool, since, until, topic_prefix=settings.kafka.topic_prefix))
+    transitions = engine.process_many(records) + engine.flush()
+    return _report(engine, records, transitions, f"spool {settings.spool.path}")
 
 
 def _compare(args: argparse.Namespace, settings: Settings, records: list[InputRecord],

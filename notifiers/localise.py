@@ -19,13 +19,14 @@ from typing import Any
 
 import yaml
 
-from gpuwarden.alert_text import LIKELY_CAUSE, fill, humanize, template_names
+from gpuwarden.alert_text import LIKELY_CAUSE, fill, template_names
+from gpuwarden.humantime import span
 from gpuwarden.contract import AlertTransition
 from gpuwarden.notifiers.message import Notification
 
 CATALOGUES = {"zh-CN": "default_rules.zh-CN.yaml"}
 LIKELY_CAUSE_IN = {"zh-CN": " 可能原因："}
-DURATION_UNITS = {"zh-CN": ("秒", "分钟", "小时")}
+DURATION_UNITS = {"zh-CN": ("秒", "分钟", "小时", "天")}
 
 
 @cache
@@ -49,7 +50,7 @@ def localise_alert(a: AlertTransition, language: str) -> AlertTransition:
     cause_of = {en: None} | {en + LIKELY_CAUSE + fill(c["en"], names): i for i, c in enumerate(causes)}
     if a.summary not in cause_of:
         return a  # not the default rule's words (an override): leave them
-    names = template_names(a.labels, ev, partial(humanize, units=DURATION_UNITS[language]))
+    names = template_names(a.labels, ev, partial(span, units=DURATION_UNITS[language]))
     summary, action = fill(text["summary"], names), text["action"]
     if (i := cause_of[a.summary]) is not None:
         cause = causes[i]

@@ -1,0 +1,106 @@
+"""``gpuwarden web`` in a real headless Chromium, over the spool of a simulated ``gpuwarden run``.
+
+One browser session walks every page (a screenshot of each; GPUWARDEN_DOC_SHOTS=1 writes them
+to docs/img), signs in, creates a silence and expires it; the silence is checked with the
+``gpuwarden silence list`` CLI, not with the console's own reading. Writes without the
+credentials are refused over plain HTTP.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import httpx
+import pytest
+
+from tests.app.web_support import TOKEN_ENV, chromium, full_page_shot, gpuwarden, shot_dir, simulated_run, web_server
+
+TOKEN = "t0ken-not-shown-anywhere"
+WEB = f"web: {{token: {{env: {TOKEN_ENV}}}}}\n"
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("web")
+    run = simulated_run(tmp, WEB)
+    assert run.firing, "the simulated run left no alert open"
+    with web_server(run.config, {TOKEN_ENV: TOKEN}) as url:
+        yield tmp, run, url
+
+
+def _silences(run) -> str:
+    r = gpuwarden("silence", "list", "--config", str(run.config))
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_writes_refused_without_credentials(console) -> None:
+    _, run, url = console
+    with httpx.Client(base_url=url, follow_redirects=False) as http:
+        assert http.get("/").status_code == 303  # to the sign-in page
+        for headers in ({}, {"Authorization": "Bearer wrong"}):
+            r = http.post("/silences", data={"matchers": "rule=oom-risk", "duration": "1h"}, headers=headers)
+            assert r.status_code == 401, r.text
+        fp = next(iter(run.firing))
+        assert http.post(f"/alerts/{fp}/ack").status_code == 401
+        ok = http.get("/alerts", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert ok.status_code == 200 and TOKEN not in ok.text
+    assert "oom-risk" not in _silences(run)
+
+
+def test_console_in_chromium(console) -> None:
+    from selenium.webdriver.common.by import By
+
+    tmp, run, url = console
+    shots = shot_dir(tmp)
+    with chromium(tmp) as d:
+        d.get(url + "/alerts")
+        assert "/login" in d.current_url
+        full_page_shot(d, shots / "web-login.png")
+        d.find_element(By.NAME, "token").send_keys("not-the-token")
+        d.find_element(By.CSS_SELECTOR, "#login button").click()
+        assert d.find_element(By.ID, "error").is_displayed()
+        d.find_element(By.NAME, "token").send_keys(TOKEN)
+        d.find_element(By.CSS_SELECTOR, "#login button").click()
+        assert d.current_url.endswith("/alerts")
+
+        # open alerts, each with its evidence; charts drawn by uPlot
+        for fp, t in run.firing.items():
+            card = d.find_element(By.ID, f"alert-{fp}")
+            assert t["rule"] in card.text
+            assert card.find_elements(By.CSS_SELECTOR, ".evidence li"), f"{fp}: no evidence"
+        drawn = d.find_elements(By.CSS_SELECTOR, "figure.chart[data-drawn] canvas")
+        assert drawn, "no alert chart was drawn"
+        assert TOKEN not in d.page_source
+        full_page_shot(d, shots / "web-alerts.png")
+
+        d.get(url + "/")
+        for node in run.nodes:
+            assert d.find_element(By.ID, f"node-{node}").is_displayed()
+        full_page_shot(d, shots / "web-fleet.png")
+
+        d.get(url + "/classes")
+        assert d.find_elements(By.CSS_SELECTOR, "section.class tbody tr")
+        full_page_shot(d, shots / "web-classes.png")
+
+        # a silence made in the browser is one the CLI sees; expired in the browser, it is gone
+        rule = next(iter(run.firing.values()))["rule"]
+        d.get(url + "/silences")
+        d.find_element(By.NAME, "matchers").send_keys(f"rule={rule}")
+        d.find_element(By.NAME, "comment").send_keys("browser test")
+        d.find_element(By.CSS_SELECTOR, "#new-silence button").click()
+        rows = d.find_elements(By.CSS_SELECTOR, "#silences tr[id^=silence-]")
+        assert len(rows) == 1 and f"rule={rule}" in rows[0].text
+        sid = rows[0].get_attribute("id").removeprefix("silence-")
+        assert sid in _silences(run)
+        full_page_shot(d, shots / "web-silences.png")
+        rows[0].find_element(By.TAG_NAME, "button").click()
+        assert not d.find_elements(By.CSS_SELECTOR, "#silences tr[id^=silence-]")
+        assert sid not in _silences(run)
+
+        d.get(url + "/retro")
+        links = d.find_elements(By.CSS_SELECTOR, "#retro-links a")
+        full_page_shot(d, shots / "web-retro.png")
+        links[-1].click()  # around the last open alert
+        assert d.find_element(By.ID, "alerts").is_displayed()  # the retro report's sections
+        assert TOKEN not in d.page_source
