@@ -16,6 +16,7 @@ from typing import TextIO
 
 from gpuwarden.app.settings import Settings
 from gpuwarden.contract import AlertTransition, encode
+from gpuwarden.humantime import moment
 from gpuwarden.history.sources import (
     InputRecord,
     OnReject,
@@ -143,4 +144,4 @@ def _show(out: TextIO, t: AlertTransition, as_json: bool) -> None:
     if as_json:
         out.write(encode(t).decode() + "\n")
     else:
-        out.write(f"{t.ts:.0f} {t.state.value:8} {t.tier.value:9} {t.rule:26} {t.summary}\n")
+        out.write(f"{moment(t.ts, seconds=True)}  {t.state.value:8} {t.tier.value:9} {t.rule:26} {t.summary}\n")
