@@ -83,6 +83,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="simulated faults start SPAN after the start (default 3m)")
     p.set_defaults(handler="gpuwarden.app.standalone:cmd_run")
 
+    p = sub.add_parser("demo", help="gpuwarden run with baselines that form within the run (make demo)")
+    p.add_argument("--duration", metavar="SPAN", default=None,
+                   help="how long (default: 6h of simulated event time; 10m of wall time on real GPUs)")
+    p.add_argument("--simulate", action="store_true", help="simulated GPUs even where NVML works (default: off)")
+    p.add_argument("--dir", metavar="DIR", default="var/demo",
+                   help="the demo's state, replaced at each start (default var/demo)")
+    p.add_argument("--json", action="store_true", help="print alert transitions as JSON lines, no live view (default: off)")
+    p.set_defaults(handler="gpuwarden.app.demo:cmd_demo", needs_settings=False)
+
     p = sub.add_parser("agent", help="node agent: sample GPUs and events, publish to Kafka or a file")
     _add_config(p)
     _add_simulation(p, many=True)

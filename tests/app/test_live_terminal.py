@@ -9,62 +9,29 @@ go nowhere. The alerts expected are the ones the run left in its spool, read bac
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from gpuwarden.contract import AlertState, AlertTransition, Topics, decode
 from gpuwarden.spool import Spool
+from tests.app.terminal_support import last_frame, pane
 
 GPUWARDEN = Path(sys.executable).with_name("gpuwarden")
 RAW_SECONDS = re.compile(r"\b\d{3,} s\b|\b1?\d{9}\b")  # "21414 s", epoch seconds
 
 
-def _tmux(*args: str) -> str:
-    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=True, timeout=30).stdout
-
-
 def _screen(tmp: Path, width: int, height: int) -> tuple[list[str], list[AlertTransition]]:
-    """Run a 2-hour simulation in a detached tmux of that size; (the last frame's lines, open alerts)."""
-    if shutil.which("tmux") is None:
-        pytest.fail("tmux is not installed (apt-get install tmux)", pytrace=False)
+    """A 2-hour simulation in a pseudo-terminal of that size; (its last frame, the alerts it left open)."""
     config = tmp / f"c{width}.yaml"
     spool = tmp / f"s{width}.db"
     config.write_text(f"spool: {{path: {spool}}}\n")
-    session = f"gw-live-{width}x{height}-{time.monotonic_ns()}"
-    cmd = (f"{GPUWARDEN} run --config {config} --simulate mixed --nodes 2 --gpus 8 --duration 2h "
-           f"2>/dev/null; echo RUN-ENDED; sleep 60")
-    _tmux("-f", "/dev/null", "new-session", "-d", "-s", session, "-x", str(width), "-y", str(height), cmd)
-    try:
-        deadline = time.monotonic() + 90
-        while "RUN-ENDED" not in (shown := _tmux("capture-pane", "-p", "-S", "-", "-t", session)):
-            assert time.monotonic() < deadline, shown
-            time.sleep(0.3)
-    finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, timeout=30)
-    lines = shown.splitlines()
-    lines = lines[: next(i for i, line in enumerate(lines) if "RUN-ENDED" in line)]
-    lines = lines[max(i for i, line in enumerate(lines) if line.startswith("event time ")):]  # the last frame
+    lines = last_frame(f"{GPUWARDEN} run --config {config} --simulate mixed --nodes 2 --gpus 8 --duration 2h "
+                       "2>/dev/null", width, height, tmp)
     with Spool(spool) as s:
         last = {t.fingerprint: t for t in (decode(r.value, AlertTransition) for r in s.read(Topics().alerts))}
     return lines, [t for t in last.values() if t.state == AlertState.FIRING]
-
-
-def _pane(lines: list[str], title: str) -> str:
-    """The text inside the box titled ``title``, its lines joined by spaces."""
-    top = next(i for i, line in enumerate(lines) if f"─ {title} " in line)
-    left = lines[top].rindex("╭", 0, lines[top].index(title))
-    right = lines[top].index("╮", left)
-    body = []
-    for line in lines[top + 1:]:
-        if line[left] == "╰":
-            break
-        body.append(line[left + 1:right].strip())
-    return " ".join(b for b in body if b)
 
 
 @pytest.mark.parametrize("width,height", [(200, 50), (80, 24)])
@@ -76,8 +43,8 @@ def test_live_view_reads_at_a_glance(tmp_path: Path, width: int, height: int) ->
     assert not RAW_SECONDS.search(text), text
     assert re.search(r"event time \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC .*━.* (1 h 59 min|2 h) of 2 h$", lines[0]), lines[0]
     assert "no receivers configured: shown here only — see gpuwarden test-notify" in text
-    assert "..." not in text and "…" not in _pane(lines, "Open alerts")
-    alerts = re.sub(r"\s+", " ", _pane(lines, "Open alerts"))
+    assert "..." not in text and "…" not in pane(lines, "Open alerts")
+    alerts = re.sub(r"\s+", " ", pane(lines, "Open alerts"))
     shown = [t for t in firing if t.rule in alerts]
     assert shown, alerts
     for t in shown:
