@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from gpuwarden.app.settings import Settings, load_settings
+from gpuwarden.config import ConfigError
 
 DEMO_CONFIG = Path(__file__).with_name("demo.yaml")
 SIMULATED_SPAN = "6h"
@@ -35,8 +36,22 @@ def _nvml_reason() -> str | None:
     return None
 
 
+def _config(user: str | None) -> dict:
+    """The user's config (its receivers, say) with the demo's engine settings over it."""
+    try:
+        config = yaml.safe_load(Path(user).read_text()) or {} if user else {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(str(user), [f"cannot read the config: {e}"]) from None
+    if not isinstance(config, dict):
+        raise ConfigError(str(user), ["expected a mapping of sections"])
+    for section, values in yaml.safe_load(DEMO_CONFIG.read_text()).items():
+        config[section] = {**(config.get(section) or {}), **values}
+    return config
+
+
 def cmd_demo(args: argparse.Namespace, settings: Settings | None = None) -> int:
-    """Write the demo's config into a fresh ``--dir``, then ``gpuwarden run`` with it."""
+    """Write the demo's config (``--config``'s, with the demo's engine settings) into a fresh ``--dir``,
+    then ``gpuwarden run`` with it."""
     from gpuwarden.app.cli import build_parser
     from gpuwarden.app.standalone import cmd_run
 
@@ -44,7 +59,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings | None = None) -> int:
     if state.exists():
         shutil.rmtree(state)
     state.mkdir(parents=True)
-    config = yaml.safe_load(DEMO_CONFIG.read_text())
+    config = _config(args.config)
     config["spool"] = {"path": str((state / "spool.db").resolve())}
     config_path = state / "gpuwarden.yaml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))

@@ -119,10 +119,7 @@ def from_spool(spool: Spool, *, by: str, since: float, until: float, topic_prefi
 
 
 def _values(r: QueueRow) -> dict[str, Any]:
-    d = asdict(r)
-    for k in ("queue_wait_p50_s", "queue_wait_p90_s", "gpu_hours"):
-        d[k] = None if d[k] is None else round(d[k], 3)
-    return d
+    return asdict(r)
 
 
 def render(rep: QueueReport, fmt: str) -> str:
