@@ -18,6 +18,7 @@ import html
 import json
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from urllib.parse import parse_qs, quote, urlsplit
 
@@ -32,7 +33,7 @@ from starlette.templating import Jinja2Templates
 from gpuwarden.app.settings import Settings
 from gpuwarden.app.webconfig import WebConfig
 from gpuwarden.app.webstate import Chart, open_spool, read_fleet
-from gpuwarden.contract import Ack
+from gpuwarden.contract import Ack, Silence
 from gpuwarden.humantime import moment, relative, span
 from gpuwarden.notifiers.am_server import ListenError, authorized, listen, read_body, serve
 from gpuwarden.notifiers.control_cli import expired, new_silence, open_alerts, read_state, write_record
@@ -152,28 +153,31 @@ def build_app(settings: Settings) -> Starlette:
             return PlainTextResponse("a form from another site\n", 403)
         return None
 
-    async def add_silence(request: Request) -> Response:
+    async def change_silences(request: Request, make: Callable[[Request], Awaitable[Silence]]) -> Response:
+        """Signed-in writes only; a bad matcher or an unknown silence comes back as the page's error."""
         if (refused := refuse_write(request)) is not None:
             return refused
-        form = _form(await read_body(request, FORM_LIMIT))
         try:
-            duration = parse_duration(form.get("duration", "1h") or "1h")
-            s = new_silence(form.get("matchers", "").split(), duration, form.get("by", "").strip() or "web",
-                            form.get("comment", ""), time.time())
-        except ValueError as e:
+            record = await make(request)
+        except (ValueError, LookupError) as e:
             return RedirectResponse(f"/silences?error={quote(str(e))}", 303)
-        await write_record(settings, s)
+        await write_record(settings, record)
         return RedirectResponse("/silences", 303)
 
+    async def new_from_form(request: Request) -> Silence:
+        form = _form(await read_body(request, FORM_LIMIT))
+        duration = parse_duration(form.get("duration", "1h") or "1h")
+        return new_silence(form.get("matchers", "").split(), duration, form.get("by", "").strip() or "web",
+                           form.get("comment", ""), time.time())
+
+    async def ended(request: Request) -> Silence:
+        return expired(await read_state(settings), request.path_params["sid"], time.time())
+
+    async def add_silence(request: Request) -> Response:
+        return await change_silences(request, new_from_form)
+
     async def expire_silence(request: Request) -> Response:
-        if (refused := refuse_write(request)) is not None:
-            return refused
-        try:
-            ended = expired(await read_state(settings), request.path_params["sid"], time.time())
-        except LookupError as e:
-            return RedirectResponse(f"/silences?error={quote(str(e))}", 303)
-        await write_record(settings, ended)
-        return RedirectResponse("/silences", 303)
+        return await change_silences(request, ended)
 
     async def ack(request: Request) -> Response:
         if (refused := refuse_write(request)) is not None:

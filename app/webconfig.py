@@ -6,7 +6,7 @@ from pydantic import Field, model_validator
 
 from gpuwarden.config import SecretRef, Section
 from gpuwarden.units import Duration
-from gpuwarden.notifiers.config import is_loopback
+from gpuwarden.notifiers.config import check_listener_auth
 from gpuwarden.notifiers.receivers import BasicAuth
 
 
@@ -26,9 +26,5 @@ class WebConfig(Section):
 
     @model_validator(mode="after")
     def _auth_off_loopback(self) -> WebConfig:
-        if self.token is not None and self.basic_auth is not None:
-            raise ValueError("expected either 'token' or 'basic_auth', not both")
-        if not is_loopback(self.bind) and self.token is None and self.basic_auth is None:
-            raise ValueError(f"expected 'token' or 'basic_auth' when bind is not a loopback address "
-                             f"(got {self.bind!r}): anyone who reaches the port could read the fleet")
+        check_listener_auth(self.bind, self.token, self.basic_auth, "read the fleet")
         return self

@@ -104,3 +104,20 @@ def test_console_in_chromium(console) -> None:
         links[-1].click()  # around the last open alert
         assert d.find_element(By.ID, "alerts").is_displayed()  # the retro report's sections
         assert TOKEN not in d.page_source
+
+
+def test_a_console_without_credentials_reads_on_loopback_and_never_writes(console, tmp_path) -> None:
+    _, run, _ = console
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(run.config.read_text().replace(WEB, ""))
+    with web_server(bare, {}) as url, httpx.Client(base_url=url, follow_redirects=False) as http:
+        assert http.get("/alerts").status_code == 200
+        r = http.post("/silences", data={"matchers": "rule=oom-risk"})
+        assert r.status_code == 403 and "web.token" in r.text
+
+
+def test_off_loopback_needs_credentials(tmp_path) -> None:
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(f"spool: {{path: {tmp_path / 's.db'}}}\n")
+    r = gpuwarden("web", "--config", str(bare), "--bind", "0.0.0.0", "--port", "0")
+    assert r.returncode == 2 and "could read the fleet" in r.stderr, r.stderr
