@@ -31,7 +31,7 @@ def figure(value: float | None, unit_name: str = "") -> str:
         return "-"
     if unit_name == "fraction":
         return f"{value * 100:.0f} %"
-    digits = 0 if abs(value) >= 10 else 1 if abs(value) >= 1 else 2
+    digits = 0 if abs(value) >= 10 or value == 0 else 1 if abs(value) >= 1 else 2
     return f"{value:.{digits}f}" + (f" {unit_name}" if unit_name else "")
 
 

@@ -8,6 +8,7 @@ credentials are refused over plain HTTP.
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import httpx
@@ -17,12 +18,13 @@ from tests.app.web_support import TOKEN_ENV, chromium, full_page_shot, gpuwarden
 
 TOKEN = "t0ken-not-shown-anywhere"
 WEB = f"web: {{token: {{env: {TOKEN_ENV}}}}}\n"
+ENGINE = "engine: {observation_period: 30m, baseline_refresh: 10m}\n"  # bands within the hour, as make demo
 
 
 @pytest.fixture(scope="module")
 def console(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("web")
-    run = simulated_run(tmp, WEB)
+    run = simulated_run(tmp, WEB + ENGINE)
     assert run.firing, "the simulated run left no alert open"
     with web_server(run.config, {TOKEN_ENV: TOKEN}) as url:
         yield tmp, run, url
@@ -48,6 +50,15 @@ def test_writes_refused_without_credentials(console) -> None:
     assert "oom-risk" not in _silences(run)
 
 
+def _submit(d, button) -> None:
+    """Click a form's button and wait for the page it leads to (the old one gone)."""
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    button.click()
+    WebDriverWait(d, 15).until(ec.staleness_of(button))
+
+
 def test_console_in_chromium(console) -> None:
     from selenium.webdriver.common.by import By
 
@@ -58,10 +69,10 @@ def test_console_in_chromium(console) -> None:
         assert "/login" in d.current_url
         full_page_shot(d, shots / "web-login.png")
         d.find_element(By.NAME, "token").send_keys("not-the-token")
-        d.find_element(By.CSS_SELECTOR, "#login button").click()
+        _submit(d, d.find_element(By.CSS_SELECTOR, "#login button"))
         assert d.find_element(By.ID, "error").is_displayed()
         d.find_element(By.NAME, "token").send_keys(TOKEN)
-        d.find_element(By.CSS_SELECTOR, "#login button").click()
+        _submit(d, d.find_element(By.CSS_SELECTOR, "#login button"))
         assert d.current_url.endswith("/alerts")
 
         # open alerts, each with its evidence; charts drawn by uPlot
@@ -80,7 +91,8 @@ def test_console_in_chromium(console) -> None:
         full_page_shot(d, shots / "web-fleet.png")
 
         d.get(url + "/classes")
-        assert d.find_elements(By.CSS_SELECTOR, "section.class tbody tr")
+        bands = [r.text for r in d.find_elements(By.CSS_SELECTOR, "section.class tr.band")]
+        assert any(re.search(r"util_gpu \d+ \(\d+–\d+ %\)", b) for b in bands), bands
         full_page_shot(d, shots / "web-classes.png")
 
         # a silence made in the browser is one the CLI sees; expired in the browser, it is gone
@@ -88,20 +100,22 @@ def test_console_in_chromium(console) -> None:
         d.get(url + "/silences")
         d.find_element(By.NAME, "matchers").send_keys(f"rule={rule}")
         d.find_element(By.NAME, "comment").send_keys("browser test")
-        d.find_element(By.CSS_SELECTOR, "#new-silence button").click()
+        _submit(d, d.find_element(By.CSS_SELECTOR, "#new-silence button"))
         rows = d.find_elements(By.CSS_SELECTOR, "#silences tr[id^=silence-]")
         assert len(rows) == 1 and f"rule={rule}" in rows[0].text
         sid = rows[0].get_attribute("id").removeprefix("silence-")
         assert sid in _silences(run)
         full_page_shot(d, shots / "web-silences.png")
-        rows[0].find_element(By.TAG_NAME, "button").click()
+        _submit(d, rows[0].find_element(By.TAG_NAME, "button"))
+        d.implicitly_wait(0)
         assert not d.find_elements(By.CSS_SELECTOR, "#silences tr[id^=silence-]")
+        d.implicitly_wait(5)
         assert sid not in _silences(run)
 
         d.get(url + "/retro")
         links = d.find_elements(By.CSS_SELECTOR, "#retro-links a")
         full_page_shot(d, shots / "web-retro.png")
-        links[-1].click()  # around the last open alert
+        _submit(d, links[-1])  # around the last open alert
         assert d.find_element(By.ID, "alerts").is_displayed()  # the retro report's sections
         assert TOKEN not in d.page_source
 

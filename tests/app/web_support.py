@@ -104,7 +104,9 @@ def shot_dir(tmp: Path) -> Path:
 
 def full_page_shot(driver: object, path: Path) -> None:
     """A screenshot of the whole page: the window grown to the document's height first."""
-    height = driver.execute_script("return document.documentElement.scrollHeight")  # type: ignore[attr-defined]
-    driver.set_window_size(1280, min(max(height, 600), 4000))  # type: ignore[attr-defined]
+    driver.set_window_size(1280, 600)  # type: ignore[attr-defined] - the page's own height, not the last page's
+    height, chrome = driver.execute_script(  # type: ignore[attr-defined]
+        "return [document.documentElement.scrollHeight, window.outerHeight - window.innerHeight]")
+    driver.set_window_size(1280, min(max(height, 600), 4000) + chrome)  # type: ignore[attr-defined]
     time.sleep(0.2)
     assert driver.save_screenshot(str(path)), path  # type: ignore[attr-defined]
