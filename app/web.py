@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import hashlib
 import hmac
-import html
-import json
+import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from urllib.parse import parse_qs, quote, urlsplit
 
-from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
@@ -33,6 +32,7 @@ from starlette.templating import Jinja2Templates
 from gpuwarden.app.settings import Settings
 from gpuwarden.app.webconfig import WebConfig
 from gpuwarden.app.webstate import Chart, open_spool, read_fleet
+from gpuwarden.config import validate
 from gpuwarden.contract import Ack, Silence
 from gpuwarden.humantime import moment, relative, span
 from gpuwarden.notifiers.am_server import ListenError, authorized, listen, read_body, serve
@@ -73,8 +73,6 @@ class Guard:
         if self.expected is None:
             return False
         if self.basic:
-            import base64
-
             creds = f"{form.get('username', '')}:{form.get('password', '')}".encode()
             header = "Basic " + base64.b64encode(creds).decode()
         else:
@@ -102,10 +100,9 @@ def _num(v: float | None, digits: int) -> str:
     return "—" if v is None else f"{v:.{digits}f}"
 
 
-def _chart_json(c: Chart) -> Markup:
-    """The chart's data for console.js, escaped for a single-quoted attribute."""
-    return Markup(html.escape(json.dumps({"ts": c.ts, "values": c.values, "band": c.band, "fired_at": c.fired_at,
-                                          "unit": c.unit}), quote=True))
+def _chart_data(c: Chart) -> dict[str, object]:
+    """The chart's data for console.js (the template's ``tojson`` escapes it for the attribute)."""
+    return {"ts": c.ts, "values": c.values, "band": c.band, "fired_at": c.fired_at, "unit": c.unit}
 
 
 def build_app(settings: Settings) -> Starlette:
@@ -113,7 +110,7 @@ def build_app(settings: Settings) -> Starlette:
     zone = settings.notify.timezone
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     env = templates.env
-    env.globals.update(pages=PAGES, zone=zone, num=_num, chart_json=_chart_json)
+    env.globals.update(pages=PAGES, zone=zone, num=_num, chart_data=_chart_data)
     env.filters["moment"] = lambda ts: moment(ts, zone)
     env.filters["matchers"] = lambda ms: " ".join(f"{m.label}{m.op}{m.value}" for m in ms)
     env.filters["relative"] = relative
@@ -242,13 +239,10 @@ def build_app(settings: Settings) -> Starlette:
 
 
 def cmd_web(args: argparse.Namespace, settings: Settings) -> int:
-    """``gpuwarden web``: serve until Ctrl-C; exit 1 when the address cannot be bound."""
+    """``gpuwarden web``: serve until Ctrl-C; exit 1 when the address cannot be bound, 2 (ConfigError,
+    said by the CLI) when ``--bind`` leaves loopback without credentials."""
     given = {k: v for k, v in (("bind", args.bind), ("port", args.port)) if v is not None}
-    try:
-        web = WebConfig.model_validate({**settings.web.model_dump(exclude_unset=True), **given})
-    except ValueError as e:
-        print(f"gpuwarden web: {e}", file=sys.stderr)
-        return 2
+    web = validate(WebConfig, {**settings.web.model_dump(exclude_unset=True), **given}, "web (config, --bind, --port)")
     settings = settings.model_copy(update={"web": web})
     asgi = build_app(settings)
     try:
@@ -263,8 +257,6 @@ def cmd_web(args: argparse.Namespace, settings: Settings) -> int:
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        import signal
-
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await serve(sock, asgi, stop)

@@ -9,7 +9,6 @@ credentials are refused over plain HTTP.
 from __future__ import annotations
 
 import re
-import subprocess
 
 import httpx
 import pytest
