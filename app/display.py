@@ -7,11 +7,12 @@ Only the display clamps: the engine's numbers (and a band's evidence) stay as co
 
 from __future__ import annotations
 
-from gpuwarden.contract import Baseline
+from gpuwarden.contract import AlertTransition, Baseline
 from gpuwarden.streams.metrics import SCOPES
 
 _UNITS = {name: m.unit for scope in SCOPES.values() for name, m in scope.items()}
 _LIMITS = {"%": (0.0, 100.0), "fraction": (0.0, 1.0)}
+_TIER_ORDER = ("critical", "attention", "info")
 
 
 def unit(metric: str) -> str:
@@ -44,3 +45,8 @@ def band(metric: str, b: Baseline | None) -> str:
     if u == "fraction":
         return f"{b.median * 100:.0f} % ({lo * 100:.0f}–{hi * 100:.0f} %)"
     return f"{figure(b.median)} ({figure(lo)}–{figure(hi)}{' ' + u if u else ''})"
+
+
+def urgency(a: AlertTransition) -> tuple[int, float]:
+    """The order alerts are shown in: critical first, then attention, then info; older first within a tier."""
+    return (_TIER_ORDER.index(a.tier.value), a.started_at)

@@ -29,14 +29,13 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from gpuwarden.app.display import band
+from gpuwarden.app.display import band, urgency
 from gpuwarden.contract import AlertTransition
 from gpuwarden.humantime import moment, relative, span
 from gpuwarden.streams.engine import Engine
 from gpuwarden.streams.view import NodeView, node_view
 
 _TIER_STYLE = {"critical": "bold red", "attention": "yellow", "info": "cyan"}
-_TIER_ORDER = ("critical", "attention", "info")
 NOWHERE_LINE = "no receivers configured: shown here only — see gpuwarden test-notify"
 #: Below this width the panes stack in one column.
 WIDE = 140
@@ -122,10 +121,6 @@ class Fitted:
         yield Group(*parts)
 
 
-def _urgency(a: AlertTransition) -> tuple[int, float]:
-    return (_TIER_ORDER.index(a.tier.value), a.started_at)
-
-
 def alert_rows(frame: Frame) -> list[RenderableType]:
     """Each open alert: tier, rule, where and since on one line, the summary wrapped beneath."""
     out: list[RenderableType] = []
@@ -204,7 +199,7 @@ def header(frame: Frame) -> RenderableType:
 
 def frame_of(engine: Engine, now: float, status: Status) -> Frame:
     nodes = [node_view(st) for n in engine.nodes.nodes() if (st := engine.nodes.state(n)) is not None]
-    return Frame(engine, now, status, nodes, sorted(engine.open_alerts(), key=_urgency))
+    return Frame(engine, now, status, nodes, sorted(engine.open_alerts(), key=urgency))
 
 
 class Screen:

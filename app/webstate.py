@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuwarden.app.display import band, clamp
+from gpuwarden.app.display import band, clamp, urgency
 from gpuwarden.app.settings import Settings
 from gpuwarden.app.standalone import LIVE_STATE, SIM_STATE, STATE_NS
 from gpuwarden.contract import Ack, AlertTransition, Baseline, Silence
@@ -27,7 +27,6 @@ from gpuwarden.streams.metrics import CLASS_ROW
 from gpuwarden.streams.rules import load_rules
 from gpuwarden.streams.view import NodeView, node_view
 
-_TIER_ORDER = ("critical", "attention", "info")
 #: An alert's chart starts this long before the window that fired it.
 CHART_MARGIN_S = 600.0
 #: Which of a GPU's recorded series shows a metric an alert names (others: utilization).
@@ -119,11 +118,6 @@ def _chart(t: AlertTransition, series: dict[tuple[str, int], GpuSeries], as_of: 
                  [p[1] for p in picked], shown, t.started_at)
 
 
-def _urgency(t: AlertTransition) -> tuple[int, float]:
-    """Critical first, then attention, then info; older first within a tier."""
-    return (_TIER_ORDER.index(t.tier.value), t.started_at)
-
-
 def read_fleet(settings: Settings, control: ControlState, wall_now: float) -> Fleet:
     """The whole console's state; silences are those active at ``wall_now`` (people set them in wall time)."""
     with open_spool(settings) as spool:
@@ -137,10 +131,10 @@ def read_fleet(settings: Settings, control: ControlState, wall_now: float) -> Fl
     classes = [ClassRow(c, m, band(m, b), b) for c in engine.classes.classes()
                for m, b in engine.classes.baseline(c).items() if m in CLASS_ROW]
     w = words(settings.language)
-    ordered = sorted(firing.values(), key=_urgency)
+    ordered = sorted(firing.values(), key=urgency)
     cards = {t.fingerprint: AlertCard(t, evidence_parts(t.evidence, w), control.ack(t), _chart(t, series, as_of))
              for t in ordered}
     groups = sorted(([(labels, [cards[t.fingerprint] for t in alerts])
                       for labels, alerts in alert_groups(settings.notify, ordered)]),
-                    key=lambda g: min(_urgency(c.alert) for c in g[1]))
+                    key=lambda g: min(urgency(c.alert) for c in g[1]))
     return Fleet(which, as_of, nodes, classes, groups, control.silences(wall_now))
