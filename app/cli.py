@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="gpuwarden run with baselines that form within the run (make demo)")
     p.add_argument("--duration", metavar="SPAN", default=None,
-                   help="how long (default: 6h of simulated event time; 10m of wall time on real GPUs)")
+                   help="how long (default: 6h of simulated event time; 40m of wall time on real GPUs)")
     p.add_argument("--simulate", action="store_true", help="simulated GPUs even where NVML works (default: off)")
     p.add_argument("--dir", metavar="DIR", default="var/demo",
                    help="the demo's state, replaced at each start (default var/demo)")

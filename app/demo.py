@@ -2,9 +2,9 @@
 
 Baselines appear within the run: the demo config (``app/demo.yaml``) shortens the observation
 period to 30 min, so task classes get their bands and a task that falls below its class's band
-raises a deviation alert. Real GPUs when NVML opens (wall time, 10 min unless ``--duration``);
-otherwise it says so and simulates two nodes of eight GPUs through 6 h of event time. Each demo
-starts from fresh state in ``var/demo/`` (replacing the last demo's), so a second ``make demo``
+raises a deviation alert. Real GPUs when NVML opens (40 min of wall time unless ``--duration``:
+baselines form after 30 min); otherwise it says so and simulates two nodes of eight GPUs
+through 6 h of event time. Each demo starts from fresh state in ``var/demo/`` (replacing the last demo's), so a second ``make demo``
 behaves like the first; the config it wrote there lets ``gpuwarden web`` show the same run.
 """
 
@@ -22,7 +22,7 @@ from gpuwarden.config import ConfigError
 
 DEMO_CONFIG = Path(__file__).with_name("demo.yaml")
 SIMULATED_SPAN = "6h"
-REAL_SPAN = "10m"
+REAL_SPAN = "40m"  # baselines need 30 min of task summaries (the observation period and min samples)
 
 
 def _nvml_reason() -> str | None:
@@ -72,7 +72,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings | None = None) -> int:
         run += ["--simulate", "mixed", "--nodes", "2", "--gpus", "8", "--duration", args.duration or SIMULATED_SPAN]
     else:
         print(f"gpuwarden demo: watching this machine's GPUs (NVML) for {args.duration or REAL_SPAN} of wall "
-              "time; task classes get baselines after 30 min of it", file=sys.stderr)
+              "time; task classes get baselines after about 30 min of it (Ctrl-C stops it)", file=sys.stderr)
         run += ["--duration", args.duration or REAL_SPAN]
     print(f"gpuwarden demo: fresh state in {state}/ (each demo replaces the last); after it, "
           f"'gpuwarden web --config {config_path}' shows the same run in a browser", file=sys.stderr, flush=True)

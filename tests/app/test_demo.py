@@ -25,3 +25,18 @@ def test_demo_shows_baselines_and_a_deviation_alert_twice(tmp_path: Path) -> Non
         alerts = pane(lines, "Open alerts")
         assert "util-below-baseline" in alerts and "below its class baseline band" in alerts, alerts
         assert (tmp_path / "var" / "demo" / "gpuwarden.yaml").is_file()
+
+
+def test_without_nvml_the_demo_says_it_simulates(tmp_path: Path, monkeypatch, capsys) -> None:
+    from gpuwarden.app import demo
+    from gpuwarden.app.cli import build_parser
+    from gpuwarden.producers import nvml
+
+    def no_library() -> None:
+        raise OSError("NVML Shared Library Not Found")
+
+    monkeypatch.setattr(nvml, "load_nvml", no_library)
+    args = build_parser().parse_args(["demo", "--duration", "20m", "--json", "--dir", str(tmp_path / "d")])
+    assert demo.cmd_demo(args) == 0
+    err = capsys.readouterr().err
+    assert "simulated GPUs, because NVML is not available here: OSError: NVML Shared Library Not Found" in err
