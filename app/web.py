@@ -43,8 +43,8 @@ from gpuwarden.units import parse_duration, parse_time
 HERE = Path(__file__).resolve().parent
 COOKIE = "gpuwarden_session"
 FORM_LIMIT = 16 * 1024
-PAGES = (("/", "Fleet"), ("/alerts", "Alerts"), ("/classes", "Task classes"), ("/silences", "Silences"),
-         ("/retro", "Retro reports"))
+PAGES = (("/", "Fleet"), ("/alerts", "Alerts"), ("/classes", "Task classes"), ("/scheduler", "Scheduler"),
+         ("/silences", "Silences"), ("/retro", "Retro reports"))
 
 
 class Guard:
@@ -114,6 +114,7 @@ def build_app(settings: Settings) -> Starlette:
     env.filters["moment"] = lambda ts: moment(ts, zone)
     env.filters["matchers"] = lambda ms: " ".join(f"{m.label}{m.op}{m.value}" for m in ms)
     env.filters["relative"] = relative
+    env.filters["span"] = lambda s: "—" if s is None else span(s)
 
     def page(request: Request, name: str, status: int = 200, **context: object) -> Response:
         if not guard.may_read(request):
@@ -135,6 +136,21 @@ def build_app(settings: Settings) -> Starlette:
 
     async def classes(request: Request) -> Response:
         return await fleet_page(request, "classes.html")
+
+    async def scheduler(request: Request) -> Response:
+        """Queue waits, retries and GPU-hours per partition (``report scheduler``'s), the last week
+        unless ``?since=`` says otherwise."""
+        from gpuwarden.history.queues import from_spool
+
+        now = time.time()
+        try:
+            since = parse_time(request.query_params.get("since") or "7d", now) or 0.0
+        except ValueError as e:
+            return await fleet_page(request, "scheduler.html", report=None, error=str(e), since=now)
+        with open_spool(settings) as spool:
+            report = await asyncio.to_thread(from_spool, spool, by="partition", since=since, until=now,
+                                             topic_prefix=settings.kafka.topic_prefix)
+        return await fleet_page(request, "scheduler.html", report=report, error="", since=since)
 
     async def silences(request: Request) -> Response:
         return await fleet_page(request, "silences.html", error=request.query_params.get("error", ""))
@@ -229,7 +245,7 @@ def build_app(settings: Settings) -> Starlette:
         return resp
 
     return Starlette(routes=[
-        Route("/", overview), Route("/alerts", alerts), Route("/classes", classes),
+        Route("/", overview), Route("/alerts", alerts), Route("/classes", classes), Route("/scheduler", scheduler),
         Route("/silences", silences), Route("/silences", add_silence, methods=["POST"]),
         Route("/silences/{sid}/expire", expire_silence, methods=["POST"]),
         Route("/alerts/{fp}/ack", ack, methods=["POST"]), Route("/retro", retro),

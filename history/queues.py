@@ -26,6 +26,7 @@ from typing import Any
 from gpuwarden.config import CommonSettings
 from gpuwarden.contract import SchedulerJob, Topics, decode
 from gpuwarden.history import tables
+from gpuwarden.humantime import span
 from gpuwarden.spool import Spool
 from gpuwarden.units import parse_time
 
@@ -136,7 +137,7 @@ def render(rep: QueueReport, fmt: str) -> str:
 
 def _human(col: str, v: float | int) -> str:
     if col.startswith("queue_wait"):
-        return f"{v:.0f} s" if v < 120 else f"{v / 60:.0f} min" if v < 7200 else f"{v / 3600:.1f} h"
+        return span(v)
     return f"{v:.1f}" if isinstance(v, float) else str(v)
 
 

@@ -13,7 +13,7 @@ import re
 import httpx
 import pytest
 
-from tests.app.web_support import TOKEN_ENV, chromium, full_page_shot, gpuwarden, shot_dir, simulated_run, web_server
+from tests.app.web_support import REPO, TOKEN_ENV, chromium, full_page_shot, gpuwarden, shot_dir, simulated_run, web_server
 
 TOKEN = "t0ken-not-shown-anywhere"
 WEB = f"web: {{token: {{env: {TOKEN_ENV}}}}}\n"
@@ -93,6 +93,17 @@ def test_console_in_chromium(console) -> None:
         bands = [r.text for r in d.find_elements(By.CSS_SELECTOR, "section.class tr.band")]
         assert any(re.search(r"util_gpu \d+ \(\d+–\d+ %\)", b) for b in bands), bands
         full_page_shot(d, shots / "web-classes.png")
+
+        # scheduler queues from a real job log the CLI imported into the same spool
+        philly = REPO / "tests" / "fixtures" / "philly" / "philly-jobs-2017-09-10.jsonl"
+        r = gpuwarden("import-jobs", "--config", str(run.config), "--format", "philly", str(philly))
+        assert r.returncode == 0, r.stderr
+        d.get(url + "/scheduler?since=2017-01-01")
+        queues = d.find_elements(By.CSS_SELECTOR, "#queues tbody tr")
+        assert len(queues) >= 2, [q.text for q in queues]  # a partition and the total
+        total = queues[-1].text.split()
+        assert total[:2] == ["total", str(len(philly.read_text().splitlines()))] and "min" in total, total
+        full_page_shot(d, shots / "web-scheduler.png")
 
         # a silence made in the browser is one the CLI sees; expired in the browser, it is gone
         rule = next(iter(run.firing.values()))["rule"]
