@@ -107,12 +107,14 @@ def _report(engine: Engine, records: list[InputRecord], transitions: list[AlertT
 
 def retro_html(settings: Settings, since: float, until: float) -> str:
     """The retro report of the spool's records in ``[since, until)``, replayed with the config's
-    rules (the web console's report links); ReplayError when the spool cannot be read."""
+    rules (the web console's report links); ReplayError when the spool cannot be read or has nothing then."""
     from gpuwarden.spool import Spool
 
     engine = Engine(load_rules(settings.engine.rules), settings.engine, settings.limits.max_past_skew)
     with Spool(settings.spool.path, settings.spool.max_bytes, settings.spool.max_age) as spool:
         records = list(read_spool(spool, since, until, topic_prefix=settings.kafka.topic_prefix))
+    if not records:
+        raise ReplayError(f"no records in the spool from {moment(since)} to {moment(until)}")
     transitions = engine.process_many(records) + engine.flush()
     return _report(engine, records, transitions, f"spool {settings.spool.path}")
 

@@ -220,8 +220,12 @@ def build_app(settings: Settings) -> Starlette:
             return await fleet_page(request, "retro.html", error=(
                 f"expected a start before the end, at most {span(settings.web.retro_max_span)} apart"))
         from gpuwarden.app.replay import retro_html
+        from gpuwarden.history.sources import ReplayError
 
-        body = await asyncio.to_thread(retro_html, settings, since, until)
+        try:
+            body = await asyncio.to_thread(retro_html, settings, since, until)
+        except ReplayError as e:
+            return await fleet_page(request, "retro.html", error=str(e))
         return HTMLResponse(body)
 
     async def login(request: Request) -> Response:

@@ -138,6 +138,8 @@ def test_a_console_without_credentials_reads_on_loopback_and_never_writes(consol
         assert http.get("/alerts").status_code == 200
         r = http.post("/silences", data={"matchers": "rule=oom-risk"})
         assert r.status_code == 403 and "web.token" in r.text
+        empty = http.get("/retro", params={"since": "2000-01-01T00:00:00Z", "until": "2000-01-02T00:00:00Z"})
+        assert empty.status_code == 200 and "no records in the spool from 2000-01-01" in empty.text
 
 
 def test_off_loopback_needs_credentials(tmp_path) -> None:
