@@ -89,8 +89,11 @@ def _engine(settings: Settings, spool: Spool) -> tuple[Engine, str, float]:
     for key, which in ((LIVE_STATE, "live GPUs"), (SIM_STATE, "simulated GPUs")):
         data = spool.kv_get(STATE_NS, key)
         if data is not None:
-            engine.load_all(data)
             until = float(spool.kv_get(STATE_NS, key + ":until") or b"0")
+            try:
+                engine.load_all(data)
+            except ValueError as e:  # written by another version: the alerts still show
+                return Engine(engine.rules, settings.engine), f"{which}: saved engine state not readable ({e})", until
             return engine, which, until
     return engine, "no run recorded in this spool yet", 0.0
 
