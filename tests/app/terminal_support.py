@@ -3,25 +3,36 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
+import sys
 import time
+from functools import cache
 from pathlib import Path
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[2]
+
+
+@cache
+def _binary() -> str:
+    """tmux, installed by scripts/tmux-local when missing (as root); the test fails if it cannot be."""
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "tmux-local"), "path"], capture_output=True,
+                       text=True, timeout=900)
+    if r.returncode != 0:
+        pytest.fail(f"no tmux: {r.stderr.strip()}", pytrace=False)
+    return r.stdout.strip().splitlines()[-1]
+
 
 def _tmux(socket: str, *args: str) -> str:
     """tmux on a server of our own (``-L``): another tmux server's sessions and options stay out of it."""
-    return subprocess.run(["tmux", "-L", socket, "-f", "/dev/null", *args], capture_output=True, text=True,
+    return subprocess.run([_binary(), "-L", socket, "-f", "/dev/null", *args], capture_output=True, text=True,
                           check=True, timeout=30).stdout
 
 
 def last_frame(cmd: str, width: int, height: int, cwd: Path, timeout_s: float = 90) -> list[str]:
     """Run ``cmd`` (a shell line) in a ``width``×``height`` pseudo-terminal until it exits; the lines
     of the last frame it drew (from its last "event time" line)."""
-    if shutil.which("tmux") is None:
-        pytest.fail("tmux is not installed (apt-get install tmux)", pytrace=False)
     socket = f"gw-test-{os.getpid()}-{time.monotonic_ns()}"
     _tmux(socket, "new-session", "-d", "-s", "run", "-x", str(width), "-y", str(height), "-c", str(cwd),
           f"unset LINES COLUMNS; {cmd}; echo RUN-ENDED; sleep 60")  # tmux may set them for a client without a tty
@@ -31,7 +42,7 @@ def last_frame(cmd: str, width: int, height: int, cwd: Path, timeout_s: float = 
             assert time.monotonic() < deadline, shown
             time.sleep(0.3)
     finally:
-        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, timeout=30)
+        subprocess.run([_binary(), "-L", socket, "kill-server"], capture_output=True, timeout=30)
     lines = shown.splitlines()
     lines = lines[: next(i for i, line in enumerate(lines) if "RUN-ENDED" in line)]
     return lines[max(i for i, line in enumerate(lines) if line.startswith("event time ")):]
