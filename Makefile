@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-DEMO_ARGS ?= --simulate mixed --nodes 2 --gpus 8 --duration 6h
+DEMO_ARGS ?=
 PYTEST_ARGS ?=
 
 .PHONY: demo test bench reliability kafka-start kafka-stop clean
@@ -17,9 +17,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,report]'
 	touch $(STAMP)
 
-## Standalone pipeline on simulated GPUs: agent → engine → router in one process, no Kafka.
+## Standalone pipeline (agent → engine → router in one process, no Kafka) with baselines that form
+## within the run (app/demo.yaml): this machine's GPUs when NVML works, else simulated ones (it says
+## which). Fresh state in var/demo/ each time. E.g. make demo DEMO_ARGS="--simulate --duration 2h".
 demo: $(STAMP)
-	$(VENV)/bin/gpuwarden run $(DEMO_ARGS)
+	$(VENV)/bin/gpuwarden demo $(DEMO_ARGS)
 
 ## The whole suite against a real Kafka broker that this target starts and stops
 ## (set KAFKA_BOOTSTRAP to use an existing broker instead).

@@ -16,6 +16,7 @@ from typing import TextIO
 
 from gpuwarden.app.settings import Settings
 from gpuwarden.contract import AlertTransition, encode
+from gpuwarden.humantime import moment
 from gpuwarden.history.sources import (
     InputRecord,
     OnReject,
@@ -62,13 +63,8 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
         print(f"gpuwarden replay: {e}", file=sys.stderr)
         return 2
     if args.report:
-        from gpuwarden.history.retro import ReportHelpers, write_report
-        from gpuwarden.notifiers.render import evidence_parts, words
-
-        helpers = ReportHelpers(evidence=lambda ev: evidence_parts(ev, words("en")))
-        baselines = {c: engine.classes.baseline(c) for c in engine.classes.classes()}
-        write_report(args.report, records, transitions, helpers, baselines=baselines,
-                     source=args.from_file or args.spool or f"Kafka {args.kafka}")
+        with open(args.report, "w", encoding="utf-8") as fh:
+            fh.write(_report(engine, records, transitions, args.from_file or args.spool or f"Kafka {args.kafka}"))
         print(f"gpuwarden replay: report written to {args.report}", file=sys.stderr)
     odd = engine.counters()["implausible"]
     print(f"gpuwarden replay: {len(transitions)} alert transitions; {len(rejected)} records skipped"
@@ -99,6 +95,30 @@ def _source(args: argparse.Namespace, settings: Settings, since: float | None, u
                                      slack_s=settings.limits.max_future_skew, on_reject=reject))
 
 
+def _report(engine: Engine, records: list[InputRecord], transitions: list[AlertTransition], source: str) -> str:
+    """The retro report of a finished replay, with the notifiers' evidence wording and the classes' bands."""
+    from gpuwarden.history.retro import ReportHelpers, render_report
+    from gpuwarden.notifiers.render import evidence_parts, words
+
+    helpers = ReportHelpers(evidence=lambda ev: evidence_parts(ev, words("en")))
+    baselines = {c: engine.classes.baseline(c) for c in engine.classes.classes()}
+    return render_report(records, transitions, helpers, baselines=baselines, source=source)
+
+
+def retro_html(settings: Settings, since: float, until: float) -> str:
+    """The retro report of the spool's records in ``[since, until)``, replayed with the config's
+    rules (the web console's report links); ReplayError when the spool cannot be read or has nothing then."""
+    from gpuwarden.spool import Spool
+
+    engine = Engine(load_rules(settings.engine.rules), settings.engine, settings.limits.max_past_skew)
+    with Spool(settings.spool.path, settings.spool.max_bytes, settings.spool.max_age) as spool:
+        records = list(read_spool(spool, since, until, topic_prefix=settings.kafka.topic_prefix))
+    if not records:
+        raise ReplayError(f"no records in the spool from {moment(since)} to {moment(until)}")
+    transitions = engine.process_many(records) + engine.flush()
+    return _report(engine, records, transitions, f"spool {settings.spool.path}")
+
+
 def _compare(args: argparse.Namespace, settings: Settings, records: list[InputRecord],
              paths: list[str | Path | None], engine: Engine) -> list[AlertTransition]:
     """Both rule sets over the same records; prints the comparison, returns B's transitions."""
@@ -126,4 +146,4 @@ def _show(out: TextIO, t: AlertTransition, as_json: bool) -> None:
     if as_json:
         out.write(encode(t).decode() + "\n")
     else:
-        out.write(f"{t.ts:.0f} {t.state.value:8} {t.tier.value:9} {t.rule:26} {t.summary}\n")
+        out.write(f"{moment(t.ts, seconds=True)}  {t.state.value:8} {t.tier.value:9} {t.rule:26} {t.summary}\n")

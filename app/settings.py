@@ -11,6 +11,7 @@ import os
 
 from pydantic import Field
 
+from gpuwarden.app.webconfig import WebConfig
 from gpuwarden.config import (
     KafkaConfig,
     Language,
@@ -26,6 +27,10 @@ from gpuwarden.producers.config import AgentConfig, SchedulerConfig
 from gpuwarden.streams.config import EngineConfig
 
 
+#: Sections no room reads: the composition root's own (the web console reads several rooms).
+ROOT_SECTIONS = frozenset({"web"})
+
+
 class Settings(Section):
     site: str = "default"
     language: Language = "en"
@@ -37,6 +42,7 @@ class Settings(Section):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
     accounting: AccountingConfig = Field(default_factory=AccountingConfig)
+    web: WebConfig = Field(default_factory=WebConfig)
 
 
 def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:

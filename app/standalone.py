@@ -20,9 +20,10 @@ from collections.abc import AsyncIterator
 from contextlib import ExitStack
 from typing import Any, TextIO
 
-from gpuwarden.app.live_view import render
+from gpuwarden.app.live_view import Status, render
 from gpuwarden.app.settings import Settings
 from gpuwarden.contract import AlertTransition, Topics, encode, record_key
+from gpuwarden.humantime import moment, span
 from gpuwarden.notifiers.pipeline import Notifier
 from gpuwarden.producers.agent import build_source, step_with_extras, stop_extras
 from gpuwarden.producers.simulator import Simulator, scenario_list, tick_for
@@ -142,8 +143,11 @@ class Runner:
             return
         until = float(self.spool.kv_get(STATE_NS, self.state_key + ":until") or b"0")
         if until > start_ts:
-            print(f"gpuwarden run: saved engine state reaches {until - start_ts:.0f} s past this run's "
-                  "start; starting with fresh state", file=sys.stderr)
+            print(f"gpuwarden run: this run starts at {moment(start_ts)}, before the end of the state an "
+                  f"earlier run saved in {self.spool.path} ({moment(until)}, {span(until - start_ts)} later); "
+                  "its records would all be late, so this run starts with fresh state and replaces it. "
+                  "Nothing to do, unless you meant to continue it: then pass --start after its end",
+                  file=sys.stderr)
             return
         try:
             self.engine.load_all(state)
@@ -171,12 +175,16 @@ async def _run(args: argparse.Namespace, settings: Settings, engine: Engine, sou
         runner = Runner(engine, spool, Topics(settings.kafka.topic_prefix),
                         json_out=sys.stdout if args.json else None, record=record, notifier=None,
                         state_key=SIM_STATE if simulated else LIVE_STATE)
-        runner.restore(source.ts if simulated else time.time())
+        started = source.ts if simulated else time.time()
+        runner.restore(started)
+        status = Status(started=started, duration=args.duration, zone=settings.notify.timezone,
+                        receivers=tuple(r.name for r in settings.notify.receivers))
         # The router runs on the records' time; delivery (signatures, limits, Retry-After) on the wall clock.
         notifier = runner.notifier = Notifier(settings, spool=spool, clock=lambda: runner.now)
         live = None
         if not args.json:
-            live = stack.enter_context(Live(console=Console(stderr=False), auto_refresh=False))
+            live = stack.enter_context(Live(console=Console(stderr=False), auto_refresh=False,
+                                            vertical_overflow="crop"))
         shown = 0.0
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -187,14 +195,14 @@ async def _run(args: argparse.Namespace, settings: Settings, engine: Engine, sou
                 await runner.batch(batch)
                 if live is not None and time.monotonic() - shown >= VIEW_EVERY_S:
                     shown = time.monotonic()
-                    live.update(render(engine, runner.now, notifier.nowhere), refresh=True)
+                    live.update(render(engine, runner.now, status), refresh=True)
         except KeyboardInterrupt:
             pass
         finally:
             await runner.emit(engine.flush())
             runner.save()
             if live is not None:
-                live.update(render(engine, runner.now, notifier.nowhere), refresh=True)
+                live.update(render(engine, runner.now, status), refresh=True)
             await notifier.drain_before_exit(stop)
             await notifier.aclose()
     counters = engine.counters()

@@ -12,6 +12,8 @@ import string
 from collections.abc import Callable
 from typing import Any
 
+from gpuwarden.humantime import span
+
 LIKELY_CAUSE = " Likely cause: "
 """Joins a rule's summary and the summary of the cause that matched."""
 
@@ -36,16 +38,6 @@ def fill(template: str, values: dict[str, Any]) -> str:
         return template
 
 
-def humanize(seconds: float, units: tuple[str, str, str] = ("s", "min", "h")) -> str:
-    """``45 s``, ``12 min``, ``3.5 h`` (``units``: the words for seconds, minutes, hours)."""
-    seconds = int(round(seconds))
-    if seconds < 120:
-        return f"{seconds} {units[0]}"
-    if seconds < 7200:
-        return f"{seconds // 60} {units[1]}"
-    return f"{seconds / 3600:.1f} {units[2]}"
-
-
 #: ``{checkpoint}``, said from the ``ckpt_released`` value the alert observed: none (no checkpoint
 #: has ended in the last 30 min), 0, 1.
 CHECKPOINT_WORDS = ("no finished checkpoint seen", "not released after its last checkpoint",
@@ -53,13 +45,14 @@ CHECKPOINT_WORDS = ("no finished checkpoint seen", "not released after its last 
 
 
 def template_names(labels: dict[str, str], ev: dict[str, Any],
-                   say_duration: Callable[[float], str] = humanize,
+                   say_duration: Callable[[float], str] = span,
                    checkpoint_words: tuple[str, str, str] = CHECKPOINT_WORDS) -> dict[str, Any]:
-    """What a summary/action template may name: labels, evidence values, ``held_for``, ``window``,
-    slope, count, ``baseline_*``, ``checkpoint``. Also rebuilt from a transition to render it in
-    another language."""
+    """What a summary/action template may name: labels, evidence values (a value in seconds,
+    ``time_to_oom_s``, also as words: ``time_to_oom``), ``held_for``, ``window``, slope, count,
+    ``baseline_*``, ``checkpoint``. Also rebuilt from a transition to render it in another language."""
     released = ev["values"].get("ckpt_released")
-    names: dict[str, Any] = {**labels, **ev["values"], "held_for": say_duration(ev.get("held_for_s") or 0),
+    spoken = {k[:-2]: say_duration(v) for k, v in ev["values"].items() if k.endswith("_s") and v is not None}
+    names: dict[str, Any] = {**labels, **spoken, **ev["values"], "held_for": say_duration(ev.get("held_for_s") or 0),
                              "window": say_duration(ev.get("window_s") or 0),
                              "checkpoint": checkpoint_words[0 if released is None else 1 + int(released)]}
     for k in ("slope", "slope_unit", "count"):

@@ -29,6 +29,7 @@ from typing import Any
 from gpuwarden.config import CommonSettings
 from gpuwarden.contract import SchedulerJob, Topics, decode
 from gpuwarden.history import tables
+from gpuwarden.humantime import span
 from gpuwarden.spool import Spool
 from gpuwarden.units import parse_time
 
@@ -146,10 +147,7 @@ def from_spool(spool: Spool, *, by: str, since: float, until: float, topic_prefi
 
 
 def _values(r: QueueRow) -> dict[str, Any]:
-    d = asdict(r)
-    for k in ("queue_wait_p50_s", "queue_wait_p90_s", "gpu_hours"):
-        d[k] = None if d[k] is None else round(d[k], 3)
-    return d
+    return asdict(r)
 
 
 def render(rep: QueueReport, fmt: str) -> str:
@@ -166,7 +164,7 @@ def render(rep: QueueReport, fmt: str) -> str:
 
 def _human(col: str, v: float | int) -> str:
     if col.startswith("queue_wait"):
-        return f"{v:.0f} s" if v < 120 else f"{v / 60:.0f} min" if v < 7200 else f"{v / 3600:.1f} h"
+        return span(v)
     return f"{v:.1f}" if isinstance(v, float) else str(v)
 
 

@@ -461,9 +461,3 @@ def render_report(records: Iterable[Any], transitions: list[AlertTransition], he
     ]
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>\n{''.join(parts)}</body></html>\n")
-
-
-def write_report(path: str, records: Iterable[Any], transitions: list[AlertTransition],
-                 helpers: ReportHelpers, **kw: Any) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(render_report(records, transitions, helpers, **kw))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,12 +12,22 @@ from typing import Any
 Row = tuple[str, dict[str, Any]]
 
 
+def rounded(v: float) -> float:
+    """Four significant digits, whole-number digits always kept: ``95.99999999989701`` → 96.0,
+    ``0.0123456`` → 0.01235, ``123456.7`` → 123457.0 (what a spreadsheet reader wants; JSON keeps all)."""
+    if v == 0 or not math.isfinite(v):
+        return v
+    return round(v, max(0, 3 - math.floor(math.log10(abs(v)))))
+
+
 def to_csv(key: str, columns: Sequence[str], rows: Sequence[Row]) -> str:
+    """The rows as CSV, floats :func:`rounded`."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow([key, *columns])
     for name, v in rows:
-        w.writerow([name, *("" if v[c] is None else v[c] for c in columns)])
+        w.writerow([name, *("" if v[c] is None else rounded(v[c]) if isinstance(v[c], float) else v[c]
+                            for c in columns)])
     return buf.getvalue()
 
 

@@ -119,8 +119,9 @@ class _Server(uvicorn.Server):
         yield
 
 
-def listen(bind: str, port: int) -> socket.socket:
-    """The listening socket, bound now so a taken port fails at start with the address in the error."""
+def listen(bind: str, port: int, section: str = "notify.alertmanager_webhook") -> socket.socket:
+    """The listening socket, bound now so a taken port fails at start with the address (and the
+    config ``section`` that names it) in the error."""
     family = socket.AF_INET6 if ":" in bind else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -128,7 +129,7 @@ def listen(bind: str, port: int) -> socket.socket:
         sock.bind((bind, port))
     except OSError as e:
         sock.close()
-        raise ListenError(e.errno, f"cannot listen on {bind}:{port} (notify.alertmanager_webhook): {e.strerror}") from None
+        raise ListenError(e.errno, f"cannot listen on {bind}:{port} ({section}): {e.strerror}") from None
     sock.listen(128)
     return sock
 

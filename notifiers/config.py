@@ -183,6 +183,16 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def check_listener_auth(bind: str, token: object, basic_auth: object, could: str) -> None:
+    """A listener has one credential at most, and one at least off loopback (``could``: what anyone
+    reaching the port could do without); ValueError otherwise."""
+    if token is not None and basic_auth is not None:
+        raise ValueError("expected either 'token' or 'basic_auth', not both")
+    if not is_loopback(bind) and token is None and basic_auth is None:
+        raise ValueError(f"expected 'token' or 'basic_auth' when bind is not a loopback address "
+                         f"(got {bind!r}): anyone who reaches the port could {could}")
+
+
 class AlertmanagerWebhookConfig(Section):
     """``gpuwarden notify`` serves Alertmanager's webhook (version 4) and routes its alerts like its own."""
 
@@ -206,11 +216,7 @@ class AlertmanagerWebhookConfig(Section):
 
     @model_validator(mode="after")
     def _auth_off_loopback(self) -> AlertmanagerWebhookConfig:
-        if self.token is not None and self.basic_auth is not None:
-            raise ValueError("expected either 'token' or 'basic_auth', not both")
-        if not is_loopback(self.bind) and self.token is None and self.basic_auth is None:
-            raise ValueError(f"expected 'token' or 'basic_auth' when bind is not a loopback address "
-                             f"(got {self.bind!r}): anyone who reaches the port could post alerts")
+        check_listener_auth(self.bind, self.token, self.basic_auth, "post alerts")
         return self
 
 

@@ -26,7 +26,8 @@ def _open_spool(settings: NotifierSettings) -> Spool:
     return Spool(settings.spool.path, settings.spool.max_bytes, settings.spool.max_age)
 
 
-async def _read(settings: NotifierSettings) -> ControlState:
+async def read_state(settings: NotifierSettings) -> ControlState:
+    """The control state where ``notify.control`` keeps it (the CLI and the web console read it here)."""
     if settings.notify.control == "kafka":
         return await read_control(settings.kafka)
     with _open_spool(settings) as spool:
@@ -35,7 +36,8 @@ async def _read(settings: NotifierSettings) -> ControlState:
     return state
 
 
-async def _write(settings: NotifierSettings, record: ControlRecord) -> None:
+async def write_record(settings: NotifierSettings, record: ControlRecord) -> None:
+    """Write one silence, ack or override where ``notify.control`` says."""
     if settings.notify.control == "kafka":
         await write_control(settings.kafka, record)
     else:
@@ -65,28 +67,46 @@ async def _silence(args: argparse.Namespace, settings: NotifierSettings) -> int:
     now = time.time()
     if args.silence_command == "add":
         try:
-            matchers = [parse_matcher(m) for m in args.matchers]
+            s = new_silence(args.matchers, args.duration, _who(args), args.comment, now)
         except ValueError as e:
             print(f"gpuwarden silence add: {e}", file=sys.stderr)
             return 2
-        s = Silence(id=uuid.uuid4().hex[:12], matchers=matchers, starts_at=now,
-                    ends_at=now + args.duration, created_by=_who(args), comment=args.comment)
-        await _write(settings, s)
-        print(f"{s.id}  until {_fmt_time(s.ends_at)}  {' '.join(show(m) for m in matchers)}")
+        await write_record(settings, s)
+        print(f"{s.id}  until {_fmt_time(s.ends_at)}  {' '.join(show(m) for m in s.matchers)}")
         return 0
-    state = await _read(settings)
+    state = await read_state(settings)
     if args.silence_command == "list":
         for s in state.silences(now):
             print(f"{s.id}  until {_fmt_time(s.ends_at)}  by {s.created_by}  "
                   f"{' '.join(show(m) for m in s.matchers)}  {s.comment}".rstrip())
         return 0
-    found = state.records.get(f"silence:{args.id}")
-    if not isinstance(found, Silence) or found.ends_at <= now:
-        print(f"gpuwarden silence expire: no active silence {args.id!r}", file=sys.stderr)
+    try:
+        ended = expired(state, args.id, now)
+    except LookupError as e:
+        print(f"gpuwarden silence expire: {e}", file=sys.stderr)
         return 1
-    await _write(settings, found.model_copy(update={"ends_at": now}))
+    await write_record(settings, ended)
     print(f"{args.id}  expired")
     return 0
+
+
+def new_silence(matchers: list[str], duration_s: float, by: str, comment: str, now: float) -> Silence:
+    """A silence from matcher texts such as ``node=gpu-07 rule=~thermal.*``; ValueError names a bad one."""
+    if not matchers:
+        raise ValueError("expected at least one matcher such as node=gpu-07")
+    if duration_s <= 0:
+        raise ValueError("expected a positive duration")
+    return Silence(id=uuid.uuid4().hex[:12], matchers=[parse_matcher(m) for m in matchers], starts_at=now,
+                   ends_at=now + duration_s, created_by=by, comment=comment)
+
+
+def expired(state: ControlState, silence_id: str, now: float) -> Silence:
+    """The active silence ``silence_id`` ending ``now`` (kept, so who silenced what stays readable);
+    LookupError when there is none."""
+    found = state.records.get(f"silence:{silence_id}")
+    if not isinstance(found, Silence) or found.ends_at <= now:
+        raise LookupError(f"no active silence {silence_id!r}")
+    return found.model_copy(update={"ends_at": now})
 
 
 def open_alerts(settings: NotifierSettings, spool: Spool) -> dict[str, AlertTransition] | None:
@@ -126,6 +146,6 @@ def cmd_ack(args: argparse.Namespace, settings: NotifierSettings) -> int:
             return 1
         fp = hits[0]
     a = Ack(fingerprint=fp, by=_who(args), at=time.time(), comment=args.comment)
-    asyncio.run(_write(settings, a))
+    asyncio.run(write_record(settings, a))
     print(f"acknowledged {a.fingerprint} by {a.by}")
     return 0

@@ -19,13 +19,14 @@ from typing import Any
 
 import yaml
 
-from gpuwarden.alert_text import LIKELY_CAUSE, fill, humanize, template_names
+from gpuwarden.alert_text import LIKELY_CAUSE, fill, template_names
+from gpuwarden.humantime import span
 from gpuwarden.contract import AlertTransition
 from gpuwarden.notifiers.message import Notification
 
 CATALOGUES = {"zh-CN": "default_rules.zh-CN.yaml"}
 LIKELY_CAUSE_IN = {"zh-CN": " 可能原因："}
-DURATION_UNITS = {"zh-CN": ("秒", "分钟", "小时")}
+DURATION_UNITS = {"zh-CN": ("秒", "分钟", "小时", "天")}
 #: ``{checkpoint}`` in each language (``gpuwarden.alert_text.CHECKPOINT_WORDS``, in its order).
 CHECKPOINT_WORDS_IN = {"zh-CN": ("未见已完成的检查点", "上次检查点后未释放", "上次检查点后已释放")}
 
@@ -51,8 +52,9 @@ def localise_alert(a: AlertTransition, language: str) -> AlertTransition:
     cause_of = {en: None} | {en + LIKELY_CAUSE + fill(c["en"], names): i for i, c in enumerate(causes)}
     if a.summary not in cause_of:
         return a  # not the default rule's words (an override): leave them
-    names = template_names(a.labels, ev, partial(humanize, units=DURATION_UNITS[language]),
-                           CHECKPOINT_WORDS_IN[language])
+DURATION_UNITS = {"zh-CN": ("秒", "分钟", "小时", "天")}
+#: ``{checkpoint}`` in each language (``gpuwarden.alert_text.CHECKPOINT_WORDS``, in its order).
+CHECKPOINT_WORDS_IN = {"zh-CN": ("未见已完成的检查点", "上次检查点后未释放", "上次检查点后已释放")}
     summary, action = fill(text["summary"], names), text["action"]
     if (i := cause_of[a.summary]) is not None:
         cause = causes[i]

@@ -226,11 +226,7 @@ class Router:
         return True
 
     def _add(self, route: Route, t: AlertTransition, labels: dict[str, str], now: float) -> None:
-        if route.group_by == [GROUP_BY_ALL]:
-            glabels = {k: v for k, v in labels.items() if k != "tier"}
-        else:
-            glabels = {k: labels.get(k, "") for k in route.group_by}
-        gl = json.dumps(glabels, sort_keys=True, separators=(",", ":"))
+        gl = json.dumps(group_labels(route, labels), sort_keys=True, separators=(",", ":"))
         for token in route.receivers:
             for receiver in self._resolve(token, labels):
                 key = f"{route.id}/{receiver}/{gl}"
@@ -353,6 +349,27 @@ class Router:
                         for r in levels[p.level].receivers]
                 p.receivers.update(levels[p.level].receivers)
         return out
+
+
+def group_labels(route: Route, labels: dict[str, str]) -> dict[str, str]:
+    """The values an aggregation group on ``route`` is keyed by (its ``group_by``)."""
+    if route.group_by == [GROUP_BY_ALL]:
+        return {k: v for k, v in labels.items() if k != "tier"}
+    return {k: labels.get(k, "") for k in route.group_by}
+
+
+def alert_groups(config: NotifyConfig, alerts: list[AlertTransition]) -> list[tuple[dict[str, str], list[AlertTransition]]]:
+    """Firing alerts grouped as the router groups them (route, then ``group_by`` values), receivers
+    aside: a console shows the groups even where no receiver is configured to be sent them."""
+    tree = build_tree(config.routing_tree())
+    groups: dict[tuple[str, str], tuple[dict[str, str], list[AlertTransition]]] = {}
+    for t in alerts:
+        labels = alert_labels(t)
+        for route in match_routes(tree, labels):
+            glabels = group_labels(route, labels)
+            key = (route.id, json.dumps(glabels, sort_keys=True))
+            groups.setdefault(key, (glabels, []))[1].append(t)
+    return [groups[k] for k in sorted(groups)]
 
 
 def _notification(receiver: str, group_key: str, alerts: list[AlertTransition], reason: Reason,

@@ -46,7 +46,7 @@ def test_no_receiver_is_said_at_start_and_in_the_live_view(tmp_path, monkeypatch
 
     from rich.console import Console
 
-    from gpuwarden.app.live_view import render
+    from gpuwarden.app.live_view import NOWHERE_LINE, Status, render
     from gpuwarden.notifiers.pipeline import NOWHERE, Notifier
     from gpuwarden.streams.engine import Engine
 
@@ -58,9 +58,10 @@ def test_no_receiver_is_said_at_start_and_in_the_live_view(tmp_path, monkeypatch
     assert p.returncode == 0 and NOWHERE in p.stderr
     settings = validate_settings({"spool": {"path": str(tmp_path / "s.db")}})
     notifier = Notifier(settings, spool=None)
-    console = Console(width=200, record=True)
-    console.print(render(Engine(), 0.0, notifier.nowhere))
-    assert NOWHERE in console.export_text()
+    console = Console(width=200, height=30, record=True)
+    assert notifier.nowhere == NOWHERE
+    console.print(render(Engine(), 0.0, Status(receivers=())))
+    assert NOWHERE_LINE in console.export_text()
     monkeypatch.setenv("GW_TEST_HOOK", "http://127.0.0.1:9/hook")
     with_receiver = validate_settings({"notify": {"receivers": [{"name": "chat", "webhook": {
         "url": {"env": "GW_TEST_HOOK"}}}]}})

@@ -30,5 +30,5 @@ def test_later_run_continues_and_earlier_run_starts_fresh(tmp_path):
 
     again = run(tmp_path, T0)                            # would be all late: starts fresh instead
     assert again.returncode == 0
-    assert "starting with fresh state" in again.stderr and "0 late" in again.stderr
+    assert "starts with fresh state" in again.stderr and "0 late" in again.stderr
     assert again.stdout == first.stdout                  # the same run from scratch, the same alerts

@@ -1,0 +1,285 @@
+"""``gpuwarden web``: the console (Starlette, Jinja2 templates, uPlot charts) over the notifier's state.
+
+Pages are rendered on the server from :func:`gpuwarden.app.webstate.read_fleet`; the only
+script draws the charts. Reading needs the credentials when ``web.token`` or
+``web.basic_auth`` is set (it must be off loopback); writing (silences, acks) always needs
+them, so a console nobody configured cannot change what pages whom. A browser signs in once
+(the sign-in page sets a cookie derived from the credentials, never the credentials
+themselves); scripts send ``Authorization`` as they would to the Alertmanager webhook.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import hashlib
+import hmac
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from urllib.parse import parse_qs, quote, urlsplit
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from gpuwarden.app.settings import Settings
+from gpuwarden.app.webconfig import WebConfig
+from gpuwarden.app.webstate import Chart, open_spool, read_fleet
+from gpuwarden.config import validate
+from gpuwarden.contract import Ack, Silence
+from gpuwarden.humantime import moment, relative, span
+from gpuwarden.notifiers.am_server import ListenError, authorized, listen, read_body, serve
+from gpuwarden.notifiers.control_cli import expired, new_silence, open_alerts, read_state, write_record
+from gpuwarden.notifiers.verdict import authorization
+from gpuwarden.units import parse_duration, parse_time
+
+HERE = Path(__file__).resolve().parent
+COOKIE = "gpuwarden_session"
+FORM_LIMIT = 16 * 1024
+PAGES = (("/", "Fleet"), ("/alerts", "Alerts"), ("/classes", "Task classes"), ("/scheduler", "Scheduler"),
+         ("/silences", "Silences"), ("/retro", "Retro reports"))
+
+
+class Guard:
+    """Who may read and who may write; compares in constant time."""
+
+    def __init__(self, cfg: WebConfig) -> None:
+        header = authorization(cfg.token, cfg.basic_auth)
+        self.basic = cfg.basic_auth is not None
+        self.expected = header.encode() if header is not None else None
+        self.session = (hmac.new(self.expected, b"gpuwarden web session", hashlib.sha256).hexdigest().encode()
+                        if self.expected is not None else None)
+
+    def signed_in(self, request: Request) -> bool:
+        if self.expected is None:
+            return False
+        if request.headers.get("authorization") and authorized(request.headers["authorization"], self.expected):
+            return True
+        cookie = request.cookies.get(COOKIE, "")
+        return self.session is not None and hmac.compare_digest(cookie.encode(), self.session)
+
+    def may_read(self, request: Request) -> bool:
+        return self.expected is None or self.signed_in(request)
+
+    def login(self, form: dict[str, str]) -> bool:
+        """The sign-in form's fields turned into the header they stand for, compared like one."""
+        if self.expected is None:
+            return False
+        if self.basic:
+            creds = f"{form.get('username', '')}:{form.get('password', '')}".encode()
+            header = "Basic " + base64.b64encode(creds).decode()
+        else:
+            header = "Bearer " + form.get("token", "")
+        return authorized(header, self.expected)
+
+
+def _form(body: bytes) -> dict[str, str]:
+    return {k: v[-1] for k, v in parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
+
+
+def _local_path(target: str) -> str:
+    """Only a path on this console (no scheme, no host) is followed after sign-in."""
+    parts = urlsplit(target)
+    return target if target.startswith("/") and not target.startswith("//") and not parts.netloc else "/"
+
+
+def _same_origin(request: Request) -> bool:
+    """A browser's form post names its page's origin; one from another site is refused."""
+    origin = request.headers.get("origin")
+    return origin is None or urlsplit(origin).netloc == request.headers.get("host", "")
+
+
+def _num(v: float | None, digits: int) -> str:
+    return "—" if v is None else f"{v:.{digits}f}"
+
+
+def _chart_data(c: Chart) -> dict[str, object]:
+    """The chart's data for console.js (the template's ``tojson`` escapes it for the attribute)."""
+    return {"ts": c.ts, "values": c.values, "band": c.band, "fired_at": c.fired_at, "unit": c.unit}
+
+
+def build_app(settings: Settings) -> Starlette:
+    guard = Guard(settings.web)
+    zone = settings.notify.timezone
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    env = templates.env
+    env.globals.update(pages=PAGES, zone=zone, num=_num, chart_data=_chart_data)
+    env.filters["moment"] = lambda ts: moment(ts, zone)
+    env.filters["matchers"] = lambda ms: " ".join(f"{m.label}{m.op}{m.value}" for m in ms)
+    env.filters["relative"] = relative
+    env.filters["span"] = lambda s: "—" if s is None else span(s)
+
+    def page(request: Request, name: str, status: int = 200, **context: object) -> Response:
+        if not guard.may_read(request):
+            return RedirectResponse(f"/login?next={quote(request.url.path)}", 303)
+        return templates.TemplateResponse(request, name, {"signed_in": guard.signed_in(request),
+                                                          "can_write": guard.expected is not None,
+                                                          **context}, status_code=status)
+
+    async def fleet_page(request: Request, name: str, **context: object) -> Response:
+        state = await read_state(settings)
+        fleet = await asyncio.to_thread(read_fleet, settings, state, time.time())
+        return page(request, name, fleet=fleet, now=time.time(), **context)
+
+    async def overview(request: Request) -> Response:
+        return await fleet_page(request, "fleet.html")
+
+    async def alerts(request: Request) -> Response:
+        return await fleet_page(request, "alerts.html")
+
+    async def classes(request: Request) -> Response:
+        return await fleet_page(request, "classes.html")
+
+    async def scheduler(request: Request) -> Response:
+        """Queue waits, retries and GPU-hours per partition (``report scheduler``'s), the last week
+        unless ``?since=`` says otherwise."""
+        from gpuwarden.history.queues import from_spool
+
+        now = time.time()
+        try:
+            since = parse_time(request.query_params.get("since") or "7d", now) or 0.0
+        except ValueError as e:
+            return await fleet_page(request, "scheduler.html", report=None, error=str(e), since=now)
+        with open_spool(settings) as spool:
+            report = await asyncio.to_thread(from_spool, spool, by="partition", since=since, until=now,
+                                             topic_prefix=settings.kafka.topic_prefix)
+        return await fleet_page(request, "scheduler.html", report=report, error="", since=since)
+
+    async def silences(request: Request) -> Response:
+        return await fleet_page(request, "silences.html", error=request.query_params.get("error", ""))
+
+    def refuse_write(request: Request) -> Response | None:
+        if guard.expected is None:
+            return PlainTextResponse("silences and acks need credentials: set web.token or web.basic_auth "
+                                     "in the config and sign in\n", 403)
+        if not guard.signed_in(request):
+            return PlainTextResponse("sign in first (/login)\n", 401, headers={
+                "WWW-Authenticate": f'{"Basic" if guard.basic else "Bearer"} realm="gpuwarden"'})
+        if not _same_origin(request):
+            return PlainTextResponse("a form from another site\n", 403)
+        return None
+
+    async def change_silences(request: Request, make: Callable[[Request], Awaitable[Silence]]) -> Response:
+        """Signed-in writes only; a bad matcher or an unknown silence comes back as the page's error."""
+        if (refused := refuse_write(request)) is not None:
+            return refused
+        try:
+            record = await make(request)
+        except (ValueError, LookupError) as e:
+            return RedirectResponse(f"/silences?error={quote(str(e))}", 303)
+        await write_record(settings, record)
+        return RedirectResponse("/silences", 303)
+
+    async def new_from_form(request: Request) -> Silence:
+        form = _form(await read_body(request, FORM_LIMIT))
+        duration = parse_duration(form.get("duration", "1h") or "1h")
+        return new_silence(form.get("matchers", "").split(), duration, form.get("by", "").strip() or "web",
+                           form.get("comment", ""), time.time())
+
+    async def ended(request: Request) -> Silence:
+        return expired(await read_state(settings), request.path_params["sid"], time.time())
+
+    async def add_silence(request: Request) -> Response:
+        return await change_silences(request, new_from_form)
+
+    async def expire_silence(request: Request) -> Response:
+        return await change_silences(request, ended)
+
+    async def ack(request: Request) -> Response:
+        if (refused := refuse_write(request)) is not None:
+            return refused
+        fp = request.path_params["fp"]
+        with open_spool(settings) as spool:
+            firing = open_alerts(settings, spool) or {}
+        if fp not in firing:
+            return PlainTextResponse(f"no open alert {fp}\n", 404)
+        form = _form(await read_body(request, FORM_LIMIT))
+        await write_record(settings, Ack(fingerprint=fp, by=form.get("by", "").strip() or "web", at=time.time(),
+                                         comment=form.get("comment", "")))
+        return RedirectResponse(f"/alerts#alert-{fp}", 303)
+
+    async def retro(request: Request) -> Response:
+        q = request.query_params
+        if "since" not in q:
+            return await fleet_page(request, "retro.html", error="")
+        if not guard.may_read(request):
+            return RedirectResponse(f"/login?next={quote('/retro')}", 303)
+        now = time.time()
+        try:
+            since, until = parse_time(q["since"], now), parse_time(q.get("until") or "0s ago", now)
+        except ValueError as e:
+            return await fleet_page(request, "retro.html", error=str(e))
+        if since is None or until is None or until <= since or until - since > settings.web.retro_max_span:
+            return await fleet_page(request, "retro.html", error=(
+                f"expected a start before the end, at most {span(settings.web.retro_max_span)} apart"))
+        from gpuwarden.app.replay import retro_html
+        from gpuwarden.history.sources import ReplayError
+
+        try:
+            body = await asyncio.to_thread(retro_html, settings, since, until)
+        except ReplayError as e:
+            return await fleet_page(request, "retro.html", error=str(e))
+        return HTMLResponse(body)
+
+    async def login(request: Request) -> Response:
+        target = _local_path(request.query_params.get("next", "/"))
+        if request.method == "POST":
+            if guard.login(_form(await read_body(request, FORM_LIMIT))):
+                resp = RedirectResponse(target, 303)
+                assert guard.session is not None
+                resp.set_cookie(COOKIE, guard.session.decode(), httponly=True, samesite="strict",
+                                secure=request.url.scheme == "https")
+                return resp
+            return templates.TemplateResponse(request, "login.html", {
+                "basic": guard.basic, "next": target, "error": "those credentials are not the configured ones",
+                "configured": guard.expected is not None}, status_code=401)
+        return templates.TemplateResponse(request, "login.html", {
+            "basic": guard.basic, "next": target, "error": "", "configured": guard.expected is not None})
+
+    async def logout(request: Request) -> Response:
+        resp = RedirectResponse("/", 303)
+        resp.delete_cookie(COOKIE)
+        return resp
+
+    return Starlette(routes=[
+        Route("/", overview), Route("/alerts", alerts), Route("/classes", classes), Route("/scheduler", scheduler),
+        Route("/silences", silences), Route("/silences", add_silence, methods=["POST"]),
+        Route("/silences/{sid}/expire", expire_silence, methods=["POST"]),
+        Route("/alerts/{fp}/ack", ack, methods=["POST"]), Route("/retro", retro),
+        Route("/login", login, methods=["GET", "POST"]), Route("/logout", logout, methods=["POST"]),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    ])
+
+
+def cmd_web(args: argparse.Namespace, settings: Settings) -> int:
+    """``gpuwarden web``: serve until Ctrl-C; exit 1 when the address cannot be bound, 2 (ConfigError,
+    said by the CLI) when ``--bind`` leaves loopback without credentials."""
+    given = {k: v for k, v in (("bind", args.bind), ("port", args.port)) if v is not None}
+    web = validate(WebConfig, {**settings.web.model_dump(exclude_unset=True), **given}, "web (config, --bind, --port)")
+    settings = settings.model_copy(update={"web": web})
+    asgi = build_app(settings)
+    try:
+        sock = listen(settings.web.bind, settings.web.port, "web")
+    except ListenError as e:
+        print(f"gpuwarden web: {e}", file=sys.stderr)
+        return 1
+    host, port = sock.getsockname()[:2]
+    print(f"gpuwarden web: console at http://{f'[{host}]' if ':' in host else host}:{port}/ "
+          f"(spool {settings.spool.path})", file=sys.stderr, flush=True)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(sock, asgi, stop)
+
+    asyncio.run(main())
+    return 0

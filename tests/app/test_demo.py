@@ -1,0 +1,42 @@
+"""``gpuwarden demo`` (what ``make demo`` runs), shortened, twice in a row from a fresh directory,
+in a 200×50 pseudo-terminal: a class baseline band and a deviation alert on screen both times,
+and no message about earlier state the second time."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from tests.app.terminal_support import last_frame, pane
+
+GPUWARDEN = Path(sys.executable).with_name("gpuwarden")
+BAND = re.compile(r"\d+ \(\d+–\d+ %\)")  # "92 (75–100 %)": median and band, clamped to 100
+
+
+def test_demo_shows_baselines_and_a_deviation_alert_twice(tmp_path: Path) -> None:
+    for attempt in (1, 2):
+        log = tmp_path / f"demo{attempt}.log"
+        lines = last_frame(f"{GPUWARDEN} demo --simulate --duration 3h 2>{log}", 200, 50, tmp_path)
+        said = log.read_text()
+        assert "simulated GPUs" in said and "fresh state in var/demo/" in said, said
+        assert "earlier run" not in said and "not loaded" not in said, said
+        assert BAND.search(pane(lines, "Tasks and class baselines")), "\n".join(lines)
+        alerts = pane(lines, "Open alerts")
+        assert "util-below-baseline" in alerts and "below its class baseline band" in alerts, alerts
+        assert (tmp_path / "var" / "demo" / "gpuwarden.yaml").is_file()
+
+
+def test_without_nvml_the_demo_says_it_simulates(tmp_path: Path, monkeypatch, capsys) -> None:
+    from gpuwarden.app import demo
+    from gpuwarden.app.cli import build_parser
+    from gpuwarden.producers import nvml
+
+    def no_library() -> None:
+        raise OSError("NVML Shared Library Not Found")
+
+    monkeypatch.setattr(nvml, "load_nvml", no_library)
+    args = build_parser().parse_args(["demo", "--duration", "20m", "--json", "--dir", str(tmp_path / "d")])
+    assert demo.cmd_demo(args) == 0
+    err = capsys.readouterr().err
+    assert "simulated GPUs, because NVML is not available here: OSError: NVML Shared Library Not Found" in err
