@@ -52,9 +52,8 @@ def localise_alert(a: AlertTransition, language: str) -> AlertTransition:
     cause_of = {en: None} | {en + LIKELY_CAUSE + fill(c["en"], names): i for i, c in enumerate(causes)}
     if a.summary not in cause_of:
         return a  # not the default rule's words (an override): leave them
-DURATION_UNITS = {"zh-CN": ("秒", "分钟", "小时", "天")}
-#: ``{checkpoint}`` in each language (``gpuwarden.alert_text.CHECKPOINT_WORDS``, in its order).
-CHECKPOINT_WORDS_IN = {"zh-CN": ("未见已完成的检查点", "上次检查点后未释放", "上次检查点后已释放")}
+    names = template_names(a.labels, ev, partial(span, units=DURATION_UNITS[language]),
+                           CHECKPOINT_WORDS_IN[language])
     summary, action = fill(text["summary"], names), text["action"]
     if (i := cause_of[a.summary]) is not None:
         cause = causes[i]
