@@ -23,7 +23,7 @@ def test_demo_shows_baselines_and_a_deviation_alert_twice(tmp_path: Path) -> Non
         assert "earlier run" not in said and "not loaded" not in said, said
         assert BAND.search(pane(lines, "Tasks and class baselines")), "\n".join(lines)
         alerts = pane(lines, "Open alerts")
-        assert "util-below-baseline" in alerts and "below its class baseline band" in alerts, alerts
+        assert "util-below-baseline" in alerts and "against its class baseline band" in alerts, alerts
         assert (tmp_path / "var" / "demo" / "gpuwarden.yaml").is_file()
 
 
