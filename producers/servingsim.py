@@ -70,13 +70,14 @@ class ServingSim:
     """One vLLM service on one node."""
 
     def __init__(self, scenario: str, *, node: str, boot_id: str, seed: int, start_ts: float,
-                 pid: int, gpus: list[int]) -> None:
+                 pid: int, gpus: list[int], scrape_s: float = SCRAPE_S) -> None:
         self.scenario, self.service = scenario, SERVICES[scenario]
         self.node, self.boot_id = node, boot_id
         self.rng = random.Random(f"{seed}/{node}/{self.service}")
         self.onset = start_ts + ONSET_S
         self.pid, self.gpus = pid, gpus
-        self.next_ts = start_ts + SCRAPE_S
+        self.scrape_s = scrape_s
+        self.next_ts = start_ts + scrape_s
         self.last_ts = start_ts
         self.seq = 0
         self.down_until: float | None = None
@@ -87,7 +88,7 @@ class ServingSim:
 
     def scrape(self, ts: float, seq: int) -> InferenceMetrics | None:
         """The record of the interval ending at ``ts`` (None while the server is down)."""
-        self.next_ts = ts + SCRAPE_S
+        self.next_ts = ts + self.scrape_s
         reset = False
         if self.scenario == "serving-deploy" and not self.restarted and ts >= self.onset:
             self.restarted, self.down_until = True, ts + 60.0

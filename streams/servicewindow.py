@@ -6,7 +6,10 @@ Minutes keep the histograms' bucket deltas, the counters and the gauges' means f
 :data:`MINUTES_KEPT_S` (the longest short-horizon read: the 6 h slow-burn window); hours
 keep only each objective's good/total events, for the long burn windows (3 d) and the SLO
 window's budget (30 d). A window is whole minutes (or whole hours) ending at the instant it
-is read, which is always a minute boundary: rules run when a minute closes.
+is read, which is always a minute boundary: rules run when a minute closes. Objective events
+are also summed per 5-minute block, so a 6 h window reads ~80 rows, not 360, and the closed
+hours of a long window are summed once per hour (``memo``): a service's rules cost the same
+whatever history it has.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from gpuwarden.streams.slo import Events
 from gpuwarden.streams.statecodec import state
 
 MINUTE_S = 60.0
+BLOCK_S = 300.0
 HOUR_S = 3600.0
 MINUTES_KEPT_S = 7 * HOUR_S
 
@@ -41,11 +45,14 @@ class Minute:
 class ServiceWindow:
     """Minutes and hours of one service on one node, and the bucket bounds per histogram."""
 
-    __slots__ = ("minutes", "hours", "bounds", "first_ts")
+    __slots__ = ("minutes", "blocks", "hours", "bounds", "first_ts", "memo")
 
     def __init__(self) -> None:
         self.minutes: dict[float, Minute] = {}
+        self.blocks: dict[float, dict[str, list[int]]] = {}
         self.hours: dict[float, dict[str, list[int]]] = {}
+        #: (first hour, current hour, objective) -> events of the closed hours from the first on
+        self.memo: dict[tuple[float, float, str], list[int]] = {}
         self.bounds: dict[str, tuple[float, ...]] = {}
         self.first_ts: float | None = None
 
@@ -83,22 +90,25 @@ class ServiceWindow:
 
     def add_events(self, ts: float, key: str, ev: Events) -> None:
         for row in (self.minute(ts).events.setdefault(key, [0, 0, 0]),
+                    self.blocks.setdefault(ts - ts % BLOCK_S, {}).setdefault(key, [0, 0, 0]),
                     self.hours.setdefault(ts - ts % HOUR_S, {}).setdefault(key, [0, 0, 0])):
             row[0] += ev.good
             row[1] += ev.total
             row[2] += ev.undecided
 
     def trim(self, now: float, hours_kept_s: float) -> None:
-        for start in [s for s in self.minutes if s < now - MINUTES_KEPT_S]:
-            del self.minutes[start]
-        for start in [s for s in self.hours if s < now - hours_kept_s - HOUR_S]:
-            del self.hours[start]
+        """Forget what no window reads any more (oldest first: the tables fill in time order)."""
+        for table, floor in ((self.minutes, now - MINUTES_KEPT_S), (self.blocks, now - MINUTES_KEPT_S - BLOCK_S),
+                             (self.hours, now - hours_kept_s - HOUR_S)):
+            while table and (oldest := next(iter(table))) < floor:
+                del table[oldest]
 
     # ------------------------------------------------------------------ reads
 
     def _minutes(self, since: float, until: float) -> Iterable[Minute]:
-        """The minutes starting in ``[since, until)``."""
-        return (m for s, m in self.minutes.items() if since <= s < until)
+        """The minutes starting in ``[since, until)`` (looked up by start: reads are short spans
+        of a long history)."""
+        return _starts(self.minutes, since, until, MINUTE_S)
 
     def buckets(self, name: str, since: float, until: float) -> tuple[Buckets | None, float]:
         """The histogram's buckets over the minutes in ``[since, until)`` and its sum (None
@@ -129,13 +139,37 @@ class ServiceWindow:
         return s / n if n else None
 
     def events(self, key: str, since: float, until: float) -> Events:
-        """An objective's events in ``[since, until)``: whole minutes within the kept minutes,
-        whole hours (those overlapping the span) beyond them."""
+        """An objective's events in ``[since, until)``: exact within the kept minutes (minutes
+        at the edges, 5-minute blocks between), whole hours (those overlapping the span) beyond."""
         if since >= until - MINUTES_KEPT_S:
-            rows: Iterable[list[int]] = (m.events[key] for m in self._minutes(since, until) if key in m.events)
+            lo = min(since - since % BLOCK_S + (BLOCK_S if since % BLOCK_S else 0.0), until)
+            hi = max(until - until % BLOCK_S, lo)
+            rows: list[list[int]] = [m.events[key] for m in self._minutes(since, lo) if key in m.events]
+            rows += [b[key] for b in _starts(self.blocks, lo, hi, BLOCK_S) if key in b]
+            rows += [m.events[key] for m in self._minutes(hi, until) if key in m.events]
         else:
-            rows = (h[key] for s, h in self.hours.items() if s + HOUR_S > since and s < until and key in h)
-        g = t = u = 0
-        for row in rows:
-            g, t, u = g + row[0], t + row[1], u + row[2]
+            first, current = since - since % HOUR_S, until - until % HOUR_S
+            closed = self.memo.get((first, current, key))
+            if closed is None:
+                for k in [k for k in self.memo if k[1] != current]:
+                    del self.memo[k]
+                closed = self.memo[first, current, key] = _add(h[key] for h in _starts(self.hours, first, current, HOUR_S)
+                                                               if key in h)
+            rows = [closed] + [h[key] for h in _starts(self.hours, current, until, HOUR_S) if key in h]
+        g, t, u = _add(rows)
         return Events(g, t, u)
+
+def _starts(table: dict, since: float, until: float, step: float) -> Iterable:
+    """The values of ``table`` (keyed by multiples of ``step``) for keys in ``[since, until)``."""
+    first = since - since % step
+    first += step if first < since else 0.0
+    get = table.get
+    return (v for k in range(max(int((until - first + step - 1e-9) // step), 0))
+            if (v := get(first + k * step)) is not None)
+
+
+def _add(rows: Iterable[list[int]]) -> list[int]:
+    g = t = u = 0
+    for row in rows:
+        g, t, u = g + row[0], t + row[1], u + row[2]
+    return [g, t, u]
