@@ -10,7 +10,8 @@ Faults start :data:`ONSET_S` after the start (the rules compare with the hour be
 ``serving-tail`` 3 % of requests ~3 s slow while the others speed up so the mean stays flat;
 ``serving-kv-knee`` 16 req/s more over 10 min into a full KV cache (queue, preemptions);
 ``serving-deploy`` a restart (new pid, counters from zero) with TTFT x3.5; ``serving-errors``
-60 % of requests aborted for 20 min.
+60 % of requests aborted for 20 min; ``serving-batch-full`` 8 req/s more over 10 min into its
+small max batch (48): the batch is full, requests wait, the KV cache has room.
 """
 
 from __future__ import annotations
@@ -31,14 +32,16 @@ ITL_BOUNDS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0
 E2E_BOUNDS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
               120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 MODEL = "qwen2-72b"
-MAX_BATCH = 256
 BASE_RATE = 8.0  # requests/s at the daily mean
 TOKENS_OUT = 200.0  # generated tokens per request
 KV_PER_RATE = 0.05  # KV cache used per req/s of load: 60 % at the diurnal peak (12 req/s)
 #: Service name per serving scenario; ``SLO`` is what ``gpuwarden run --simulate`` judges them by
 #: when the config declares none for them.
 SERVICES = {"serving-healthy": "chat", "serving-tail": "chat-tail", "serving-kv-knee": "chat-knee",
-            "serving-deploy": "chat-deploy", "serving-errors": "chat-errors"}
+            "serving-deploy": "chat-deploy", "serving-errors": "chat-errors", "serving-batch-full": "chat-batch"}
+#: Each service's configured max batch (vLLM ``max_num_seqs``): chat-batch runs with a small one.
+MAX_BATCH = {service: 48 if service == "chat-batch" else 256 for service in SERVICES.values()}
+E2E_MEDIAN_S = 4.2  # running requests = arrival rate x time in the server (Little's law)
 SLO = {"ttft_p99": "2.5s", "itl_p99": "100ms", "error_rate": "1%", "window": "30d"}
 
 
@@ -105,13 +108,15 @@ class ServingSim:
         rate = BASE_RATE * (1 + 0.5 * math.sin(2 * math.pi * (ts % 86400) / 86400))
         if self.scenario == "serving-kv-knee" and ts >= self.onset:
             rate += 2 * BASE_RATE * min((ts - self.onset) / 600, 1.0)
+        if self.scenario == "serving-batch-full" and ts >= self.onset:
+            rate += BASE_RATE * min((ts - self.onset) / 600, 1.0)
         return rate
 
     def _record(self, start: float, ts: float, seq: int, reset: bool) -> InferenceMetrics:
         dt, after = ts - start, ts >= self.onset
         rate = self._load(ts)
         n = rate * dt
-        kv = min(KV_PER_RATE * rate, 0.99)
+        kv = min(KV_PER_RATE * min(rate, MAX_BATCH[self.service] / E2E_MEDIAN_S), 0.99)
         waiting = preempt = 0.0
         ttft = [(1.0, LogNormal(0.2, 0.4))]
         if kv >= 0.9:  # the knee: the cache is full, requests queue, running ones are preempted
@@ -142,7 +147,10 @@ class ServingSim:
         def gauge(name: str, metric: str, value: float) -> GaugeValue:
             return GaugeValue(name=name, metric=metric, labels=labels, value=value)
 
-        running = min(rate * 2.5, MAX_BATCH * 0.6 if kv >= 0.9 else MAX_BATCH)
+        cap = MAX_BATCH[self.service]
+        running = min(rate * E2E_MEDIAN_S, cap)
+        if rate * E2E_MEDIAN_S > cap:  # the batch is full: the rest waits
+            waiting = max(waiting, round((rate * E2E_MEDIAN_S - cap) / 2, 1))
         return InferenceMetrics(
             ts=ts, start_ts=start, node=self.node, seq=seq, boot_id=self.boot_id, engine="vllm",
             service=self.service, model=MODEL, url="http://127.0.0.1:8000/metrics", pid=self.pid,

@@ -139,7 +139,8 @@ SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
           "speed up: the mean TTFT stays flat, the p99 moves from (0.75, 1] s to (2.5, 5] s.",
           "attention: inference-tail-rising (ttft and e2e) on chat-tail ~10 min after onset "
           "(serving scenarios start 70 min in: the rules compare with the hour before)",
-          "info: slo-steady-burn of ttft_p99 (3 % over 2.5 s against a 1 % budget)"),
+          "info: slo-steady-burn of ttft_p99 ~50 min after onset (~2.5 % over 2.5 s against a 1 % "
+          "budget, over all the traffic since the start)"),
     _info("serving-kv-knee", "serving",
           "From onset chat-knee's load grows by 16 req/s over 10 min: the KV cache fills (≥ 90 %), "
           "requests queue and running ones are preempted.",
@@ -155,8 +156,13 @@ SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
           "attention: inference-failures on chat-errors within 1 min of onset",
           "attention: slo-slow-burn of error_rate (1 % budget) ~8 min after onset",
           "critical: slo-fast-burn of error_rate ~15 min after onset (60 % failed for 14.4 of 60 min)"),
+    _info("serving-batch-full", "serving",
+          "chat-batch runs with a small max batch (48); from onset its load grows by 8 req/s over 10 "
+          "min: the batch is full and requests wait while the KV cache has room.",
+          "attention: inference-batch-full on chat-batch ~10 min after onset"),
     _info("mixed", "none",
           "A busy multi-user cluster: every fault above on a different GPU (spread over nodes), "
+          "every serving scenario as a vLLM service of its own, "
           "plus driver-version skew: the last node of the multi-node job runs an older driver "
           f"({SKEWED_DRIVER} vs {DRIVER}; needs nodes >= 2).",
           "each fault scenario's alerts, on its GPU (see docs/scenarios.md for the placement)",

@@ -35,6 +35,10 @@ RESTART_BASE_S, RESTART_JUDGED_S, RESTART_NOW_S = 3600.0, 6 * HOUR_S, 900.0
 RESTART_Q, RESTART_RATIO = 0.9, 1.5
 BATCH_FULL = 0.95
 TAIL_METRICS = ("ttft", "e2e")
+#: Every rule this module judges (docs/rules.md has a row for each).
+RULES = ("slo-fast-burn", "slo-slow-burn", "slo-steady-burn", "inference-tail-rising", "inference-kv-knee",
+         "inference-preemptions", "inference-failures", "inference-batch-full", "inference-restarted",
+         "inference-ttft-regression")
 
 
 @dataclass
