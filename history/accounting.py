@@ -321,9 +321,15 @@ def _serving_table(u: Usage, currency: str, width: int) -> str:
             return f"{v:,.0f}"
         return v if isinstance(v, str) else _fmt(v, "tokens" if c == "output_tokens" else c)
 
-    rows = [(r.service, [cell(r.values()[c], c) for c in cols]) for r in u.serving]
-    # tables.to_text sets the last row apart as a total: an empty one ends this table
-    return tables.to_text("Inference services", "service", headers, [*rows, ("", [""] * len(cols))], width)
+    total = ServingRow("total", "")
+    for r in u.serving:
+        for f in ("requests", "failed", "output_tokens", "seconds", "gpu_hours", "idle_gpu_hours"):
+            setattr(total, f, getattr(total, f) + getattr(r, f))
+    total.seconds = max((r.seconds for r in u.serving), default=0.0)  # services run side by side
+    if u.price_per_gpu_hour is not None and total.output_tokens:
+        total.cost_per_mtok = total.gpu_hours * u.price_per_gpu_hour / (total.output_tokens / 1e6)
+    rows = [(r.service, [cell(r.values()[c], c) for c in cols]) for r in [*u.serving, total]]
+    return tables.to_text("Inference services", "service", headers, rows, width)
 
 
 def _day(ts: float) -> str:
