@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Group
 from rich.table import Table
 
+from gpuwarden.app.serving_view import render_services
 from gpuwarden.streams.engine import Engine
 from gpuwarden.streams.view import node_view
 
@@ -42,7 +43,9 @@ def render(engine: Engine, now: float, notice: str | None = None) -> Group:
     for col in ("tier", "rule", "where", "since (event time)", "summary"):
         alerts.add_column(col)
     for a in sorted(engine.open_alerts(), key=lambda a: (a.tier.value != "critical", a.started_at)):
-        where = " ".join(f"{k}={a.labels[k]}" for k in ("node", "gpu", "task") if k in a.labels)
+        where = " ".join(f"{k}={a.labels[k]}" for k in ("node", "gpu", "task", "service") if k in a.labels)
         alerts.add_row(f"[{_TIER_STYLE[a.tier.value]}]{a.tier.value}[/]", a.rule, where,
                        f"{now - a.started_at:.0f} s ago", a.summary[:120])
-    return Group(*([f"[bold yellow]{notice}[/]"] if notice else []), gpus, tasks, alerts)
+    services = render_services(engine)  # the inference panel (#20), when a service was seen
+    return Group(*([f"[bold yellow]{notice}[/]"] if notice else []), gpus, tasks,
+                 *([services] if services is not None else []), alerts)
