@@ -24,6 +24,9 @@ MINUTE_S = 60.0
 BLOCK_S = 300.0
 HOUR_S = 3600.0
 MINUTES_KEPT_S = 7 * HOUR_S
+#: Histograms, counters and gauges are read over at most 70 min (the tail rule's hour before its
+#: 10 minutes): older minutes keep only their objectives' events.
+DETAIL_KEPT_S = 75 * MINUTE_S
 
 
 @state
@@ -45,7 +48,7 @@ class Minute:
 class ServiceWindow:
     """Minutes and hours of one service on one node, and the bucket bounds per histogram."""
 
-    __slots__ = ("minutes", "blocks", "hours", "bounds", "first_ts", "memo")
+    __slots__ = ("minutes", "blocks", "hours", "bounds", "first_ts", "memo", "detail_from")
 
     def __init__(self) -> None:
         self.minutes: dict[float, Minute] = {}
@@ -53,6 +56,7 @@ class ServiceWindow:
         self.hours: dict[float, dict[str, list[int]]] = {}
         #: (first hour, current hour, objective) -> events of the closed hours from the first on
         self.memo: dict[tuple[float, float, str], list[int]] = {}
+        self.detail_from: float | None = None  # minutes before this hold only their events
         self.bounds: dict[str, tuple[float, ...]] = {}
         self.first_ts: float | None = None
 
@@ -98,6 +102,13 @@ class ServiceWindow:
 
     def trim(self, now: float, hours_kept_s: float) -> None:
         """Forget what no window reads any more (oldest first: the tables fill in time order)."""
+        old = now - DETAIL_KEPT_S
+        since = self.detail_from if self.detail_from is not None else min(self.minutes, default=old)
+        for m in _starts(self.minutes, max(since, now - MINUTES_KEPT_S), old, MINUTE_S):
+            m.hist.clear()
+            m.counters.clear()
+            m.gauges.clear()
+        self.detail_from = max(old, since)
         for table, floor in ((self.minutes, now - MINUTES_KEPT_S), (self.blocks, now - MINUTES_KEPT_S - BLOCK_S),
                              (self.hours, now - hours_kept_s - HOUR_S)):
             while table and (oldest := next(iter(table))) < floor:
