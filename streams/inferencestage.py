@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from gpuwarden.alert_text import fill, template_names
 from gpuwarden.contract import AlertTransition, InferenceMetrics, decode, encode
 from gpuwarden.streams import statecodec
 from gpuwarden.streams.alerts import AlertSlot, fingerprint, step, transition
@@ -29,7 +30,7 @@ from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.quantiles import Buckets, quantile
 from gpuwarden.streams.reorder import ReorderBuffer
 from gpuwarden.streams.servicewindow import MINUTE_S, ServiceWindow
-from gpuwarden.streams.servingrules import RESTART_BASE_S, MIN_RESTART_OBS, Restart, Verdict, batch_full, \
+from gpuwarden.streams.servingrules import MIN_RESTART_OBS, RESTART_BASE_S, TEXT, Restart, Verdict, batch_full, \
     burn_verdicts, failures, kv_knee, preemptions, restart_verdicts, tail_verdicts
 from gpuwarden.streams.slo import budget_remaining, error_events, latency_events
 
@@ -236,11 +237,11 @@ class InferenceStage:
         win = st.window
         slo = self.cfg.slo.get(name)
         serving = self.cfg.serving.get(name)
-        verdicts: list[Verdict] = burn_verdicts(name, win, slo, now) if slo else []
-        verdicts += tail_verdicts(name, win, now)
-        verdicts += [kv_knee(name, win, now), preemptions(name, win, now), failures(name, win, now),
-                     batch_full(name, win, now, serving.max_batch if serving else None)]
-        verdicts += restart_verdicts(name, win, now, st.restart())
+        verdicts: list[Verdict] = burn_verdicts(win, slo, now) if slo else []
+        verdicts += tail_verdicts(win, now)
+        verdicts += [kv_knee(win, now), preemptions(win, now), failures(win, now),
+                     batch_full(win, now, serving.max_batch if serving else None)]
+        verdicts += restart_verdicts(win, now, st.restart())
         out = [t for v in verdicts if (t := self._step(node, name, st, v, now)) is not None]
         win.trim(now, float(slo.window) if slo else 0.0)
         return out
@@ -258,8 +259,10 @@ class InferenceStage:
         if change == "firing":
             slot.labels = {"node": node, "service": name, "model": st.model, "engine": st.engine,
                            **({"gpus": st.gpus} if st.gpus else {}), **v.identity}
-            slot.evidence = {**v.evidence, "held_for_s": round(now - (slot.pending_since or now), 3)}
-            slot.summary, slot.action, slot.tier = v.summary, v.action, v.tier.value
+            slot.evidence = {"values": {}, **v.evidence, "held_for_s": round(now - (slot.pending_since or now), 3)}
+            names = template_names(slot.labels, slot.evidence)
+            text = TEXT[v.rule]
+            slot.summary, slot.action, slot.tier = fill(text.summary, names), fill(text.action, names), v.tier.value
             out = transition(v.rule, fp, slot, "firing", now, now)
         elif change == "resolved":
             out = transition(v.rule, fp, slot, "resolved", now, started or now)

@@ -1,7 +1,10 @@
 """The inference rules: SLO burn rates and the serving engines' composite signs, per service.
 
 Each rule reads one service's windows (:class:`ServiceWindow`) at a minute boundary ``now``
-and says whether it holds, with its evidence; the stage steps the alert slots. Quantiles
+and says whether it holds, with its evidence; the stage steps the alert slots and fills the
+rule's summary and action templates (:data:`TEXT`) from the alert's labels and evidence, as
+the rule pack's are filled, so the notifiers render them in another language the same way
+(``notifiers/default_rules.zh-CN.yaml``). Quantiles
 are said as the buckets allow (``p99 ≤ 2.5 s``; an interpolated figure is marked as one),
 and a comparison of two quantiles only claims a change when the buckets show it: the new
 quantile's bucket lies wholly above the old one's (docs/inference.md).
@@ -35,22 +38,68 @@ RESTART_BASE_S, RESTART_JUDGED_S, RESTART_NOW_S = 3600.0, 6 * HOUR_S, 900.0
 RESTART_Q, RESTART_RATIO = 0.9, 1.5
 BATCH_FULL = 0.95
 TAIL_METRICS = ("ttft", "e2e")
+
+
+@dataclass(frozen=True)
+class Text:
+    """A rule's English summary and action templates (names: labels, evidence values, ``window``)."""
+
+    summary: str
+    action: str
+
+
+_BURN_ACTION = ("at this rate the budget is gone in {exhaust_h:.3g} h: find what changed (a deploy, the load, "
+                "a GPU) and roll back or shed load")
+_BURN = ("{service} on {node}: the {objective} objective burns its error budget at {burn_long:.3g}x over {window} "
+         "({burn_short:.3g}x over the last {short_min:g} min; alert at {factor:g}x): {budget_left_pct:.3g} % of the "
+         "{slo_window_d:g} d budget left")
+TEXT: dict[str, Text] = {
+    "slo-fast-burn": Text(_BURN, _BURN_ACTION),
+    "slo-slow-burn": Text(_BURN, _BURN_ACTION),
+    "slo-steady-burn": Text(_BURN, _BURN_ACTION),
+    "inference-tail-rising": Text(
+        "{service} on {node}: {metric} tail rising while the mean is flat: p99 ≤ {p99_upper:g} s (in ({p99_lower:g}, "
+        "{p99_upper:g}] s; ≈{p99_interpolated:.3g} s interpolated) over the last 10 min against p99 ≤ "
+        "{p99_ref_upper:g} s (in ({p99_ref_lower:g}, {p99_ref_upper:g}] s) in the hour before; mean "
+        "{mean_s:.3g} s vs {mean_ref_s:.3g} s",
+        "the average hides the tail: look at the slowest requests (long prompts, a hot replica, a noisy neighbour "
+        "on the GPU, preemptions)"),
+    "inference-kv-knee": Text(
+        "{service} on {node}: at the capacity knee: KV cache {kv_pct:.3g} % used and {requests_waiting:.3g} "
+        "requests waiting (mean over 5 min; {requests_waiting_before:.3g} the 5 min before)",
+        "add replicas or reduce max batch (max_num_seqs) so requests stop queueing behind a full KV cache"),
+    "inference-preemptions": Text(
+        "{service} on {node}: preemptions rising: {preemptions:g} in the last 10 min ({per_min:.3g}/min against "
+        "{per_min_ref:.3g}/min in the hour before)",
+        "the KV cache is too small for the batch: reduce max batch or add replicas"),
+    "inference-failures": Text(
+        "{service} on {node}: {failed:g} of {finished:g} requests failed in 5 min ({share_pct:.3g} %)",
+        "read the server's log for the failures (out of memory, a bad request, timeouts)"),
+    "inference-batch-full": Text(
+        "{service} on {node}: the batch is full: {requests_running:.3g} requests running of a configured maximum "
+        "of {max_batch:g} ({fill_pct:.3g} %), {requests_waiting:.3g} waiting",
+        "add replicas, or raise max batch if the KV cache has room (it is not the limit here)"),
+    "inference-restarted": Text(
+        "{service} on {node}: a new serving process (its counters started again or its pid changed)",
+        "a deploy, or a crash (CUDA out of memory is the usual one): the server's log says which"),
+    "inference-ttft-regression": Text(
+        "{service} on {node}: TTFT regressed after the new process: p90 ≤ {p90_upper:g} s (in ({p90_lower:g}, "
+        "{p90_upper:g}] s; ≈{p90_interpolated:.3g} s interpolated) since, against p90 ≤ {p90_before_upper:g} s "
+        "(in ({p90_before_lower:g}, {p90_before_upper:g}] s) in the hour before",
+        "compare the deploy's changes (model, engine version, flags such as max_num_seqs); roll back"),
+}
 #: Every rule this module judges (docs/rules.md has a row for each).
-RULES = ("slo-fast-burn", "slo-slow-burn", "slo-steady-burn", "inference-tail-rising", "inference-kv-knee",
-         "inference-preemptions", "inference-failures", "inference-batch-full", "inference-restarted",
-         "inference-ttft-regression")
+RULES = tuple(TEXT)
 
 
 @dataclass
 class Verdict:
-    """One rule on one service at ``now``: whether it holds and, when it does, what it says."""
+    """One rule on one service at ``now``: whether it holds and, when it does, its evidence."""
 
     rule: str
     tier: Tier
     holds: bool
     identity: dict[str, str] = field(default_factory=dict)
-    summary: str = ""
-    action: str = ""
     evidence: dict[str, Any] = field(default_factory=dict)
     for_s: float = 0.0
     keep_s: float = 0.0
@@ -66,10 +115,6 @@ class Restart:
     counts: tuple[int, ...] | None = None
 
 
-def _pct(x: float) -> str:
-    return f"{x * 100:.3g} %"
-
-
 def _window(seconds: float) -> str:
     for unit, size in (("d", 86400.0), ("h", HOUR_S), ("min", MINUTE_S)):
         if seconds >= size and seconds % size == 0:
@@ -80,7 +125,7 @@ def _window(seconds: float) -> str:
 # --------------------------------------------------------------------------- SLO burn rates
 
 
-def burn_verdicts(service: str, win: ServiceWindow, slo: ServiceSlo, now: float,
+def burn_verdicts(win: ServiceWindow, slo: ServiceSlo, now: float,
                   alerts: tuple[BurnAlert, ...] = DEFAULT_ALERTS) -> list[Verdict]:
     """Every objective × every workbook pair (fast: critical, slow: attention, steady: info)."""
     window = float(slo.window)
@@ -95,15 +140,12 @@ def burn_verdicts(service: str, win: ServiceWindow, slo: ServiceSlo, now: float,
             holds = long_ev.total >= MIN_EVENTS and lb >= a.factor and sb >= a.factor
             v = Verdict(f"slo-{a.name.replace('_', '-')}", a.tier, holds, {"objective": key})
             if holds:
-                exhaust = max(left, 0.0) * window / lb / HOUR_S
-                v.summary = (f"{service}: the {key} objective burns its error budget at {lb:.3g}× over "
-                             f"{_window(a.long_s)} ({sb:.3g}× over {_window(a.short_s)}; alert at {a.factor:g}×): "
-                             f"{_pct(max(left, 0.0))} of the {_window(window)} budget left")
-                v.action = (f"at this rate the budget is gone in {exhaust:.3g} h: find what changed (a deploy, "
-                            "the load, a GPU) and roll back or shed load")
                 v.evidence = {"values": {"burn_long": round(lb, 4), "burn_short": round(sb, 4),
                                          "factor": a.factor, "budget": budget,
                                          "budget_remaining": round(left, 6),
+                                         "budget_left_pct": round(100 * max(left, 0.0), 4),
+                                         "exhaust_h": round(max(left, 0.0) * window / lb / HOUR_S, 4),
+                                         "short_min": a.short_s / MINUTE_S, "slo_window_d": window / 86400,
                                          "bad_long": float(long_ev.bad), "events_long": float(long_ev.total),
                                          "undecided_long": float(long_ev.undecided)},
                               "window_s": a.long_s, "count": long_ev.bad, "note": note_of(a.short_s)}
@@ -141,7 +183,7 @@ def _mean(win: ServiceWindow, name: str, since: float, until: float) -> tuple[Qu
     return quantile(b, 0.99), total / b.total, b.total
 
 
-def tail_verdicts(service: str, win: ServiceWindow, now: float) -> list[Verdict]:
+def tail_verdicts(win: ServiceWindow, now: float) -> list[Verdict]:
     """The pitfall "the average hides the tail": p99 in a wholly higher bucket than the hour
     before, and at least doubled (interpolated), while the mean stays within ±20 %."""
     out = []
@@ -155,23 +197,19 @@ def tail_verdicts(service: str, win: ServiceWindow, now: float) -> list[Verdict]
         v = Verdict("inference-tail-rising", Tier.ATTENTION, holds, {"metric": name}, for_s=300.0, keep_s=300.0)
         if holds:
             assert cur and ref and cur_mean is not None and ref_mean
-            v.summary = (f"{service}: {name} tail rising while the mean is flat: {cur.statement()} over the last "
-                         f"{_window(TAIL_NOW_S)} against {ref.statement()} in the hour before; mean "
-                         f"{cur_mean:.3g} s vs {ref_mean:.3g} s")
-            v.action = ("the average hides the tail: look at the slowest requests (long prompts, a hot replica, "
-                        "a noisy neighbour on the GPU, preemptions)")
             v.evidence = {"values": {"p99_upper": cur.upper, "p99_lower": cur.lower, "p99_ref_upper": ref.upper,
+                                     "p99_ref_lower": ref.lower,
                                      "p99_interpolated": round(cur.estimate or 0.0, 4),
                                      "p99_ref_interpolated": round(ref.estimate or 0.0, 4),
                                      "mean_s": round(cur_mean, 4), "mean_ref_s": round(ref_mean, 4)},
                           "window_s": TAIL_NOW_S, "count": n,
-                          "note": "p99 from histogram buckets: the bound is what is known, interpolated figures "
-                                  "are estimates"}
+                          "note": f"{cur.statement()} over the last 10 min; {ref.statement()} in the hour before: "
+                                  "the bounds are what the buckets know, interpolated figures are estimates"}
         out.append(v)
     return out
 
 
-def kv_knee(service: str, win: ServiceWindow, now: float) -> Verdict:
+def kv_knee(win: ServiceWindow, now: float) -> Verdict:
     """The capacity knee: KV cache nearly full and the waiting queue growing (or at least not
     draining: above 80 % of the 5 min before)."""
     kv = win.gauge_mean("kv_cache_usage", now - KNEE_S, now)
@@ -183,16 +221,14 @@ def kv_knee(service: str, win: ServiceWindow, now: float) -> Verdict:
     if holds:
         assert kv is not None and waiting is not None
         running = win.gauge_mean("requests_running", now - KNEE_S, now)
-        v.summary = (f"{service}: at the capacity knee: KV cache {_pct(kv)} used and {waiting:.3g} requests "
-                     f"waiting (mean over {_window(KNEE_S)}; {before or 0:.3g} the {_window(KNEE_S)} before)")
-        v.action = "add replicas or reduce max batch (max_num_seqs) so requests stop queueing behind a full KV cache"
-        v.evidence = {"values": {"kv_cache_usage": round(kv, 4), "requests_waiting": round(waiting, 3),
+        v.evidence = {"values": {"kv_cache_usage": round(kv, 4), "kv_pct": round(100 * kv, 3),
+                                 "requests_waiting": round(waiting, 3),
                                  "requests_waiting_before": round(before or 0.0, 3),
                                  "requests_running": round(running or 0.0, 3)}, "window_s": KNEE_S}
     return v
 
 
-def preemptions(service: str, win: ServiceWindow, now: float) -> Verdict:
+def preemptions(win: ServiceWindow, now: float) -> Verdict:
     """Preemptions (KV cache reclaimed from running requests) at twice the hour before's rate."""
     recent = win.counter("preemptions", now - PREEMPT_NOW_S, now)
     ref = win.counter("preemptions", now - PREEMPT_NOW_S - HOUR_S, now - PREEMPT_NOW_S)
@@ -200,29 +236,25 @@ def preemptions(service: str, win: ServiceWindow, now: float) -> Verdict:
     holds = recent >= PREEMPT_MIN and rate > 2 * ref_rate
     v = Verdict("inference-preemptions", Tier.ATTENTION, holds, keep_s=600.0)
     if holds:
-        v.summary = (f"{service}: preemptions rising: {recent:g} in the last {_window(PREEMPT_NOW_S)} "
-                     f"({rate:.3g}/min against {ref_rate:.3g}/min in the hour before)")
-        v.action = "the KV cache is too small for the batch: reduce max batch or add replicas"
         v.evidence = {"values": {"preemptions": recent, "per_min": round(rate, 4), "per_min_ref": round(ref_rate, 4)},
                       "window_s": PREEMPT_NOW_S, "count": int(recent)}
     return v
 
 
-def failures(service: str, win: ServiceWindow, now: float) -> Verdict:
+def failures(win: ServiceWindow, now: float) -> Verdict:
     """A burst of failed requests (vLLM: aborted), whatever the SLO says."""
     failed = win.counter("requests_failed", now - FAIL_S, now)
     total = failed + win.counter("requests", now - FAIL_S, now)
     holds = failed >= FAIL_MIN and failed / total >= FAIL_SHARE
     v = Verdict("inference-failures", Tier.ATTENTION, holds, keep_s=300.0)
     if holds:
-        v.summary = f"{service}: {failed:g} of {total:g} requests failed in {_window(FAIL_S)} ({_pct(failed / total)})"
-        v.action = "read the server's log for the failures (out of memory, a bad request, timeouts)"
-        v.evidence = {"values": {"failed": failed, "finished": total, "share": round(failed / total, 4)},
+        v.evidence = {"values": {"failed": failed, "finished": total, "share": round(failed / total, 4),
+                                 "share_pct": round(100 * failed / total, 3)},
                       "window_s": FAIL_S, "count": int(failed)}
     return v
 
 
-def batch_full(service: str, win: ServiceWindow, now: float, max_batch: int | None) -> Verdict:
+def batch_full(win: ServiceWindow, now: float, max_batch: int | None) -> Verdict:
     """The real batch (running requests) at its configured maximum with requests waiting."""
     running = win.gauge_mean("requests_running", now - KNEE_S, now)
     waiting = win.gauge_mean("requests_waiting", now - KNEE_S, now)
@@ -231,24 +263,20 @@ def batch_full(service: str, win: ServiceWindow, now: float, max_batch: int | No
     v = Verdict("inference-batch-full", Tier.ATTENTION, holds, for_s=300.0, keep_s=300.0)
     if holds:
         assert max_batch and running is not None and waiting is not None
-        v.summary = (f"{service}: the batch is full: {running:.3g} requests running of a configured maximum of "
-                     f"{max_batch} ({_pct(running / max_batch)}), {waiting:.3g} waiting")
-        v.action = "add replicas, or raise max batch if the KV cache has room (it is not the limit here)"
         v.evidence = {"values": {"requests_running": round(running, 3), "max_batch": float(max_batch),
+                                 "fill_pct": round(100 * running / max_batch, 3),
                                  "requests_waiting": round(waiting, 3)}, "window_s": KNEE_S}
     return v
 
 
-def restart_verdicts(service: str, win: ServiceWindow, now: float, restart: Restart | None) -> list[Verdict]:
+def restart_verdicts(win: ServiceWindow, now: float, restart: Restart | None) -> list[Verdict]:
     """A new process of the service (info), and for 6 h after it its TTFT p90 against the hour
     before it (attention when wholly a bucket higher and 1.5× interpolated)."""
     fresh = restart is not None and now - restart.at <= 600.0
     new = Verdict("inference-restarted", Tier.INFO, fresh)
     if fresh:
         assert restart is not None
-        new.summary = f"{service}: a new serving process ({restart.why})"
-        new.action = "a deploy, or a crash (CUDA out of memory is the usual one): the server's log says which"
-        new.evidence = {"note": restart.why}
+        new.evidence = {"values": {"restart_ts": restart.at}, "note": restart.why}
     reg = Verdict("inference-ttft-regression", Tier.ATTENTION, False, for_s=300.0)
     if restart is not None and restart.counts is not None and now - restart.at <= RESTART_JUDGED_S:
         cur_b, _ = win.buckets("ttft", max(restart.at, now - RESTART_NOW_S), now)
@@ -258,14 +286,13 @@ def restart_verdicts(service: str, win: ServiceWindow, now: float, restart: Rest
                          and cur.estimate and base.estimate and cur.estimate >= RESTART_RATIO * base.estimate)
         if reg.holds:
             assert cur and base and cur_b
-            reg.summary = (f"{service}: TTFT regressed after the new process ({restart.why}): {cur.statement()} "
-                           f"since, against {base.statement()} in the hour before")
-            reg.action = "compare the deploy's changes (model, engine version, flags such as max_num_seqs); roll back"
             reg.evidence = {"values": {"p90_upper": cur.upper, "p90_lower": cur.lower, "p90_before_upper": base.upper,
+                                       "p90_before_lower": base.lower,
                                        "p90_interpolated": round(cur.estimate or 0.0, 4),
                                        "p90_before_interpolated": round(base.estimate or 0.0, 4),
                                        "restart_ts": restart.at},
                             "count": cur_b.total,
-                            "note": f"judged for {_window(RESTART_JUDGED_S)} after the new process, then it is its "
-                                    "own baseline"}
+                            "note": f"{restart.why}; {cur.statement()} since, {base.statement()} in the hour "
+                                    f"before; judged for {_window(RESTART_JUDGED_S)} after the new process, then it "
+                                    "is its own baseline"}
     return [new, reg]

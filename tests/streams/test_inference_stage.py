@@ -178,7 +178,7 @@ def test_restart_then_ttft_regression_against_its_own_hour_before() -> None:
     got += f.minutes(10, ok=600, ttft=_ttft(600, [(1.0, LogNormal(0.7, 0.4))]))
     fired = {r: t for _, r, s, t in got if s == "firing"}
     assert set(fired) == {"inference-restarted", "inference-ttft-regression"}
-    assert fired["inference-restarted"].tier.value == "info" and "pid 4242 → 4243" in fired["inference-restarted"].summary
+    assert fired["inference-restarted"].tier.value == "info" and fired["inference-restarted"].evidence.note == "pid 4242 → 4243"
     reg = fired["inference-ttft-regression"]
     assert "p90 ≤ 2.5 s (in (1, 2.5] s" in reg.summary and "p90 ≤ 0.5 s (in (0.25, 0.5] s" in reg.summary
 
