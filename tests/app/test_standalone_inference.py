@@ -76,3 +76,23 @@ def test_scraped_records_reach_the_engine_and_the_spool(tmp_path, caplog) -> Non
     rows = list(spool.read(topic="inference.metrics", since=0, until=clock.t + 1))
     spool.close()
     assert len(rows) >= 50
+
+
+def test_live_run_and_replay_of_a_serving_scenario_are_byte_identical(tmp_path) -> None:
+    """The inference stage in event time: `gpuwarden replay` of `run --record` gives the same bytes."""
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text(f"spool:\n  path: {tmp_path / 'spool.db'}\n"
+                   "engine:\n  slo:\n    chat-errors: {error_rate: 1%}\n")
+    rec = tmp_path / "in.jsonl"
+    cli = [sys.executable, "-m", "gpuwarden.app.cli"]
+    live = subprocess.run([*cli, "run", "--config", str(cfg), "--simulate", "serving-errors", "--gpus", "2",
+                           "--duration", "90m", "--start", "1700000000", "--json", "--record", str(rec)],
+                          capture_output=True, timeout=300, check=True)
+    replay = subprocess.run([*cli, "replay", "--config", str(cfg), "--from-file", str(rec), "--json"],
+                            capture_output=True, timeout=300, check=True)
+    rules = {json.loads(x)["rule"] for x in live.stdout.splitlines()}
+    assert {"inference-failures", "slo-fast-burn"} <= rules
+    assert replay.stdout == live.stdout
