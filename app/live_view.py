@@ -30,6 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuwarden.app.display import band, urgency
+from gpuwarden.app.serving_view import SERVICE_COLUMNS, service_rows
 from gpuwarden.contract import AlertTransition
 from gpuwarden.humantime import moment, relative, span
 from gpuwarden.streams.engine import Engine
@@ -76,6 +77,8 @@ class Pane:
     columns: tuple[str, ...] = ()
     wrap: tuple[str, ...] = ()
     """Columns whose text may wrap (at word boundaries); the others stay on one line."""
+    optional: bool = False
+    """Left out of the screen while it has no rows (a layer this run does not have)."""
 
     def build(self, frame: Frame) -> tuple[Callable[[int], RenderableType], int]:
         """(the first k rows as one renderable, how many rows there are)."""
@@ -125,7 +128,7 @@ def alert_rows(frame: Frame) -> list[RenderableType]:
     """Each open alert: tier, rule, where and since on one line, the summary wrapped beneath."""
     out: list[RenderableType] = []
     for a in frame.alerts:
-        where = " ".join(f"{k}={a.labels[k]}" for k in ("node", "gpu", "task") if k in a.labels)
+        where = " ".join(f"{k}={a.labels[k]}" for k in ("node", "gpu", "task", "service") if k in a.labels)
         head = Text.assemble((f"{a.tier.value.upper():10}", _TIER_STYLE[a.tier.value]), (a.rule, "bold"), "  ",
                              (where, "cyan"), "  ", (f"since {relative(a.started_at, frame.now)}", "dim"))
         out.append(Group(head, Padding(Text(a.summary), (0, 0, 0, 2))))
@@ -166,6 +169,8 @@ PANES: list[Pane] = [
          columns=("node", "gpu", "util %", "mem GiB", "temp °C", "power W", "task", "user")),
     Pane("Tasks and class baselines", task_rows, "tasks", ratio=2,
          columns=("node", "task", "class", "GPUs", "class util % (band)"), wrap=("class util % (band)",)),
+    Pane("Inference services (last hour)", lambda frame: service_rows(frame.engine), "services", ratio=1,
+         columns=SERVICE_COLUMNS, wrap=("budget left",), optional=True),
 ]
 """The alerts pane first: it is the one that must always be there."""
 
@@ -233,8 +238,9 @@ class Body:
 def render(engine: Engine, now: float, status: Status | None = None) -> Screen:
     """One frame, built from the engine's read-only views, so it shows exactly what the rules see."""
     frame = frame_of(engine, now, status or Status())
-    panes = [Layout(Panel(Fitted(*p.build(frame), p.noun), title=p.title, title_align="left", box=box.ROUNDED),
-                    name=p.title, ratio=p.ratio) for p in PANES]
+    built = [(p, p.build(frame)) for p in PANES]
+    panes = [Layout(Panel(Fitted(*b, p.noun), title=p.title, title_align="left", box=box.ROUNDED),
+                    name=p.title, ratio=p.ratio) for p, b in built if b[1] or not p.optional]
     root = Layout()
     root.split_column(Layout(header(frame), name="header", size=2), Layout(Body(panes), name="body"))
     return Screen(root)

@@ -26,10 +26,15 @@ from gpuwarden.contract import AlertTransition, Topics, encode, record_key
 from gpuwarden.humantime import moment, span
 from gpuwarden.notifiers.pipeline import Notifier
 from gpuwarden.producers.agent import build_source, step_with_extras, stop_extras
+from gpuwarden.producers.servingsim import MAX_BATCH as SIM_MAX_BATCH
+from gpuwarden.producers.servingsim import SERVICES as SIM_SERVICES
+from gpuwarden.producers.servingsim import SLO as SIM_SLO
 from gpuwarden.producers.simulator import Simulator, scenario_list, tick_for
 from gpuwarden.producers.source import Record, Source, paced
 from gpuwarden.spool import Spool
+from gpuwarden.streams.config import EngineConfig, ServiceServing
 from gpuwarden.streams.engine import Engine
+from gpuwarden.streams.slo import ServiceSlo
 from gpuwarden.streams.rules import RulesError, load_rules
 from gpuwarden.units import parse_time
 
@@ -64,6 +69,14 @@ def _source(args: argparse.Namespace, settings: Settings) -> tuple[Source, list[
     nodes = args.nodes or (2 if scenario == "mixed" else 1)
     return Simulator(scenario, nodes=nodes, gpus=args.gpus or 8, seed=args.seed, start_ts=start,
                      tick_s=tick, **kw), []
+
+
+def _with_simulated_services(cfg: EngineConfig) -> EngineConfig:
+    """A simulation's vLLM services are judged by the simulator's SLO and max batch unless the
+    config declares its own for them (so ``--simulate serving-errors`` shows its burn alerts)."""
+    slo = {**{s: ServiceSlo.model_validate(SIM_SLO) for s in SIM_SERVICES.values()}, **cfg.slo}
+    serving = {**{s: ServiceServing(max_batch=SIM_MAX_BATCH[s]) for s in SIM_SERVICES.values()}, **cfg.serving}
+    return cfg.model_copy(update={"slo": slo, "serving": serving})
 
 
 def _start_ts(text: str | None, span: float) -> float:
@@ -158,6 +171,8 @@ class Runner:
                 self.engine.nodes.drop(n)
             for c in self.engine.classes.classes():
                 self.engine.classes.drop(c)
+            for n in self.engine.inference.nodes():
+                self.engine.inference.drop(n)
             return
         self.now = until
 
@@ -229,7 +244,8 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     except NoGpus as e:
         print(f"gpuwarden run: {e}", file=sys.stderr)
         return 1
-    engine = Engine(rules, settings.engine, settings.limits.max_past_skew)
+    config = _with_simulated_services(settings.engine) if isinstance(source, Simulator) else settings.engine
+    engine = Engine(rules, config, settings.limits.max_past_skew)
     try:
         return asyncio.run(_run(args, settings, engine, source, extras))
     finally:

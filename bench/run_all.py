@@ -43,6 +43,7 @@ BENCHMARKS: list[tuple[str, str, list[str], bool]] = [
     ("scale_run", "Scale run: 10,000 simulated GPUs at 1 Hz, 5 min, real Kafka, two stream workers", [], True),
     ("scheduler_collector", "Scheduler collector per poll with 10,000 jobs queued (vs the squeue --json call)", [], False),
     ("inference_scrape", "Agent scrape of a vLLM endpoint with 10 models (vs the HTTP request alone)", [], False),
+    ("inference_stage", "Inference stage per record (vs decoding it, and stage 1 per snapshot)", [], False),
 ]
 
 

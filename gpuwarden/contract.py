@@ -515,7 +515,7 @@ class GaugeValue(Wire):
 
 
 class InferenceMetrics(_TimedRecord):
-    """inference.metrics, key ``node``: one model of one serving process (vLLM, SGLang) over one
+    """inference.metrics, key ``node``: one model of one serving process (vLLM, SGLang, TGI, Triton) over one
     scrape interval, ``start_ts`` to ``ts`` (the agent's clock at the two scrapes). Deltas, not
     the server's cumulative totals, so a restarted server (counters from zero) never reads as a
     negative rate or a burst; ``reset`` marks the interval where that happened."""
@@ -525,7 +525,7 @@ class InferenceMetrics(_TimedRecord):
     seq: NonNegInt
     boot_id: Label
     start_ts: Timestamp
-    engine: Literal["vllm", "sglang"]
+    engine: Literal["vllm", "sglang", "tgi", "triton"]
     service: Label
     model: Label
     url: Text

@@ -7,7 +7,8 @@ so the card-hours of all rows add up to the fleet's held card-hours.  A held
 GPU whose utilization is below ``idle_util_below`` is idle-allocated (a
 GPU whose utilization is unknown is never called idle).  Everything is in
 event time, so a report over replayed or imported history is the same as one
-over the live spool.
+over the live spool. Inference services get their own rows (``serving.py``): output tokens,
+tokens/s, cost per million output tokens, idle serving GPU-hours.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from gpuwarden.contract import (
     AlertTransition,
     Evidence,
     GpuProcess,
+    InferenceMetrics,
     NodeSnapshot,
     TaskMetric,
     TaskMetricKind,
@@ -35,6 +37,7 @@ from gpuwarden.contract import (
 from gpuwarden.history import tables
 from gpuwarden.history.config import AccountingConfig, HistorySettings
 from gpuwarden.history.flops import flops_per_token, peak_tflops
+from gpuwarden.history.serving import ServingRow, serving_rows
 from gpuwarden.spool import Spool
 
 UNKNOWN = "(unknown)"
@@ -70,6 +73,7 @@ class Usage:
     price_per_gpu_hour: float | None
     idle_util_below: float
     rows: list[UsageRow] = field(default_factory=list)
+    serving: list[ServingRow] = field(default_factory=list)
 
     @property
     def total(self) -> UsageRow:
@@ -160,6 +164,7 @@ def compute_usage(records: Iterable[Any], *, by: str = "user", since: float, unt
     """Usage rows per owner over ``[since, until)`` from snapshots and task metrics."""
     per_node: dict[str, list[NodeSnapshot]] = defaultdict(list)
     metrics: list[TaskMetric] = []
+    inference: list[InferenceMetrics] = []
     for r in records:
         if not since <= r.ts < until:
             continue
@@ -167,6 +172,8 @@ def compute_usage(records: Iterable[Any], *, by: str = "user", since: float, unt
             per_node[r.node].append(r)
         elif isinstance(r, TaskMetric):
             metrics.append(r)
+        elif isinstance(r, InferenceMetrics):
+            inference.append(r)
     rows: dict[str, UsageRow] = {}
 
     def row(key: str) -> UsageRow:
@@ -227,7 +234,8 @@ def compute_usage(records: Iterable[Any], *, by: str = "user", since: float, unt
     out = sorted(rows.values(), key=lambda r: (-r.card_hours, r.key))
     for r in out:
         _price(r, price_per_gpu_hour)
-    return Usage(by, since, until, price_per_gpu_hour, idle_util_below, out)
+    return Usage(by, since, until, price_per_gpu_hour, idle_util_below, out,
+                 serving_rows(inference, price_per_gpu_hour))
 
 
 def _reruns(runs: Iterable[_Run]) -> list[_Run]:
@@ -269,6 +277,7 @@ def to_json(u: Usage) -> str:
         "by": u.by, "since": u.since, "until": u.until, "price_per_gpu_hour": u.price_per_gpu_hour,
         "idle_util_below": u.idle_util_below,
         "rows": [_values(r) for r in u.rows], "total": _values(u.total),
+        "serving": [r.values() for r in u.serving],
     }, indent=2)
 
 
@@ -293,7 +302,34 @@ def to_table(u: Usage, currency: str = "", width: int = 110) -> str:
             and (tokens or c not in ("tokens", "cost_per_mtok", "mfu"))]
     headers = [c.replace("_", " ") + (f" ({currency})" if "cost" in c and currency else "") for c in cols]
     rows = [(r.key, [_fmt(v[c], c) for c in cols]) for r in [*u.rows, u.total] for v in [_values(r)]]
-    return tables.to_text(f"GPU usage by {u.by}, {_day(u.since)} → {_day(u.until)}", u.by, headers, rows, width)
+    text = tables.to_text(f"GPU usage by {u.by}, {_day(u.since)} → {_day(u.until)}", u.by, headers, rows, width)
+    return text + (_serving_table(u, currency, width) if u.serving else "")
+
+
+_SERVING = ("model", "requests", "failed", "output_tokens", "tokens_per_s", "tokens_per_s_per_gpu", "gpu_hours",
+            "idle_gpu_hours", "cost_per_mtok")
+
+
+def _serving_table(u: Usage, currency: str, width: int) -> str:
+    """Inference services: throughput and cost per million output tokens."""
+    cols = [c for c in _SERVING if u.price_per_gpu_hour is not None or c != "cost_per_mtok"]
+    headers = [c.replace("_", " ").replace("mtok", "M output tokens") + (f" ({currency})" if "cost" in c and currency
+                                                                          else "") for c in cols]
+
+    def cell(v: Any, c: str) -> str:
+        if c in ("requests", "failed"):
+            return f"{v:,.0f}"
+        return v if isinstance(v, str) else _fmt(v, "tokens" if c == "output_tokens" else c)
+
+    total = ServingRow("total", "")
+    for r in u.serving:
+        for f in ("requests", "failed", "output_tokens", "seconds", "gpu_hours", "idle_gpu_hours"):
+            setattr(total, f, getattr(total, f) + getattr(r, f))
+    total.seconds = max((r.seconds for r in u.serving), default=0.0)  # services run side by side
+    if u.price_per_gpu_hour is not None and total.output_tokens:
+        total.cost_per_mtok = total.gpu_hours * u.price_per_gpu_hour / (total.output_tokens / 1e6)
+    rows = [(r.service, [cell(r.values()[c], c) for c in cols]) for r in [*u.serving, total]]
+    return tables.to_text("Inference services", "service", headers, rows, width)
 
 
 def _day(ts: float) -> str:
@@ -308,9 +344,9 @@ def render(u: Usage, fmt: str, currency: str = "") -> str:
 
 
 def spool_records(spool: Spool, since: float, until: float, topic_prefix: str = "") -> Iterable[Any]:
-    """Snapshots and task metrics from the spool; undecodable rows are skipped (and counted by caller)."""
+    """Snapshots, task metrics and inference records from the spool; undecodable rows are skipped."""
     t = Topics(topic_prefix)
-    for topic in (t.samples, t.metrics):
+    for topic in (t.samples, t.metrics, t.inference):
         for row in spool.read(topic=topic, since=since, until=until):
             try:
                 yield decode(row.value)
@@ -347,6 +383,9 @@ def digest_record(u: Usage, currency: str = "") -> AlertTransition:
                f"{total.idle_card_hours:.1f} idle, {total.failed_jobs} failed, {total.reruns} reruns")
     if total.cost is not None:
         summary += f", cost {total.cost:.2f}{(' ' + currency) if currency else ''}"
+    if u.serving:
+        tokens = sum(r.output_tokens for r in u.serving)
+        summary += f"; inference: {tokens / 1e6:,.1f} M output tokens over {len(u.serving)} service(s)"
     table = to_table(u, currency, width=100)
     return AlertTransition(
         fingerprint=f"usage-digest-{int(u.until)}", rule="usage.weekly_digest", tier=Tier.INFO,

@@ -15,7 +15,7 @@ class InferenceTarget(Section):
     """One serving engine's Prometheus endpoint on this node."""
 
     url: str = Field(pattern=r"^https?://", description="its /metrics, e.g. http://127.0.0.1:8000/metrics")
-    engine: Literal["vllm", "sglang"]
+    engine: Literal["vllm", "sglang", "tgi", "triton"]
     service: str = Field(min_length=1, description="the service it serves: the SLO's and the alerts' name")
     gpus: list[int] = Field(default_factory=list, description="GPU indices it serves on; else from its process")
 

@@ -1,4 +1,4 @@
-"""Scrape the serving engines on this node (vLLM, SGLang) into ``inference_metrics/1`` records.
+"""Scrape the serving engines on this node (vLLM, SGLang, TGI, Triton) into ``inference_metrics/1`` records.
 
 A server exposes cumulative totals since its start; the agent publishes what happened
 between two scrapes (bucket, counter deltas) plus the gauges, one record per model.
@@ -97,18 +97,19 @@ def parse(text: str, names: EngineNames) -> Scrape:
     out = Scrape()
     families = list(text_string_to_metric_families(text))
     created: dict[SeriesKey, float] = {}
+    wanted_hist = {*names.histograms, *names.histogram_sums}
     for fam in families:
         base = fam.name.removesuffix("_created")
-        if base in names.histograms or base in names.counters:
+        if base in wanted_hist or base in names.counters:
             for s in fam.samples:
                 if s.name.endswith("_created"):
                     created[SeriesKey(base, _labels(s.labels))] = s.value
     for fam in families:
-        if fam.name in names.histograms and fam.type == "histogram":
-            _histogram(fam, out.histograms, created)
+        if fam.name in wanted_hist and fam.type == "histogram":
+            _histogram(fam, out.histograms, created, names.histogram_units.get(fam.name, 1.0))
         elif fam.name in names.counters and fam.type == "counter":
-            for s in fam.samples:
-                if s.name.endswith("_total"):
+            for s in fam.samples:  # ``_total`` as prometheus_client writes it; bare as TGI and Triton do
+                if s.name in (fam.name, fam.name + "_total"):
                     key = SeriesKey(fam.name, _labels(s.labels))
                     out.counters[key] = Totals((), (s.value,), s.value, created.get(key))
         elif fam.name in names.gauges and fam.type == "gauge":
@@ -117,7 +118,8 @@ def parse(text: str, names: EngineNames) -> Scrape:
     return out
 
 
-def _histogram(fam, into: dict[SeriesKey, Totals], created: dict[SeriesKey, float]) -> None:
+def _histogram(fam, into: dict[SeriesKey, Totals], created: dict[SeriesKey, float], unit_s: float = 1.0) -> None:
+    """One histogram family's series; ``unit_s`` converts its bounds and sums to seconds."""
     buckets: dict[Labels, list[tuple[float, float]]] = {}
     sums: dict[Labels, float] = {}
     for s in fam.samples:
@@ -131,8 +133,8 @@ def _histogram(fam, into: dict[SeriesKey, Totals], created: dict[SeriesKey, floa
         if rows[-1][0] != float("inf"):
             raise ValueError(f"{fam.name}{dict(labels)}: no +Inf bucket")
         key = SeriesKey(fam.name, labels)
-        into[key] = Totals(tuple(le for le, _ in rows[:-1]), tuple(v for _, v in rows), sums.get(labels, 0.0),
-                           created.get(key))
+        into[key] = Totals(tuple(le * unit_s for le, _ in rows[:-1]), tuple(v for _, v in rows),
+                           sums.get(labels, 0.0) * unit_s, created.get(key))
 
 
 class TargetState:
@@ -167,6 +169,11 @@ class TargetState:
         names = self.names
         hist = list(_changes(scrape.histograms, prev.histograms, start, names.model_label))
         for c in hist:
+            if c.key.family in names.histogram_sums:  # a per-request count: its sum is the counter
+                models.setdefault(c.model, _ModelParts()).counters.append(CounterDelta(
+                    name=names.histogram_sums[c.key.family], metric=c.key.family, labels=c.labels,
+                    delta=max(c.delta.total, 0.0), reset=c.reset))
+                continue
             counts = [round(x - y) for x, y in zip(c.delta.cumulative, (0.0, *c.delta.cumulative[:-1]))]
             models.setdefault(c.model, _ModelParts()).histograms.append(HistogramDelta(
                 name=names.histograms[c.key.family], metric=c.key.family, labels=c.labels,
@@ -199,12 +206,12 @@ class _Change:
 
 def _changes(now: dict[SeriesKey, Totals], before: dict[SeriesKey, Totals], start: float,
              model_label: str) -> Iterator[_Change]:
-    """Each series' delta since the scrape at ``start``. A series new since then counts whole
-    when its ``_created`` says it began after ``start``; else (start unknown) it is only the
-    baseline."""
+    """Each series' delta since the scrape at ``start``. A series new since then counts whole:
+    it was not there at ``start`` (TGI's exporter and Triton add a labelled series, such as a
+    failure reason, on its first event), unless its ``_created`` says it began before."""
     for key, totals in now.items():
         prev = before.get(key)
-        if prev is None and (totals.created is None or totals.created < start):
+        if prev is None and totals.created is not None and totals.created < start:
             continue
         reset = prev is not None and totals.reset_since(prev)  # a new series is not a restart
         model, labels = _split(key.labels, model_label)
@@ -219,12 +226,13 @@ class _ModelParts:
 
 
 def _engine_of(text: str) -> str | None:
-    """The engine whose metrics ``text`` carries, by name prefix (``vllm:``, ``sglang:``)."""
+    """The engine whose metrics ``text`` carries: the first family one of them names."""
     for line in text.splitlines():
         if line.startswith("# TYPE "):
-            prefix = line[7:].partition(":")[0]
-            if prefix in ENGINES:
-                return prefix
+            name = line[7:].split(" ", 1)[0].removesuffix("_total")
+            for engine, names in ENGINES.items():
+                if name in names.families():
+                    return engine
     return None
 
 

@@ -4,7 +4,10 @@ Names are Prometheus *family* names as ``prometheus_client``'s parser gives them
 counter's family drops ``_total``). Sources (docs/inference.md): vLLM v0.10.2,
 ``vllm/v1/metrics/loggers.py`` (``PrometheusStatLogger``); SGLang,
 ``python/sglang/srt/metrics/collector.py`` (``TokenizerMetricsCollector``,
-``SchedulerMetricsCollector``). TGI and Triton are not mapped yet.
+``SchedulerMetricsCollector``); Hugging Face TGI, ``docs/source/reference/metrics.md`` (v3)
+and ``router/src/infer/mod.rs`` (``tgi_request_failure`` by ``err``); Triton,
+``docs/user_guide/metrics.md`` of triton-inference-server/server and, for the first-response
+histogram, ``src/metric_model_reporter.cc`` of triton-inference-server/core (r24+).
 """
 
 from __future__ import annotations
@@ -23,6 +26,14 @@ class EngineNames:
     #: Label values that make a ``requests`` series one of failed requests: it is then published
     #: as ``requests_failed`` (an error-rate SLO's bad events; its total is both names together).
     error_outcomes: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: Histograms of a per-request count whose ``_sum`` is the counter we want (TGI has no token
+    #: counters: generated tokens are ``tgi_request_generated_tokens``' sum).
+    histogram_sums: dict[str, str] = field(default_factory=dict)
+    #: Seconds per unit of a histogram not in seconds (Triton's is in milliseconds).
+    histogram_units: dict[str, float] = field(default_factory=dict)
+
+    def families(self) -> set[str]:
+        return {*self.histograms, *self.counters, *self.gauges, *self.histogram_sums}
 
 
 VLLM = EngineNames(
@@ -67,4 +78,43 @@ SGLANG = EngineNames(
     },
 )
 
-ENGINES: dict[str, EngineNames] = {"vllm": VLLM, "sglang": SGLANG}
+# TGI (one model per server: its metrics carry no model label). No time-to-first-token
+# histogram: ``tgi_request_mean_time_per_token_duration`` is not one (inference time over
+# generated tokens, prefill included), nor inter-token latency, so neither is mapped and a
+# ttft or itl objective cannot be judged for a TGI service (docs/inference.md).
+TGI = EngineNames(
+    model_label="",
+    histograms={
+        "tgi_request_duration": "e2e",
+        "tgi_request_queue_duration": "queue",
+    },
+    counters={
+        "tgi_request_success": "requests",
+        "tgi_request_failure": "requests_failed",
+    },
+    gauges={
+        "tgi_batch_current_size": "requests_running",
+        "tgi_queue_size": "requests_waiting",
+    },
+    histogram_sums={
+        "tgi_request_input_length": "prompt_tokens",
+        "tgi_request_generated_tokens": "generation_tokens",
+    },
+)
+
+# Triton: counters per model and version. Its only latency histogram is the time to the first
+# *response*, in ms, for decoupled (streaming) models and only with ``--metrics-config
+# histogram_latencies=true``: for a streaming LLM backend that is the first chunk, close to
+# TTFT; the request and queue durations are cumulative microsecond counters (means only).
+TRITON = EngineNames(
+    model_label="model",
+    histograms={"nv_inference_first_response_histogram_ms": "ttft"},
+    counters={
+        "nv_inference_request_success": "requests",
+        "nv_inference_request_failure": "requests_failed",
+    },
+    gauges={"nv_inference_pending_request_count": "requests_waiting"},
+    histogram_units={"nv_inference_first_response_histogram_ms": 0.001},
+)
+
+ENGINES: dict[str, EngineNames] = {"vllm": VLLM, "sglang": SGLANG, "tgi": TGI, "triton": TRITON}

@@ -26,12 +26,14 @@ from gpuwarden.contract import (
     GpuEvent,
     GpuProcess,
     GpuSample,
+    InferenceMetrics,
     NodeSnapshot,
     TaskMetric,
     TaskMetricKind,
 )
 from gpuwarden.producers import clocks
 from gpuwarden.producers.gpumodels import MIB, GpuModel, bus_id, model
+from gpuwarden.producers.servingsim import ServingSim
 from gpuwarden.producers.xid import lookup
 
 AGENT_VERSION = "gpuwarden-sim/0.1"
@@ -56,7 +58,7 @@ APP_XID_TEXT = {
 }
 NVLINK_XID_TEXT = "NVLink: fatal error detected on link 4(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)"
 
-Record = NodeSnapshot | GpuEvent | TaskMetric
+Record = NodeSnapshot | GpuEvent | TaskMetric | InferenceMetrics
 
 
 # --------------------------------------------------------------------------- scenarios
@@ -69,7 +71,8 @@ class ScenarioInfo:
     expected: list[str]
     placement: str = "none"
     """Which GPU a fault hits: ``single`` (a single-GPU job's GPU), ``multi`` (the
-    multi-GPU job, all its GPUs) or ``hw`` (a GPU of the multi-GPU job)."""
+    multi-GPU job, all its GPUs) or ``hw`` (a GPU of the multi-GPU job); ``serving``: a
+    simulated vLLM service of its own (``servingsim.py``), on the nodes in turn."""
     in_mixed: bool = True
     """False for faults ``mixed`` leaves out: they would erase other faults' signatures there."""
 
@@ -139,8 +142,39 @@ SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
           "step metrics, for hours.",
           "info after ~30 min, attention after ~2 h: node-00 gpu 4 allocated (process holds memory) "
           "with util ~0, owner alice"),
+    _info("serving-healthy", "serving",
+          "A vLLM service (chat, qwen2-72b) under a diurnal load (8 req/s ±50 %): TTFT p99 ≤ 1 s, "
+          "KV cache 20-55 %, 0.2 % of requests aborted.",
+          "no alert above info, for 7 simulated days"),
+    _info("serving-tail", "serving",
+          "From onset 3 % of chat-tail's requests take ~3 s to the first token while the others "
+          "speed up: the mean TTFT stays flat, the p99 moves from (0.75, 1] s to (2.5, 5] s.",
+          "attention: inference-tail-rising (ttft and e2e) on chat-tail ~10 min after onset "
+          "(serving scenarios start 70 min in: the rules compare with the hour before)",
+          "info: slo-steady-burn of ttft_p99 ~50 min after onset (~2.5 % over 2.5 s against a 1 % "
+          "budget, over all the traffic since the start)"),
+    _info("serving-kv-knee", "serving",
+          "From onset chat-knee's load grows by 16 req/s over 10 min: the KV cache fills (≥ 90 %), "
+          "requests queue and running ones are preempted.",
+          "attention: inference-kv-knee (add replicas or reduce max batch) and "
+          "inference-preemptions on chat-knee within 15 min of the cache filling"),
+    _info("serving-deploy", "serving",
+          "At onset chat-deploy restarts (a deploy: new pid, counters from zero, 60 s down) and its "
+          "TTFT is 3.5x slower after it.",
+          "info: inference-restarted on chat-deploy ~1 min after onset",
+          "attention: inference-ttft-regression (p90 ≤ 2.5 s after vs ≤ 0.5 s before) ~6 min after onset"),
+    _info("serving-errors", "serving",
+          "From onset 60 % of chat-errors' requests are aborted for 20 min, then it recovers.",
+          "attention: inference-failures on chat-errors within 1 min of onset",
+          "attention: slo-slow-burn of error_rate (1 % budget) ~8 min after onset",
+          "critical: slo-fast-burn of error_rate ~15 min after onset (60 % failed for 14.4 of 60 min)"),
+    _info("serving-batch-full", "serving",
+          "chat-batch runs with a small max batch (48); from onset its load grows by 8 req/s over 10 "
+          "min: the batch is full and requests wait while the KV cache has room.",
+          "attention: inference-batch-full on chat-batch ~10 min after onset"),
     _info("mixed", "none",
           "A busy multi-user cluster: every fault above on a different GPU (spread over nodes), "
+          "every serving scenario as a vLLM service of its own, "
           "plus driver-version skew: the last node of the multi-node job runs an older driver "
           f"({SKEWED_DRIVER} vs {DRIVER}; needs nodes >= 2).",
           "each fault scenario's alerts, on its GPU (see docs/scenarios.md for the placement)",
@@ -177,7 +211,8 @@ SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
           in_mixed=False),
 )}
 
-FAULTS = [n for n, s in SCENARIOS.items() if s.placement != "none"]
+FAULTS = [n for n, s in SCENARIOS.items() if s.placement in ("single", "multi", "hw")]
+SERVING = [n for n, s in SCENARIOS.items() if s.placement == "serving"]
 MIXED_FAULTS = [n for n in FAULTS if SCENARIOS[n].in_mixed]
 
 
@@ -564,6 +599,8 @@ class Simulator:
         self._half = max(1, gpus // 2)
         self.placement = self._place_faults(names)
         self._start_jobs()
+        self.serving = self._place_services(names)
+        self._serving_seq = {node.name: 0 for node in self.nodes}
 
     # ------------------------------------------------------------------ layout
 
@@ -586,6 +623,20 @@ class Simulator:
             used[kind] += 1
             n, g = out[f]
             self.nodes[n].gpus[g].faults.add(f)
+        return out
+
+    def _place_services(self, names: list[str]) -> list[ServingSim]:
+        """One simulated vLLM service per serving scenario, on the nodes in turn, attributed to
+        the node's ``vllm-serve`` job (its pid and GPU) when there is one."""
+        wanted = [n for name in names for n in (SERVING if name == "mixed" else [name]) if n in SERVING]
+        out = []
+        for i, scenario in enumerate(dict.fromkeys(wanted)):
+            node = self.nodes[i % len(self.nodes)]
+            job = next((g.job for g in node.gpus if g.job is not None and g.job.cls.serve), None)
+            pid = job.pids[0] if job else 1000 + i
+            gpus = [g.index for g in node.gpus if job is not None and g.job is job]
+            out.append(ServingSim(scenario, node=node.name, boot_id=node.boot_id, seed=self.seed,
+                                  start_ts=self.start_ts, pid=pid, gpus=gpus))
         return out
 
     def _start_jobs(self) -> None:
@@ -638,6 +689,12 @@ class Simulator:
         for job in list(self.jobs):
             metrics.extend(self._exits(job, ts))
         out.extend(metrics)
+        for sim in self.serving:
+            if sim.due(ts):
+                rec = sim.scrape(ts, self._serving_seq[sim.node])
+                if rec is not None:
+                    self._serving_seq[sim.node] += 1
+                    out.append(rec)
         out.sort(key=lambda r: r.ts)
         self.ts = ts + self.tick_s
         return out

@@ -12,6 +12,12 @@ from gpuwarden.streams.slo import ServiceSlo
 from gpuwarden.units import Duration
 
 
+class ServiceServing(Section):
+    """``engine.serving.<service>``: the serving engine's own settings the rules compare with."""
+
+    max_batch: int | None = Field(default=None, ge=1, description="the server's max batch (vLLM max_num_seqs)")
+
+
 class EngineConfig(MetricsEndpoint):
     rules: Path | None = None
     observation_period: Duration = 14 * 86400
@@ -50,8 +56,11 @@ class EngineConfig(MetricsEndpoint):
     dedup_window: int = Field(default=4096, ge=16)
     """Recent record ids remembered per node for duplicate detection."""
     slo: dict[str, ServiceSlo] = Field(default_factory=dict)
-    """Per inference service (``agent.inference.targets[].service``): its objectives and window
-    (docs/inference.md). Validated now; the engine's burn-rate rules that read it come later."""
+    """Per inference service (``agent.inference.targets[].service``): its objectives and window,
+    judged by multi-window burn-rate alerts (docs/inference.md)."""
+    serving: dict[str, ServiceServing] = Field(default_factory=dict)
+    """Per inference service: what its server is configured with (``max_batch``), for the rules
+    that compare the real batch with it."""
 
 
 class StreamsSettings(CommonSettings, Protocol):

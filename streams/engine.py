@@ -12,19 +12,21 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from gpuwarden.contract import DEFAULT_MAX_PAST_SKEW_S, AlertTransition, TaskSummary
+from gpuwarden.contract import DEFAULT_MAX_PAST_SKEW_S, AlertTransition, InferenceMetrics, TaskSummary
 from gpuwarden.streams.alerts import transition
 from gpuwarden.streams.classstage import ClassStage
 from gpuwarden.streams.config import EngineConfig
+from gpuwarden.streams.inferencestage import InferenceStage
 from gpuwarden.streams.nodestage import NodeStage
 from gpuwarden.streams.output import StageOutput
 from gpuwarden.streams.rules import RulePack, load_rules
 
-__all__ = ["ClassStage", "Engine", "NodeStage", "StageOutput"]
+__all__ = ["ClassStage", "Engine", "InferenceStage", "NodeStage", "StageOutput"]
 
 
 class Engine:
-    """Both stages in one process (standalone run, replay, tests): records in, transitions out."""
+    """Both stages in one process (standalone run, replay, tests): records in, transitions out.
+    Inference records go to the inference stage (keyed by node, beside stage 1)."""
 
     def __init__(self, rules: RulePack | None = None, config: EngineConfig | None = None,
                  max_past_skew: float = DEFAULT_MAX_PAST_SKEW_S) -> None:
@@ -32,6 +34,7 @@ class Engine:
         self.rules = rules or load_rules(self.config.rules)
         self.nodes = NodeStage(self.rules, self.config, max_past_skew)
         self.classes = ClassStage(self.rules, self.config)
+        self.inference = InferenceStage(self.config)
         self.summaries = 0
 
     def _stage2(self, out: StageOutput) -> list[AlertTransition]:
@@ -44,6 +47,8 @@ class Engine:
     def process(self, record: Any) -> list[AlertTransition]:
         if isinstance(record, TaskSummary):
             return self.classes.process(record)
+        if isinstance(record, InferenceMetrics):
+            return self.inference.process(record)
         return self._stage2(self.nodes.process(record))
 
     def process_many(self, records: Iterable[Any]) -> list[AlertTransition]:
@@ -53,6 +58,9 @@ class Engine:
         for r in records:
             if isinstance(r, TaskSummary):
                 trs.extend(self.classes.process(r))
+                continue
+            if isinstance(r, InferenceMetrics):
+                trs.extend(self.inference.process(r))
                 continue
             nodes(r, out=out)
             if sums:
@@ -65,11 +73,12 @@ class Engine:
     def flush(self) -> list[AlertTransition]:
         """End of a finite input: release the reorder buffers, stage 1's first (its summaries
         go through stage 2), then stage 2's (see NodeStage, ClassStage)."""
-        return self._stage2(self.nodes.flush()) + self.classes.flush()
+        return self._stage2(self.nodes.flush()) + self.classes.flush() + self.inference.flush()
 
     def dump_all(self) -> bytes:
         state = {"nodes": {n: self.nodes.dump(n).decode() for n in self.nodes.nodes()},
-                 "classes": {c: self.classes.dump(c).decode() for c in self.classes.classes()}}
+                 "classes": {c: self.classes.dump(c).decode() for c in self.classes.classes()},
+                 "inference": {n: self.inference.dump(n).decode() for n in self.inference.nodes()}}
         return json.dumps(state, sort_keys=True, separators=(",", ":")).encode()
 
     def load_all(self, data: bytes) -> None:
@@ -78,14 +87,16 @@ class Engine:
             self.nodes.load(n, v.encode())
         for c, v in state["classes"].items():
             self.classes.load(c, v.encode())
+        for n, v in state.get("inference", {}).items():  # saved before the inference stage: none
+            self.inference.load(n, v.encode())
 
     def open_alerts(self) -> list[AlertTransition]:
         """Every firing alert as its firing transition (for the live view and restarts)."""
-        slots = self.nodes.open_slots() + self.classes.open_slots()
+        slots = self.nodes.open_slots() + self.classes.open_slots() + self.inference.open_slots()
         return [transition(s.rule, fp, s, "firing", s.firing_since, s.firing_since) for fp, s in slots]
 
     def counters(self) -> dict[str, int]:
         """Stage 1's ``late``, ``duplicates`` and ``implausible`` records, summaries, stage 2's
         ``summaries_late``."""
         return {**self.nodes.counters(), "summaries": self.summaries,
-                "summaries_late": self.classes.counters()["late"]}
+                "summaries_late": self.classes.counters()["late"], **self.inference.counters()}

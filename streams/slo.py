@@ -14,7 +14,7 @@ request good when its histogram bucket lies at or below the threshold — a thre
 two bucket bounds is judged at the nearest bound **at or below** it (requests between that
 bound and the next cannot be shown to meet it, so they count as bad, and how many there were
 is reported as ``undecided``); an error-rate objective counts ``requests_failed`` against all
-finished requests. Pure: no clock, no I/O; the engine's rules will call it (not wired yet).
+finished requests. Pure: no clock, no I/O; the inference rules (``servingrules.py``) call it.
 """
 
 from __future__ import annotations
@@ -65,6 +65,11 @@ class LatencyObjective:
     def budget(self) -> float:
         return 1.0 - self.q
 
+    @property
+    def key(self) -> str:
+        """The config key it came from (``ttft_p99``): the name its events are kept under."""
+        return f"{self.metric}_p{self.q * 100:g}"
+
 
 class ServiceSlo(Section):
     """``engine.slo.<service>``: ``{ttft_p99: 2.5s, itl_p99: 100ms, error_rate: 1%, window: 30d}``.
@@ -95,6 +100,13 @@ class ServiceSlo(Section):
         for key, threshold in sorted(self.latency.items()):
             metric, _, q = key.partition("_p")
             out.append(LatencyObjective(metric, float(q) / 100, threshold))
+        return out
+
+    def budgets(self) -> dict[str, float]:
+        """Each objective's key (``ttft_p99``, ``error_rate``) and its budget (bad fraction allowed)."""
+        out = {o.key: o.budget for o in self.objectives()}
+        if self.error_rate is not None:
+            out["error_rate"] = self.error_rate
         return out
 
 
@@ -191,10 +203,12 @@ def burn_for(spent: float, span_s: float, window_s: float) -> float:
     return spent * window_s / span_s
 
 
-def budget_remaining(events: Events, budget: float) -> float:
+def budget_remaining(events: Events, budget: float, seen: float = 1.0) -> float:
     """What is left of the SLO window's budget given its events: 1 untouched, 0 spent, below 0
-    overspent."""
-    return 1.0 if events.total == 0 else 1.0 - (events.bad / events.total) / budget
+    overspent. ``seen`` is the fraction of the window the events cover (a service watched for
+    1 h of a 30 d window: 1/720): the traffic seen is taken as the window's rate, so 1 h at a
+    14.4x burn spends 2 % (the workbook's figure), not 14.4 times the whole budget."""
+    return 1.0 if events.total == 0 else 1.0 - (events.bad / events.total) / budget * seen
 
 
 @dataclass(frozen=True)

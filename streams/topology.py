@@ -7,7 +7,9 @@ and produces transitions to ``alerts`` (key fingerprint) and task summaries to
 followed by progress reports to every partition (:mod:`gpuwarden.streams.progress`). Stage 2
 (key task class) reads ``task.summaries`` and runs :class:`gpuwarden.streams.engine.ClassStage`
 for the per-class baselines, releasing a class's summaries once every stage-1 partition has
-passed them. Each stage keeps a faust Table (compacted changelog)
+passed them. The inference stage (key node, #20) reads ``inference.metrics`` through its
+own runner (:mod:`gpuwarden.streams.inferencewire`) and produces to ``alerts``. Each stage
+keeps a faust Table (compacted changelog)
 of per-key envelopes (see :mod:`gpuwarden.streams.keyed`), written for the keys that changed
 every ``engine.checkpoint_interval`` of wall time; input offsets are acknowledged
 (so committed) only after the checkpoint that covers them.
@@ -51,6 +53,9 @@ from gpuwarden.streams.batchconsumer import batch_consumer
 from gpuwarden.streams.config import StreamsSettings
 from gpuwarden.streams.dlq import Consumed, Limits, Outbound, decode_inbound, to_dlq
 from gpuwarden.streams.engine import StageOutput
+from gpuwarden.streams.inferencestage import InferenceStage  # inference stage (#20)
+from gpuwarden.streams.inferencewire import TABLE as INFERENCE_TABLE  # inference stage (#20)
+from gpuwarden.streams.inferencewire import inference_runner  # inference stage (#20)
 from gpuwarden.streams.keyed import KeyedRunner, Settle, Source
 from gpuwarden.streams.progress import HEADERS as PROGRESS_HEADERS
 from gpuwarden.streams.progress import Gate, Reporter, is_progress, partition_watermark
@@ -103,6 +108,7 @@ def build_app(
     metrics = metrics or StreamMetrics()  # metrics hook
     if node_stage is None or class_stage is None:
         node_stage, class_stage = default_stages(settings)
+    inference_stage = InferenceStage(settings.engine)  # inference stage (#20)
     k = settings.kafka
     topics = Topics(k.topic_prefix)
     limits = Limits.of(settings)
@@ -148,9 +154,10 @@ def build_app(
         **{name: raw_topic(name) for name in (topics.alerts, topics.summaries)},
         **{name: raw_topic(name, config=big)
            for name in (Topics.dlq(t) for t in (topics.samples, topics.events, topics.metrics,
-                                                topics.summaries))},
+                                                topics.summaries, topics.inference))},  # + inference (#20)
     }
     node_table, class_table = state_table("node-state"), state_table("class-state")
+    inference_table = state_table(INFERENCE_TABLE)  # inference stage (#20)
     declaring: list[asyncio.Future] = []
 
     async def declare_outputs() -> None:
@@ -195,7 +202,8 @@ def build_app(
             raise error
         unsent.record(o.topic, o.key, o.value, error)
 
-    held: dict[str, list[tuple[TP, int]]] = {"node-state": [], "class-state": []}
+    held: dict[str, list[tuple[TP, int]]] = {"node-state": [], "class-state": [],
+                                             INFERENCE_TABLE: []}  # + inference stage (#20)
 
     async def apply(runner: KeyedRunner, table: faust.Table, records: list[Any], fence: int,
                     settle: Settle | None = None, aside: list[Any] | None = None) -> bool:
@@ -243,8 +251,9 @@ def build_app(
         wall = asyncio.get_running_loop().time()
         if wall - reported["at"] < 5.0:
             return
-        counts = {"dead_letters": node_runner.dead + class_runner.dead, "unsent": unsent.count,
-                  **{f"unknown {t} {f}": n for r in (node_runner, class_runner)
+        counts = {"dead_letters": node_runner.dead + class_runner.dead + infer_runner.dead,  # + inference (#20)
+                  "unsent": unsent.count,
+                  **{f"unknown {t} {f}": n for r in (node_runner, class_runner, infer_runner)
                      for (t, f), n in sorted(r.unknown.items())}}
         if counts != reported.get("counts", {"dead_letters": 0, "unsent": 0}):
             log.info("counts: %s", ", ".join(f"{k}={v}" for k, v in counts.items()))
@@ -436,6 +445,8 @@ def build_app(
     class_runner = KeyedRunner(class_stage, {
         topics.summaries: Source(TaskSummary, class_of, Topics.dlq(topics.summaries)),
     }, emit_class, limits, float(settings.engine.checkpoint_interval))
+    # inference stage (#20): inference.metrics (key node) through its own runner and table
+    infer_runner = inference_runner(inference_stage, topics, limits, float(settings.engine.checkpoint_interval))
     previous: set[TP] = set()
 
     @app.on_rebalance_complete.connect
@@ -446,7 +457,7 @@ def build_app(
         retained = frozenset(f"{tp.topic}:{tp.partition}" for tp in assigned & previous)
         previous.clear()
         previous.update(assigned)
-        for runner in (node_runner, class_runner):
+        for runner in (node_runner, class_runner, infer_runner):  # + inference stage (#20)
             runner.reassigned(retained)
         asked.clear()
         fresh_at.clear()
@@ -489,6 +500,11 @@ def build_app(
             if progress:
                 summaries = [r for r in summaries if not is_progress(r.headers)]
             await apply(class_runner, class_table, summaries, fence, open_gates(progress), progress)
+        # inference stage (#20): its records, in fetch order per partition (the stage reorders)
+        inference = [r for tp, recs in fetched.items() if tp.topic == topics.inference and tp in assigned
+                     for r in recs]
+        if inference:
+            await apply(infer_runner, inference_table, inference, fence)
         report_counts()
 
     async def idle() -> None:
@@ -507,7 +523,8 @@ def build_app(
                 return
         await report_others(waiting, assigned)
 
-    inputs = (topics.samples, topics.events, topics.metrics, topics.summaries)
+    inputs = (topics.samples, topics.events, topics.metrics, topics.summaries,
+              topics.inference)  # + inference stage (#20)
     app.transport.Consumer = batch_consumer(inputs, handle, idle)
     app.topics.add(raw_topic(*inputs))  # subscribes them; their records never reach a Stream
     return app

@@ -190,7 +190,7 @@ def test_the_agent_config_takes_targets() -> None:
         {"url": "http://127.0.0.1:8000/metrics", "engine": "vllm", "service": "chat"}], "interval": "30s"}})
     assert cfg.inference.interval == 30.0 and cfg.inference.targets[0].engine == "vllm"
     with pytest.raises(ValueError, match="engine"):
-        AgentConfig.model_validate({"inference": {"targets": [{"url": "http://x/metrics", "engine": "tgi",
+        AgentConfig.model_validate({"inference": {"targets": [{"url": "http://x/metrics", "engine": "tensorrt",
                                                                "service": "s"}]}})
 
 

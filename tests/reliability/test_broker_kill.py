@@ -42,7 +42,7 @@ async def test_broker_killed_under_load_loses_nothing(own_broker: OwnBroker, tmp
                                                      kafka_report):
     bootstrap = own_broker.bootstrap
     topics = Topics(prefix=f"kill-{uuid.uuid4().hex[:8]}.")
-    for t in (topics.samples, topics.events, topics.metrics, topics.alerts):
+    for t in (topics.samples, topics.events, topics.metrics, topics.inference, topics.alerts):
         await create_topic(bootstrap, t)
     sim = Simulator("mixed", nodes=2, gpus=4, seed=9, start_ts=time.time() - 3 * 3600, tick_s=10.0, onset_s=600)
     steps = [sim.step() for _ in range(3 * 360)]
@@ -83,7 +83,7 @@ async def test_broker_killed_under_load_loses_nothing(own_broker: OwnBroker, tmp
 
     counts = Counter(topics.for_record(r) for r in records)
     got = {t: await consume_all(bootstrap, t, expected=counts[t], timeout=60)
-           for t in (topics.samples, topics.events, topics.metrics)}
+           for t in (topics.samples, topics.events, topics.metrics, topics.inference)}
     alert_values = await consume_all(bootstrap, topics.alerts, expected=len(expected), timeout=60)
     back = [decode(r.value) for t in got for r in got[t]]
     unique = {encode(r): r for r in back}

@@ -13,7 +13,7 @@ import base64
 import json
 import time
 
-from gpuwarden.contract import ContractError, DeadLetter, decode, encode, record_key
+from gpuwarden.contract import ContractError, DeadLetter, InferenceMetrics, decode, encode, record_key
 from gpuwarden.producers.simulator import Simulator
 from gpuwarden.streams.dlq import Inbound, Limits, decode_inbound, to_dlq
 from gpuwarden.streams.engine import Engine
@@ -22,7 +22,10 @@ AHEAD_S, BEHIND_S = 600.0, 120.0
 
 
 def shifted(record, by: float):
-    return record.model_copy(update={"ts": record.ts + by})
+    update = {"ts": record.ts + by}
+    if isinstance(record, InferenceMetrics):  # a scrape interval moves with its clock
+        update["start_ts"] = record.start_ts + by
+    return record.model_copy(update=update)
 
 
 def test_node_ten_minutes_ahead_is_dead_lettered_with_the_reason(reliability_report):

@@ -23,7 +23,8 @@ import random
 import sys
 from collections.abc import Callable, Iterator
 
-from gpuwarden.contract import encode
+from gpuwarden.contract import InferenceMetrics, encode
+from gpuwarden.producers.servingsim import MAX_BATCH, SERVICES, SLO
 from gpuwarden.producers.simulator import SCENARIOS, Simulator
 from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.engine import Engine
@@ -42,18 +43,26 @@ def _delivery(records: list, seed: str) -> list:
 
 
 def _feed(engine: Engine, records: list, summary: Callable[[bytes], object], flush: bool = False) -> list[str]:
-    """What ``Engine.process`` does per record, with stage 1's summaries hashed on the way."""
-    out = [engine.nodes.process(r) for r in records]
-    if flush:
-        out.append(engine.nodes.flush())
+    """What ``Engine.process`` does per record, with stage 1's summaries hashed on the way
+    (inference records go to the inference stage)."""
     lines = []
-    for o in out:
+    for r in records:
+        if isinstance(r, InferenceMetrics):
+            lines += [encode(t).decode() for t in engine.inference.process(r)]
+            continue
+        o = engine.nodes.process(r)
         lines += [encode(t).decode() for t in o.transitions]
         for s in o.summaries:
             summary(encode(s))
             lines += [encode(t).decode() for t in engine.classes.process(s)]
     if flush:
+        o = engine.nodes.flush()
+        lines += [encode(t).decode() for t in o.transitions]
+        for s in o.summaries:
+            summary(encode(s))
+            lines += [encode(t).decode() for t in engine.classes.process(s)]
         lines += [encode(t).decode() for t in engine.classes.flush()]
+        lines += [encode(t).decode() for t in engine.inference.flush()]
     return lines
 
 
@@ -61,15 +70,19 @@ def scenario_lines(scenario: str, *, span_s: float = SPAN_S, nodes: int = 2, gpu
                    full_state: bool = False) -> Iterator[str]:
     """One line per transition of ``scenario``, then digests and counters."""
     sim = Simulator(scenario, nodes=nodes, gpus=gpus, seed=1, start_ts=START, tick_s=TICK_S)
-    records = _delivery(list(sim.run(span_s)), scenario)
-    config = EngineConfig(observation_period=1200.0)
+    produced = list(sim.run(span_s))
+    # stage 1's inputs delivered as before the inference stage, its records on their own
+    node_records = _delivery([r for r in produced if not isinstance(r, InferenceMetrics)], scenario)
+    inference = _delivery([r for r in produced if isinstance(r, InferenceMetrics)], scenario + "/inference")
+    config = EngineConfig.model_validate({"observation_period": 1200.0, "slo": {s: SLO for s in SERVICES.values()},
+                                          "serving": {s: {"max_batch": MAX_BATCH[s]} for s in SERVICES.values()}})
     engine, summaries = Engine(config=config), hashlib.sha256()
-    half = len(records) // 2
-    lines = _feed(engine, records[:half], summaries.update)
+    half, ihalf = len(node_records) // 2, len(inference) // 2
+    lines = _feed(engine, node_records[:half] + inference[:ihalf], summaries.update)
     stage1 = b"\n".join(engine.nodes.dump(n) for n in engine.nodes.nodes())
     resumed = Engine(config=config)
     resumed.load_all(engine.dump_all())
-    lines += _feed(resumed, records[half:], summaries.update, flush=True)
+    lines += _feed(resumed, node_records[half:] + inference[ihalf:], summaries.update, flush=True)
     yield from (f"{scenario} {line}" for line in lines)
     yield f"{scenario} summaries {summaries.hexdigest()}"
     yield f"{scenario} stage-1 state {hashlib.sha256(stage1).hexdigest()}"

@@ -70,3 +70,21 @@ def case_run(case: tuple) -> tuple[tuple, list[str], dict]:
 def onset_ts(args: tuple[str, ...]) -> float:
     """Event time of the fault's onset in a case's run."""
     return START + (parse_duration(args[args.index("--onset") + 1]) if "--onset" in args else ONSET_S)
+
+
+#: The inference rules on the serving scenarios (``producers/servingsim.py``, onset 70 min in:
+#: the rules compare with the hour before), run with the simulator's SLO for its services
+#: (``gpuwarden run`` applies it to a simulation whose config declares none).
+# scenario, rule, tier, max detection delay from the serving onset (s), run span
+INFERENCE_CASES: list[tuple[str, str, str, float, str]] = [
+    ("serving-tail", "inference-tail-rising", "attention", 900, "150m"),
+    ("serving-tail", "slo-steady-burn", "info", 3600, "150m"),  # 2.5 % bad of all since the start: ~48 min
+    ("serving-kv-knee", "inference-kv-knee", "attention", 1200, "90m"),
+    ("serving-kv-knee", "inference-preemptions", "attention", 900, "90m"),
+    ("serving-deploy", "inference-restarted", "info", 180, "90m"),
+    ("serving-deploy", "inference-ttft-regression", "attention", 600, "90m"),
+    ("serving-errors", "inference-failures", "attention", 120, "90m"),
+    ("serving-errors", "slo-slow-burn", "attention", 600, "90m"),
+    ("serving-errors", "slo-fast-burn", "critical", 1020, "90m"),
+    ("serving-batch-full", "inference-batch-full", "attention", 900, "90m"),
+]

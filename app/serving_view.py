@@ -1,0 +1,18 @@
+"""The live view's inference panel: each service with its p99s (as the buckets say them) and
+what is left of its error budgets, from the inference stage's read-only views."""
+
+from __future__ import annotations
+
+from gpuwarden.streams.engine import Engine
+
+SERVICE_COLUMNS = ("node", "service", "model", "engine", "TTFT p99", "ITL p99", "tokens/s", "budget left", "alerts")
+
+
+def service_rows(engine: Engine) -> list[tuple[str, ...]]:
+    """One row per service the inference stage has seen (none: the pane is left out)."""
+    rows = []
+    for v in engine.inference.views():
+        budget = ", ".join(f"{k} {max(x, 0.0):.1%}" for k, x in sorted(v.budget_remaining.items())) or "no SLO"
+        rows.append((v.node, v.service, v.model, v.engine, v.ttft_p99, v.itl_p99, f"{v.tokens_per_s:,.0f}", budget,
+                     str(v.firing) if v.firing else ""))
+    return rows

@@ -1,0 +1,301 @@
+"""The inference stage, keyed by node: the serving engines' records → per-service windows → rules.
+
+Keyed by **node**, like ``inference.metrics`` itself (the agent publishes a node's records
+under its node key), so the stage runs beside stage 1 on the same partitions with no
+repartition: the state of a key is every service served on that node, and the SLOs and
+rules judge a service **per node** (its replicas there). A service with replicas on several
+nodes is judged on each node by itself; a fleet-wide budget per service would need the
+records repartitioned by service (a stage of its own, not built).
+
+Event time only: a record belongs to the minute holding its ``ts``, and a service's rules
+run when one of its minutes closes (the node's next released record is in a later minute),
+at that minute's end, so replay gives the transitions live did. Records wait in a reorder
+buffer until the node's newest ts is ``allowed_lateness`` past them and are applied in
+``(ts, boot_id, seq)`` order; one older than the last released is dropped (``late``), a
+repeated ``(boot_id, seq)`` too (``duplicates``). A scrape that failed sent nothing, so a
+server that went away or answered garbage leaves a gap, never a false rate; a restart
+(``reset`` on any series, or a new pid) starts the TTFT comparison against the hour before.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from gpuwarden.alert_text import fill, template_names
+from gpuwarden.contract import AlertTransition, InferenceMetrics, decode, encode
+from gpuwarden.streams import statecodec
+from gpuwarden.streams.alerts import AlertSlot, fingerprint, step, transition
+from gpuwarden.streams.config import EngineConfig
+from gpuwarden.streams.quantiles import Buckets, quantile
+from gpuwarden.streams.reorder import ReorderBuffer
+from gpuwarden.streams.servicewindow import MINUTE_S, ServiceWindow
+from gpuwarden.streams.servingrules import MIN_RESTART_OBS, RESTART_BASE_S, TEXT, Restart, Verdict, batch_full, \
+    burn_verdicts, failures, kv_knee, preemptions, restart_verdicts, tail_verdicts
+from gpuwarden.streams.slo import budget_remaining, error_events, latency_events
+
+RECENT_IDS = 1024  # (boot_id, seq) remembered per node to drop duplicates
+
+
+@statecodec.state
+class ServiceState:
+    """One service on one node: its windows, the minute open, what its last record said about
+    the process, its newest restart with the TTFT buckets before it, and its alert slots."""
+
+    __slots__ = ("window", "open_minute", "pid", "model", "engine", "gpus", "restart_at", "restart_why",
+                 "base_counts", "base_bounds", "slots", "last_ts")
+
+    def __init__(self) -> None:
+        self.window = ServiceWindow()
+        self.open_minute: float | None = None
+        self.pid: int | None = None
+        self.model = ""
+        self.engine = ""
+        self.gpus = ""
+        self.restart_at: float | None = None
+        self.restart_why = ""
+        self.base_counts: list[int] | None = None
+        self.base_bounds: list[float] | None = None
+        self.slots: dict[str, AlertSlot] = {}
+        self.last_ts = 0.0
+
+    def restart(self) -> Restart | None:
+        if self.restart_at is None:
+            return None
+        return Restart(self.restart_at, self.restart_why,
+                       tuple(self.base_bounds) if self.base_bounds is not None else None,
+                       tuple(self.base_counts) if self.base_counts is not None else None)
+
+
+@statecodec.state
+class NodeServing:
+    """One node's services, and what its reorder buffer has released."""
+
+    __slots__ = ("newest", "released", "recent", "services")
+
+    def __init__(self) -> None:
+        self.newest = float("-inf")
+        self.released = float("-inf")
+        self.recent: deque = deque(maxlen=RECENT_IDS)
+        self.services: dict[str, ServiceState] = {}
+
+
+@dataclass(frozen=True)
+class ServiceView:
+    """What the live view and reports show of one service (read-only copy)."""
+
+    node: str
+    service: str
+    model: str
+    engine: str
+    ttft_p99: str
+    itl_p99: str
+    tokens_per_s: float
+    budget_remaining: dict[str, float]
+    firing: int
+
+
+class InferenceStage:
+    """Keyed by node: ``process(record)`` → transitions; ``dump``/``load``/``drop`` per node."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.cfg = config
+        self.lateness = float(config.allowed_lateness)
+        self._nodes: dict[str, NodeServing] = {}
+        self._held: dict[str, ReorderBuffer[str]] = {}
+        self.late = 0
+        self.duplicates = 0
+
+    # ------------------------------------------------------------------ keys
+
+    def nodes(self) -> list[str]:
+        return sorted(self._nodes)
+
+    def dump(self, node: str) -> bytes:
+        held = [[ts, order[0], order[1], line] for ts, order, line in self._held.get(node, ())]
+        return statecodec.dumps({"state": self._nodes.get(node) or NodeServing(), "held": held})
+
+    def load(self, node: str, data: bytes) -> None:
+        doc = statecodec.loads(data)
+        self._nodes[node] = doc["state"]
+        self._held[node] = ReorderBuffer((ts, (boot, seq), line) for ts, boot, seq, line in doc["held"])
+
+    def drop(self, node: str) -> None:
+        self._nodes.pop(node, None)
+        self._held.pop(node, None)
+
+    def counters(self) -> dict[str, int]:
+        return {"inference_late": self.late, "inference_duplicates": self.duplicates}
+
+    def open_slots(self) -> list[tuple[str, AlertSlot]]:
+        return [(fp, s) for n in self.nodes() for st in self._nodes[n].services.values()
+                for fp, s in sorted(st.slots.items()) if s.firing_since is not None]
+
+    # ------------------------------------------------------------------ records
+
+    def process(self, record: InferenceMetrics) -> list[AlertTransition]:
+        ns = self._nodes.get(record.node)
+        if ns is None:
+            ns = self._nodes[record.node] = NodeServing()
+            self._held[record.node] = ReorderBuffer()
+        held = self._held[record.node]
+        order = (record.boot_id, record.seq)
+        if record.ts < ns.released:
+            self.late += 1
+            return []
+        if order in ns.recent or any(o == order for _, o, _ in held):
+            self.duplicates += 1
+            return []
+        held.add(record.ts, order, encode(record).decode())
+        ns.newest = max(ns.newest, record.ts)
+        return self._release(record.node, ns, held.release(ns.newest - self.lateness))
+
+    def flush(self) -> list[AlertTransition]:
+        """End of a finite input: apply what is held, then close every service's open minute."""
+        out: list[AlertTransition] = []
+        for node in self.nodes():
+            ns = self._nodes[node]
+            out += self._release(node, ns, self._held[node].drain())
+            for name in sorted(ns.services):
+                st = ns.services[name]
+                if st.open_minute is not None:
+                    out += self._evaluate(node, name, st, st.open_minute + MINUTE_S)
+        return out
+
+    def _release(self, node: str, ns: NodeServing, items) -> list[AlertTransition]:
+        out: list[AlertTransition] = []
+        for ts, order, line in items:
+            ns.released = max(ns.released, ts)
+            ns.recent.append(order)
+            rec = decode(line.encode(), InferenceMetrics)
+            minute = ts - ts % MINUTE_S
+            for name in sorted(ns.services):  # every service of the node moves on in event time
+                out += self._close(node, name, ns.services[name], minute)
+            st = ns.services.get(rec.service)
+            if st is None:
+                st = ns.services[rec.service] = ServiceState()
+            if st.open_minute is None:
+                st.open_minute = minute
+            self._apply(st, rec)
+        return out
+
+    def _close(self, node: str, name: str, st: ServiceState, minute: float) -> list[AlertTransition]:
+        """A record of ``minute`` came: the service's open minute (and a gap up to ``minute``)
+        closes, its rules run at the end of the open minute and, after a gap, at ``minute``."""
+        if st.open_minute is None or minute <= st.open_minute:
+            return []
+        out = self._evaluate(node, name, st, st.open_minute + MINUTE_S)
+        if minute > st.open_minute + MINUTE_S:
+            out += self._evaluate(node, name, st, minute)
+        st.open_minute = minute
+        return out
+
+    def _apply(self, st: ServiceState, rec: InferenceMetrics) -> None:
+        win, ts = st.window, rec.ts
+        if win.first_ts is None:
+            win.first_ts = rec.start_ts
+        reset = any(h.reset for h in rec.histograms) or any(c.reset for c in rec.counters)
+        new_pid = st.pid is not None and rec.pid is not None and rec.pid != st.pid
+        if st.last_ts and (reset or new_pid):
+            self._restarted(st, ts, "pid %s → %s" % (st.pid, rec.pid) if new_pid else "its counters started again")
+        st.pid = rec.pid if rec.pid is not None else st.pid
+        st.model, st.engine, st.last_ts = rec.model, rec.engine, ts
+        st.gpus = ",".join(map(str, rec.gpu_indices))
+        slo = self.cfg.slo.get(rec.service)
+        objectives = slo.objectives() if slo else []
+        for h in rec.histograms:
+            bounds = tuple(h.bounds)
+            win.add_histogram(ts, h.name, bounds, h.counts, h.sum)
+            for obj in objectives:
+                if obj.metric == h.name:
+                    win.add_events(ts, obj.key,
+                                   latency_events(Buckets(bounds, tuple(h.counts)), obj.threshold_s))
+        ok = failed = 0.0
+        for c in rec.counters:
+            win.add_counter(ts, c.name, c.delta)
+            ok += c.delta if c.name == "requests" else 0.0
+            failed += c.delta if c.name == "requests_failed" else 0.0
+        if slo is not None and slo.error_rate is not None and ok + failed:
+            win.add_events(ts, "error_rate", error_events(ok, failed))
+        sums: dict[str, float] = {}
+        for g in rec.gauges:  # series of one name (several labels) add up within a record
+            sums[g.name] = sums.get(g.name, 0.0) + g.value
+        for name, value in sorted(sums.items()):
+            win.add_gauge(ts, name, value)
+
+    def _restarted(self, st: ServiceState, ts: float, why: str) -> None:
+        at = ts - ts % MINUTE_S
+        base, _ = st.window.buckets("ttft", at - RESTART_BASE_S, at)
+        st.restart_at, st.restart_why = at, why
+        ok = base is not None and base.total >= MIN_RESTART_OBS
+        st.base_bounds = list(base.bounds) if ok and base else None
+        st.base_counts = list(base.counts) if ok and base else None
+
+    # ------------------------------------------------------------------ rules
+
+    def _evaluate(self, node: str, name: str, st: ServiceState, now: float) -> list[AlertTransition]:
+        win = st.window
+        slo = self.cfg.slo.get(name)
+        serving = self.cfg.serving.get(name)
+        verdicts: list[Verdict] = burn_verdicts(win, slo, now) if slo else []
+        verdicts += tail_verdicts(win, now)
+        verdicts += [kv_knee(win, now), preemptions(win, now), failures(win, now),
+                     batch_full(win, now, serving.max_batch if serving else None)]
+        verdicts += restart_verdicts(win, now, st.restart())
+        out = [t for v in verdicts if (t := self._step(node, name, st, v, now)) is not None]
+        win.trim(now, float(slo.window) if slo else 0.0)
+        return out
+
+    def _step(self, node: str, name: str, st: ServiceState, v: Verdict, now: float) -> AlertTransition | None:
+        fp = fingerprint(v.rule, {"node": node, "service": name, **v.identity})
+        slot = st.slots.get(fp)
+        if slot is None:
+            if not v.holds:
+                return None
+            slot = st.slots[fp] = AlertSlot(v.rule)
+        started = slot.firing_since
+        change = step(slot, now, v.holds, v.for_s, v.keep_s)
+        out = None
+        if change == "firing":
+            slot.labels = {"node": node, "service": name, "model": st.model, "engine": st.engine,
+                           **({"gpus": st.gpus} if st.gpus else {}), **v.identity}
+            slot.evidence = {"values": {}, **v.evidence, "held_for_s": round(now - (slot.pending_since or now), 3)}
+            names = template_names(slot.labels, slot.evidence)
+            text = TEXT[v.rule]
+            slot.summary, slot.action, slot.tier = fill(text.summary, names), fill(text.action, names), v.tier.value
+            out = transition(v.rule, fp, slot, "firing", now, now)
+        elif change == "resolved":
+            out = transition(v.rule, fp, slot, "resolved", now, started or now)
+        if slot.firing_since is None and slot.pending_since is None:
+            del st.slots[fp]
+        return out
+
+    # ------------------------------------------------------------------ views
+
+    def views(self) -> list[ServiceView]:
+        """Each service's last closed hour as the live view shows it."""
+        out = []
+        for node in self.nodes():
+            for name, st in sorted(self._nodes[node].services.items()):
+                if st.open_minute is None:
+                    continue
+                now, win = st.open_minute, st.window
+                stated = {}
+                for metric in ("ttft", "itl"):
+                    b, _ = win.buckets(metric, now - 3600.0, now)
+                    q = quantile(b, 0.99) if b else None
+                    stated[metric] = "—" if q is None else (f"≤ {q.upper:g} s" if q.upper != float("inf")
+                                                            else f"> {q.lower:g} s")
+                tokens = win.counter("generation_tokens", now - 3600.0, now)
+                span = min(3600.0, now - (win.first_ts or now)) or 1.0
+                slo = self.cfg.slo.get(name)
+                budgets = {}
+                if slo is not None:
+                    window = float(slo.window)
+                    seen = min(window, now - (win.first_ts or now)) / window
+                    budgets = {key: budget_remaining(win.events(key, now - window, now), budget, seen)
+                               for key, budget in slo.budgets().items()}
+                out.append(ServiceView(node, name, st.model, st.engine, stated["ttft"], stated["itl"],
+                                       tokens / span, budgets,
+                                       sum(1 for s in st.slots.values() if s.firing_since is not None)))
+        return out
