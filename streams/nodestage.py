@@ -32,6 +32,7 @@ from collections.abc import Set as AbstractSet
 from gpuwarden.contract import DEFAULT_MAX_PAST_SKEW_S, GpuEvent, NodeSnapshot, TaskMetric, decode, encode
 from gpuwarden.streams import statecodec
 from gpuwarden.streams.alerts import AlertSlot
+from gpuwarden.streams.arrival import ArrivalContext, announce, arrival_rules, confirm, event_fields
 from gpuwarden.streams.columns import GPU_DERIVED_COLUMNS, GPU_INDEX, GPU_MISSING, NODE_COLUMNS, TASK_COLUMNS, \
     TASK_DERIVED_COLUMNS, TASK_INDEX, deriver, row_function
 from gpuwarden.streams.config import EngineConfig
@@ -80,6 +81,9 @@ class NodeStage:
         self._ctx = NodeContext(self.bucket_s)
         self._event_rules_gpu = [r for r in rules.by_scope["gpu"] if _counts_events(r)]
         self._event_rules_node = [r for r in rules.by_scope["node"] if _counts_events(r)]
+        self._arrival_gpu = arrival_rules(rules.by_scope["gpu"])
+        self._arrival_node = arrival_rules(rules.by_scope["node"])
+        self._arrival_ctx = ArrivalContext(self.bucket_s)
         self.event_horizons = event_reach(rules.by_scope["gpu"] + rules.by_scope["node"])
         self.horizon = max(self.event_horizons.values(), default=0.0)
         reach = {sc: series_reach(rules.by_scope[sc]) for sc in ("gpu", "task", "node")}
@@ -150,6 +154,7 @@ class NodeStage:
     def counters(self) -> dict[str, int]:
         return {"late": sum(s.late for s in self._nodes.values()),
                 "duplicates": sum(s.duplicates for s in self._nodes.values()),
+                "arrival_corrected": sum(s.corrected for s in self._nodes.values()),
                 "implausible": self.implausible}
 
     def open_slots(self) -> list[tuple[str, AlertSlot]]:
@@ -203,10 +208,23 @@ class NodeStage:
             st.released = ts
             self._handle(st, held, out)
             return out
+        if source == EVENT and (self._arrival_gpu or self._arrival_node):
+            self._announce(st, record, out)  # type: ignore[arg-type]
         st.arrivals += 1
         buf.add(ts, (key, st.arrivals), held)
         self._release(st, behind, out)
         return out
+
+    def _announce(self, st: NodeState, ev: GpuEvent, out: StageOutput) -> None:
+        """The rules ``ev`` decides alone, judged now rather than when the buffer releases it
+        (``streams/arrival.py``)."""
+        ctx, trs = self._arrival_ctx, out.transitions
+        if ev.gpu_index is not None and self._arrival_gpu:
+            gs = st.gpus.get(ev.gpu_index) or GpuState(ev.gpu_index, self.keep_gpu, self.horizon)
+            trs.extend(announce(st, ev, self._arrival_gpu, ctx, gs, _gpu_id(st, gs), _labels_at(st, gs, ev.ts)))
+        if self._arrival_node:
+            ident = {"node": st.node}
+            trs.extend(announce(st, ev, self._arrival_node, ctx, None, ident, ident))
 
     def advance(self, node: str, behind: AbstractSet[int], out: StageOutput) -> bool:
         """Release what ``node``'s watermark allows now that fewer inputs are ``behind`` than
@@ -238,6 +256,12 @@ class NodeStage:
     # ------------------------------------------------------------------ per record
 
     def _handle(self, st: NodeState, rec: Held, out: StageOutput) -> None:
+        mark = len(out.transitions)
+        self._apply(st, rec, out)
+        if st.announced:
+            confirm(st, out.transitions, mark)
+
+    def _apply(self, st: NodeState, rec: Held, out: StageOutput) -> None:
         ts = rec.ts
         b = int(ts // self.bucket_s)
         if st.bucket is None or st.period is None:
@@ -281,13 +305,8 @@ class NodeStage:
 
     def _assign(self, st: NodeState, gs: GpuState, owner: tuple, ts: float) -> None:
         """A (new) task holds this GPU (``owner``: a ``Snap`` owner): refresh labels and the task's GPU list."""
-        task_id, user, task_class, project = owner
-        gs.owner = task_id or ""
-        labels = {"node": st.node, "gpu": str(gs.index)}
-        for k, v in (("user", user), ("task", task_id), ("task_class", task_class), ("project", project)):
-            if v:
-                labels[k] = v
-        gs.labels = labels
+        gs.owner = owner[0] or ""
+        gs.labels = labels = _owner_labels(st.node, gs.index, owner)
         if gs.owner:
             t = st.tasks.get(gs.owner)
             if t is None:
@@ -301,9 +320,7 @@ class NodeStage:
                 other.gpus = [i for i in other.gpus if i != gs.index]
 
     def _event(self, st: NodeState, ev: GpuEvent, out: StageOutput) -> None:
-        cat = ev.catalogue
-        fields = {"kind": ev.kind.value, "code": ev.code, "gpu": ev.gpu_index, "n": max(1, ev.count),
-                  "action": cat.action if cat else None, "severity": cat.severity.value if cat else None}
+        fields = event_fields(ev)
         gs = None
         if ev.gpu_index is not None:
             gs = st.gpus.get(ev.gpu_index)
@@ -425,6 +442,33 @@ def _gpu_id(st: NodeState, gs: GpuState) -> dict[str, str]:
 
 def _gpu_labels(st: NodeState, gs: GpuState) -> dict[str, str]:
     return gs.labels or {"node": st.node, "gpu": str(gs.index)}
+
+
+def _owner_labels(node: str, index: int, owner: tuple) -> dict[str, str]:
+    """A GPU's labels while ``owner`` (a ``Snap`` owner) holds it."""
+    task_id, user, task_class, project = owner
+    labels = {"node": node, "gpu": str(index)}
+    for k, v in (("user", user), ("task", task_id), ("task_class", task_class), ("project", project)):
+        if v:
+            labels[k] = v
+    return labels
+
+
+def _labels_at(st: NodeState, gs: GpuState, ts: float) -> dict[str, str]:
+    """The GPU's labels once the buffered snapshots up to ``ts`` are applied, as ``_snapshot``
+    will apply them: the labels the ordered evaluation at ``ts`` gives an alert."""
+    owner, labels = gs.owner, gs.labels
+    for t, _, rec in st.buffer:
+        if t > ts:
+            break
+        if type(rec) is not Snap or not any(i == gs.index for i, _, _ in rec.gpus):
+            continue
+        held = rec.owners.get(gs.index)
+        if held is not None and (held[0] or "") != owner:
+            owner, labels = held[0] or "", _owner_labels(st.node, gs.index, held)
+        elif held is None and owner:
+            owner, labels = "", {}
+    return labels or {"node": st.node, "gpu": str(gs.index)}
 
 
 def _key(record: Record | Held, source: int) -> tuple:
