@@ -1,8 +1,8 @@
 """``gpuwarden run``: source → engine → notifier in one process, the spool as the durable log.
 
-The source is the simulator (``--simulate``) or the agent's NVML source (when
-NVML loads: collector, XID/ECC watchers, task SDK socket), else the
-``mixed`` simulation (said on stderr). Every input record goes to the spool
+The source is the simulator (``--simulate``, or ``agent.source: simulate``) or the
+agent's NVML source (collector, XID/ECC watchers, task SDK socket); a failing NVML is
+an error (exit 1), never a simulation. Every input record goes to the spool
 (and to ``--record FILE`` for a later ``gpuwarden replay --from-file``); the
 engine's state is saved in the spool's key/value store so a restart continues
 where it stopped. With ``--duration`` a simulated span runs as fast as possible;
@@ -35,6 +35,8 @@ from gpuwarden.units import parse_time
 STATE_NS = "engine"
 LIVE_STATE, SIM_STATE = "state", "sim-state"
 """Live sampling and simulations keep separate engine state, so a demo never disturbs a lab's baselines."""
+SIMULATED_LOCAL = ("simulated GPUs (sim-* nodes): alerts are shown here and kept in the spool, and sent "
+                   "to no receiver (set accept_simulated: true on a receiver to send them there)")
 SAVE_EVERY_S = 30.0  # wall time between state saves (the runner, not the engine, may use the clock)
 VIEW_EVERY_S = 0.5  # wall time between live-view frames
 
@@ -47,7 +49,8 @@ def _source(args: argparse.Namespace, settings: Settings) -> tuple[Source, list[
     """(source, extras): the simulator when ``--simulate`` (or ``agent.source: simulate``) asks
     for it, else the agent's NVML source with its event watchers and SDK socket. A failing NVML
     is an error, never a silent simulation: that paged on-call with invented ECC errors from
-    ``node-00`` on a GPU box whose driver was broken (issue #18, defect 6)."""
+    ``node-00`` on a GPU box whose driver was broken (issue #18, defect 6). Simulated nodes are
+    named ``sim-node-NN`` and their alerts labelled ``simulated=true``."""
     scenario = args.simulate
     if scenario is None and settings.agent.source != "simulate":
         try:
@@ -174,6 +177,10 @@ async def _run(args: argparse.Namespace, settings: Settings, engine: Engine, sou
         runner.restore(source.ts if simulated else time.time())
         # The router runs on the records' time; delivery (signatures, limits, Retry-After) on the wall clock.
         notifier = runner.notifier = Notifier(settings, spool=spool, clock=lambda: runner.now)
+        notice = notifier.nowhere
+        if simulated and notice is None and not any(r.accept_simulated for r in settings.notify.receivers):
+            notice = SIMULATED_LOCAL
+            print(f"gpuwarden run: {notice}", file=sys.stderr)
         live = None
         if not args.json:
             live = stack.enter_context(Live(console=Console(stderr=False), auto_refresh=False))
@@ -187,14 +194,14 @@ async def _run(args: argparse.Namespace, settings: Settings, engine: Engine, sou
                 await runner.batch(batch)
                 if live is not None and time.monotonic() - shown >= VIEW_EVERY_S:
                     shown = time.monotonic()
-                    live.update(render(engine, runner.now, notifier.nowhere), refresh=True)
+                    live.update(render(engine, runner.now, notice), refresh=True)
         except KeyboardInterrupt:
             pass
         finally:
             await runner.emit(engine.flush())
             runner.save()
             if live is not None:
-                live.update(render(engine, runner.now, notifier.nowhere), refresh=True)
+                live.update(render(engine, runner.now, notice), refresh=True)
             await notifier.drain_before_exit(stop)
             await notifier.aclose()
     counters = engine.counters()

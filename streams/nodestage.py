@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
 
-from gpuwarden.contract import DEFAULT_MAX_PAST_SKEW_S, GpuEvent, NodeSnapshot, TaskMetric, decode, encode
+from gpuwarden.contract import DEFAULT_MAX_PAST_SKEW_S, GpuEvent, NodeSnapshot, TaskMetric, decode, encode, \
+    simulated_labels
 from gpuwarden.streams import statecodec
 from gpuwarden.streams.alerts import AlertSlot
 from gpuwarden.streams.arrival import ArrivalContext, announce, arrival_rules, confirm, event_fields
@@ -181,6 +182,8 @@ class NodeStage:
         st = self._nodes.get(record.node)
         if st is None:
             st = self._nodes[record.node] = NodeState(record.node, self.keep_node, self.horizon)
+        if record.simulated:
+            st.simulated = True
         seen = st.seen
         if key in seen:
             st.duplicates += 1
@@ -223,8 +226,7 @@ class NodeStage:
             gs = st.gpus.get(ev.gpu_index) or GpuState(ev.gpu_index, self.keep_gpu, self.horizon)
             trs.extend(announce(st, ev, self._arrival_gpu, ctx, gs, _gpu_id(st, gs), _labels_at(st, gs, ev.ts)))
         if self._arrival_node:
-            ident = {"node": st.node}
-            trs.extend(announce(st, ev, self._arrival_node, ctx, None, ident, ident))
+            trs.extend(announce(st, ev, self._arrival_node, ctx, None, {"node": st.node}, _node_labels(st)))
 
     def advance(self, node: str, behind: AbstractSet[int], out: StageOutput) -> bool:
         """Release what ``node``'s watermark allows now that fewer inputs are ``behind`` than
@@ -306,7 +308,7 @@ class NodeStage:
     def _assign(self, st: NodeState, gs: GpuState, owner: tuple, ts: float) -> None:
         """A (new) task holds this GPU (``owner``: a ``Snap`` owner): refresh labels and the task's GPU list."""
         gs.owner = owner[0] or ""
-        gs.labels = labels = _owner_labels(st.node, gs.index, owner)
+        gs.labels = labels = _owner_labels(st, gs.index, owner)
         if gs.owner:
             t = st.tasks.get(gs.owner)
             if t is None:
@@ -339,13 +341,13 @@ class NodeStage:
         ctx.select(st)
         if self._event_rules_node:
             out.transitions.extend(evaluate(self._event_rules_node, ctx, ev.ts, {"node": st.node},
-                                            {"node": st.node}, st.alerts))
+                                            _node_labels(st), st.alerts))
 
     def _metric(self, st: NodeState, m: TaskMetric) -> None:
         t = st.tasks.get(m.task_id)
         if t is None:
             t = st.tasks[m.task_id] = TaskState(
-                m.task_id, {"node": st.node, "task": m.task_id, "task_class": m.task}, self.keep_task)
+                m.task_id, _mark(st, {"node": st.node, "task": m.task_id, "task_class": m.task}), self.keep_task)
         t.last_seen = m.ts
         kind = m.kind.value
         if kind == "step":
@@ -414,7 +416,7 @@ class NodeStage:
             out.transitions.extend(evaluate(rules["task"], ctx, t, {"node": st.node, "task": tid},
                                             task.labels, task.alerts))
         ctx.select(st)
-        out.transitions.extend(evaluate(rules["node"], ctx, t, {"node": st.node}, {"node": st.node},
+        out.transitions.extend(evaluate(rules["node"], ctx, t, {"node": st.node}, _node_labels(st),
                                         st.alerts))
 
     def _expire(self, st: NodeState, t: float, out: StageOutput) -> None:
@@ -440,18 +442,27 @@ def _gpu_id(st: NodeState, gs: GpuState) -> dict[str, str]:
     return {"node": st.node, "gpu": str(gs.index)}
 
 
+def _mark(st: NodeState, labels: dict[str, str]) -> dict[str, str]:
+    """An entity's labels, marked when the node is simulated (issue #18, defect 6)."""
+    return simulated_labels(labels) if st.simulated else labels
+
+
+def _node_labels(st: NodeState) -> dict[str, str]:
+    return _mark(st, {"node": st.node})
+
+
 def _gpu_labels(st: NodeState, gs: GpuState) -> dict[str, str]:
-    return gs.labels or {"node": st.node, "gpu": str(gs.index)}
+    return gs.labels or _mark(st, {"node": st.node, "gpu": str(gs.index)})
 
 
-def _owner_labels(node: str, index: int, owner: tuple) -> dict[str, str]:
+def _owner_labels(st: NodeState, index: int, owner: tuple) -> dict[str, str]:
     """A GPU's labels while ``owner`` (a ``Snap`` owner) holds it."""
     task_id, user, task_class, project = owner
-    labels = {"node": node, "gpu": str(index)}
+    labels = {"node": st.node, "gpu": str(index)}
     for k, v in (("user", user), ("task", task_id), ("task_class", task_class), ("project", project)):
         if v:
             labels[k] = v
-    return labels
+    return _mark(st, labels)
 
 
 def _labels_at(st: NodeState, gs: GpuState, ts: float) -> dict[str, str]:
@@ -465,10 +476,10 @@ def _labels_at(st: NodeState, gs: GpuState, ts: float) -> dict[str, str]:
             continue
         held = rec.owners.get(gs.index)
         if held is not None and (held[0] or "") != owner:
-            owner, labels = held[0] or "", _owner_labels(st.node, gs.index, held)
+            owner, labels = held[0] or "", _owner_labels(st, gs.index, held)
         elif held is None and owner:
             owner, labels = "", {}
-    return labels or {"node": st.node, "gpu": str(gs.index)}
+    return labels or _mark(st, {"node": st.node, "gpu": str(gs.index)})
 
 
 def _key(record: Record | Held, source: int) -> tuple:

@@ -127,7 +127,7 @@ class TaskState:
 class NodeState:
     __slots__ = ("node", "buffer", "arrivals", "seen", "released", "max_ts", "src_max", "bucket", "period",
                  "gpus", "tasks", "events", "win", "alerts", "driver_version", "cuda_version", "late",
-                 "duplicates", "has_samples", "evaluated", "announced", "corrected")
+                 "duplicates", "has_samples", "evaluated", "announced", "corrected", "simulated")
 
     def __init__(self, node: str, keep: Keep, horizon: float) -> None:
         self.node = node
@@ -152,3 +152,4 @@ class NodeState:
         self.evaluated = float("-inf")
         self.announced: dict[str, list] = {}  # fingerprint -> [ts, transition JSON] sent on arrival
         self.corrected = 0  # ordered firings that differed from their announcement (arrival.py)
+        self.simulated = False  # its records come from the simulator: its alerts say so

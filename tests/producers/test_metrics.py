@@ -26,9 +26,9 @@ def test_scrape_shows_gpu_and_process_metrics():
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     finally:
         server.shutdown()
-    assert 'DCGM_FI_DEV_GPU_UTIL{Hostname="node-00",UUID="GPU-' in body
+    assert 'DCGM_FI_DEV_GPU_UTIL{Hostname="sim-node-00",UUID="GPU-' in body
     assert 'modelName="NVIDIA H200"' in body and "DCGM_FI_PROF_SM_ACTIVE{" in body
     lost = [line for line in body.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{") and 'gpu="4"' in line]
     assert lost == []  # the GPU that fell off the bus reads null: removed, not 0
-    assert 'gpuwarden_xid_total{Hostname="node-00",err_code="79",gpu="4"} 1.0' in body
+    assert 'gpuwarden_xid_total{Hostname="sim-node-00",err_code="79",gpu="4"} 1.0' in body
     assert 'gpuwarden_process_gpu_memory_bytes{' in body and 'user="chen"' in body
