@@ -85,3 +85,20 @@ def test_records_read_from_nvml_are_never_simulated() -> None:
                     source="nvml", gpu_index=1)
     fired = [t for r in [*records, gone] for t in engine.process(r)]
     assert fired and all("simulated" not in t.labels for t in fired)
+
+
+@pytest.mark.parametrize("source", ["auto", "nvml"])
+def test_the_agent_on_a_failing_nvml_is_an_error_not_a_simulation(monkeypatch, capsys, tmp_path, source) -> None:
+    from gpuwarden.producers import nvml
+    from gpuwarden.producers.agent import cmd_agent
+
+    def broken() -> None:
+        raise OSError("libnvidia-ml.so.1: cannot open shared object file")
+
+    monkeypatch.setattr(nvml, "load_nvml", broken)
+    settings = validate_settings({"agent": {"source": source}, "spool": {"path": str(tmp_path / "s.db")}})
+    out = tmp_path / "records.jsonl"
+    args = build_parser().parse_args(["agent", "--duration", "1m", "--output", str(out)])
+    assert cmd_agent(args, settings) == 1
+    assert "cannot open NVML (OSError: libnvidia-ml.so.1" in capsys.readouterr().err
+    assert not out.exists() or out.read_text() == ""
