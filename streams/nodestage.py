@@ -258,12 +258,8 @@ class NodeStage:
     # ------------------------------------------------------------------ per record
 
     def _handle(self, st: NodeState, rec: Held, out: StageOutput) -> None:
+        """Apply one released record; its firings that went out on arrival are not sent twice."""
         mark = len(out.transitions)
-        self._apply(st, rec, out)
-        if st.announced:
-            confirm(st, out.transitions, mark)
-
-    def _apply(self, st: NodeState, rec: Held, out: StageOutput) -> None:
         ts = rec.ts
         b = int(ts // self.bucket_s)
         if st.bucket is None or st.period is None:
@@ -281,6 +277,8 @@ class NodeStage:
             self._event(st, rec, out)
         else:
             self._metric(st, rec)  # type: ignore[arg-type]
+        if st.announced:
+            confirm(st, out.transitions, mark)
 
     def _snapshot(self, st: NodeState, snap: Snap) -> None:
         ts = snap.ts
