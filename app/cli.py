@@ -184,12 +184,15 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--format", choices=["table", "csv", "json"], default="table")
     rs.set_defaults(handler="gpuwarden.history.queues:cmd_report_scheduler")
 
-    p = sub.add_parser("import-jobs", help="load a scheduler's past job log into the spool (Philly trace)")
+    p = sub.add_parser("import-jobs", help="load a scheduler's past job log into the spool (sacct --json, Philly trace)")
     _add_config(p)
     p.add_argument("file", metavar="FILE")
-    p.add_argument("--format", choices=["philly"], required=True, help="the log's format")
-    p.add_argument("--cluster", default="default", help="the cluster name the records carry")
-    p.add_argument("--timezone", metavar="TZ", default=None, help="zone of times written without one (default UTC)")
+    p.add_argument("--format", choices=["sacct", "philly"], required=True,
+                   help="the log's format: sacct (Slurm's `sacct --json --duplicates`) or philly")
+    p.add_argument("--cluster", default=None,
+                   help="the cluster name the records carry (default: sacct's own per job; 'default' for philly)")
+    p.add_argument("--timezone", metavar="TZ", default=None,
+                   help="zone of times written without one (default UTC; sacct's epoch seconds need none)")
     p.set_defaults(handler="gpuwarden.history.joblog:cmd_import_jobs")
 
     p = sub.add_parser("baseline", help="task-class baselines")

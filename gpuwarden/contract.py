@@ -109,6 +109,9 @@ class GpuSample(Wire):
     temp_memory_c: float | None = Field(default=None, ge=-50, le=200)
     power_w: NonNegFloat | None = None
     power_limit_w: NonNegFloat | None = None
+    """The enforced power limit (what the card may draw now)."""
+    power_default_limit_w: NonNegFloat | None = None
+    """The board's default power limit: an enforced limit below it was lowered on purpose."""
     energy_mj: NonNegInt | None = None
     clock_sm_mhz: NonNegInt | None = None
     clock_mem_mhz: NonNegInt | None = None

@@ -1,16 +1,19 @@
 """``gpuwarden report scheduler``: queue waits, attempts and GPU-hours from ``scheduler_job/1`` records.
 
 Records come from the live collector (one per job per poll) or from an imported job log (one per
-attempt); both are read the same way: per job and attempt (``restarts``) the newest record holds
-the attempt's start and end (a running attempt ends, for the report, at the newest record of it,
-clipped to the period). Figures per row and in total:
+attempt, at its end); both are read the same way: per job and attempt (``restarts``) the newest
+record holds the attempt's start and end (a running attempt ends, for the report, at the newest
+record of it).
 
-* ``jobs``; ``attempts``; ``retried_jobs`` (more than one attempt);
-* ``queue_wait_p50_s`` / ``queue_wait_p90_s``: first start minus submission, over the jobs that
-  started (percentiles with linear interpolation between the two nearest ranks);
-* ``gpu_hours``: the sum over attempts of GPUs × the attempt's length.
+The period ``[--since, --until)``: an attempt belongs to it when it ran inside it (started before
+``until``, ended after ``since``), a job when any of its attempts does or a record of it not
+started is stamped inside it (a job that waited). So an imported attempt that ends after ``until``
+still counts, although its one record is stamped at its end. Figures per row and in total:
 
-A job belongs to the period when any record of it does (the spool's event time, ``ts``).
+* ``jobs``; ``attempts`` (those of the period); ``retried_jobs`` (more than one of them);
+* ``queue_wait_p50_s`` / ``queue_wait_p90_s``: first start minus submission, over the period's
+  jobs that started (percentiles with linear interpolation between the two nearest ranks);
+* ``gpu_hours``: the sum over the period's attempts of GPUs × the part of the attempt inside it.
 """
 
 from __future__ import annotations
@@ -69,49 +72,73 @@ def _percentile(values: list[float], q: float) -> float | None:
 class _Job:
     first: SchedulerJob
     attempts: dict[int, SchedulerJob]
+    waited_in_period: bool = False  # a record of it not started has ``ts`` in [since, until)
 
 
-def _jobs(records: Iterable[SchedulerJob]) -> list[_Job]:
+@dataclass(frozen=True)
+class _Period:
+    since: float
+    until: float
+
+    def span(self, a: SchedulerJob) -> tuple[float, float] | None:
+        """The part of started attempt ``a`` inside the period; None when it ran wholly outside
+        (the attempt taken as ``[start, end)``, so one of no length counts where it started)."""
+        start = a.start_time
+        if start is None:
+            return None
+        end = max(a.end_time if a.end_time is not None else a.ts, start)
+        if start >= self.until or (end <= self.since and start < self.since):
+            return None
+        return max(start, self.since), min(end, self.until)
+
+
+def _jobs(records: Iterable[SchedulerJob], period: _Period) -> list[_Job]:
     jobs: dict[tuple[str, str], _Job] = {}
     for r in records:
         j = jobs.get((r.cluster, r.job_id))
         if j is None:
             j = jobs[r.cluster, r.job_id] = _Job(r, {})
+        j.waited_in_period |= r.start_time is None and period.since <= r.ts < period.until
         last = j.attempts.get(r.restarts)
         if last is None or r.ts >= last.ts:
             j.attempts[r.restarts] = r
-    return list(jobs.values())
+    return [j for j in jobs.values() if j.waited_in_period or any(map(period.span, j.attempts.values()))]
 
 
-def _row(key: str, jobs: list[_Job], until: float) -> QueueRow:
+def _row(key: str, jobs: list[_Job], period: _Period) -> QueueRow:
     row = QueueRow(key, jobs=len(jobs))
     waits = []
     for j in jobs:
         started = [a for a in j.attempts.values() if a.start_time is not None]
-        row.attempts += len(started)
-        row.retried_jobs += len(started) > 1
+        spans = [(a, s) for a in started if (s := period.span(a)) is not None]
+        row.attempts += len(spans)
+        row.retried_jobs += len(spans) > 1
         if started and j.first.submit_time is not None:
             waits.append(min(a.start_time for a in started) - j.first.submit_time)  # type: ignore[type-var]
-        for a in started:
-            end = min(a.end_time if a.end_time is not None else a.ts, until)
-            row.gpu_hours += a.gpus * max(0.0, end - a.start_time) / 3600.0  # type: ignore[operator]
+        for a, (start, end) in spans:
+            row.gpu_hours += a.gpus * (end - start) / 3600.0
     row.queue_wait_p50_s, row.queue_wait_p90_s = _percentile(waits, 0.5), _percentile(waits, 0.9)
     return row
 
 
 def compute(records: Iterable[SchedulerJob], *, by: str, since: float, until: float) -> QueueReport:
-    jobs = _jobs(records)
+    """The report of the period's jobs, from records of any time (see :func:`from_spool`)."""
+    period = _Period(since, until)
+    jobs = _jobs(records, period)
     key = BY[by]
     groups: dict[str, list[_Job]] = {}
     for j in jobs:
         groups.setdefault(key(j.first), []).append(j)
     order = sorted(groups, key=lambda k: (int(k), k) if by == "gpus" and k.isdigit() else (0, k))
-    return QueueReport(by, since, until, [_row(k, groups[k], until) for k in order], _row("total", jobs, until))
+    return QueueReport(by, since, until, [_row(k, groups[k], period) for k in order], _row("total", jobs, period))
 
 
 def from_spool(spool: Spool, *, by: str, since: float, until: float, topic_prefix: str = "") -> QueueReport:
+    """Every job record the spool holds: an attempt inside the period may be stamped after
+    ``until`` (an imported one at its end), and a job's first start (its queue wait) may lie
+    before ``since`` (a run before a requeue). The spool's retention bounds the read."""
     records = []
-    for row in spool.read(topic=Topics(topic_prefix).jobs, since=since, until=until):
+    for row in spool.read(topic=Topics(topic_prefix).jobs):
         r = decode(row.value)
         if isinstance(r, SchedulerJob):
             records.append(r)

@@ -26,6 +26,7 @@ _FIELDS = {
     "DCGM_FI_DEV_MEMORY_TEMP": ("HBM temperature (C)", "temp_memory_c", 1),
     "DCGM_FI_DEV_POWER_USAGE": ("power draw (W)", "power_w", 1),
     "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("power limit (W)", "power_limit_w", 1),
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT_DEF": ("default power limit (W)", "power_default_limit_w", 1),
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("energy since driver load (mJ)", "energy_mj", 1),
     "DCGM_FI_DEV_SM_CLOCK": ("SM clock (MHz)", "clock_sm_mhz", 1),
     "DCGM_FI_DEV_MEM_CLOCK": ("memory clock (MHz)", "clock_mem_mhz", 1),

@@ -4,8 +4,10 @@ Fast set (every tick, ~50 µs per GPU on an H200): utilization, memory,
 temperature, power, clocks and reasons, pstate, ECC totals, remapped rows, PCIe
 generation, processes. Slow set (``slow_s``, in its own thread so it never
 delays a tick): energy (~3 ms), PCIe width and replays, HBM temperature (field
-values), NVLink, fan, power limit, MIG mode and GPM (two samples ≥100 ms
-apart). Static facts are read once. ``NotSupported`` (or any per-call error)
+values), NVLink, fan, the enforced power limit, MIG mode and GPM (two samples
+≥100 ms apart). Static facts are read once: the maximum SM clock (~1.5 ms) and
+the default power limit (with which a rule tells a lowered limit from the
+board's own), serial, VBIOS. ``NotSupported`` (or any per-call error)
 gives ``None``; ``GPU_IS_LOST`` — or every fast call failing — marks the GPU
 lost, emits a ``gpu_lost`` event and sampling continues for the other GPUs.
 MIG: the mode is reported; per-instance metrics are not collected yet.
@@ -108,6 +110,7 @@ class NvmlCollector:
             g.bus_id = normalize_bus_id(_text(pci.busId)[-12:]) if pci is not None else None
             g.static = {
                 "clock_sm_max_mhz": self._safe(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM),
+                "power_default_limit_w": _watts(self._safe(nv.nvmlDeviceGetPowerManagementDefaultLimit, h)),
                 "serial": _text(self._safe(nv.nvmlDeviceGetSerial, h)),
                 "vbios": _text(self._safe(nv.nvmlDeviceGetVbiosVersion, h)),
             }
@@ -143,8 +146,7 @@ class NvmlCollector:
         out["energy_mj"] = s(nv.nvmlDeviceGetTotalEnergyConsumption, h)
         out["pcie_width"] = s(nv.nvmlDeviceGetCurrPcieLinkWidth, h)
         out["pcie_replay_counter"] = s(nv.nvmlDeviceGetPcieReplayCounter, h)
-        limit = s(nv.nvmlDeviceGetEnforcedPowerLimit, h)
-        out["power_limit_w"] = limit / 1000 if limit is not None else None
+        out["power_limit_w"] = _watts(s(nv.nvmlDeviceGetEnforcedPowerLimit, h))
         fan = s(nv.nvmlDeviceGetFanSpeed, h)
         out["fan_pct"] = min(100, fan) if fan is not None else None
         mig = s(nv.nvmlDeviceGetMigMode, h)
@@ -235,7 +237,8 @@ class NvmlCollector:
         with self._slow_lock:
             slow = dict(g.slow)
         sample = GpuSample(index=g.index, uuid=g.uuid, name=g.name,
-                           clock_sm_max_mhz=g.static.get("clock_sm_max_mhz"), **slow, **fast)
+                           clock_sm_max_mhz=g.static.get("clock_sm_max_mhz"),
+                           power_default_limit_w=g.static.get("power_default_limit_w"), **slow, **fast)
         return sample, procs
 
     def step(self) -> list:
@@ -289,6 +292,10 @@ def _text(v: Any) -> str | None:
     if v is None:
         return None
     return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _watts(milliwatts: int | None) -> float | None:
+    return milliwatts / 1000 if milliwatts is not None else None
 
 
 def _field_value(fv: Any) -> float | None:

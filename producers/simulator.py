@@ -41,6 +41,8 @@ DEFAULT_ONSET_S = 180.0
 LEAK_MIB_PER_MIN = 200.0
 THERMAL_C_PER_MIN = 6.0
 THROTTLE_AT_C = 87.0
+LOWERED_LIMIT = 0.6
+"""``power-limit-lowered``: the enforced power limit as a share of the board's default."""
 GPM_EVERY_S = 15.0
 RESTART_GAP_S = 120.0
 STRIKES = 2
@@ -102,11 +104,21 @@ SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
           f"power (cooling fault); at {THROTTLE_AT_C:.0f} °C it sets HW thermal slowdown (0x40) and its "
           "SM clock drops ~28%, slowing the whole job.",
           "info/attention: temperature rising at constant power on sim-node-00 gpu 3 (within 5 min of onset)",
-          "attention: HW thermal slowdown (0x40) on sim-node-00 gpu 3, clocks down, ~5 min after onset"),
+          "attention: HW thermal slowdown (0x40) on sim-node-00 gpu 3, clocks down, ~5 min after onset",
+          "info: clock-capped on sim-node-00 gpu 3 (SM clock ~20% below max), likely cause cooling"),
     _info("power-cap", "hw",
           "From onset the target GPU intermittently asserts HW power brake (0x80) with HW slowdown "
           "(0x8): SM clock ~55% of max, power ~45% of limit, job step time up.",
-          "attention: HW power brake / HW slowdown on sim-node-00 gpu 3 held for minutes (check PSU/BMC)"),
+          "attention: HW power brake / HW slowdown on sim-node-00 gpu 3 held for minutes (check PSU/BMC)",
+          "info: clock-capped on sim-node-00 gpu 3, likely cause the board's power delivery"),
+    _info("power-limit-lowered", "hw",
+          f"From onset the target GPU's power limit is lowered to {LOWERED_LIMIT:.0%} of its default "
+          "(nvidia-smi -pl): under load it sits at the new limit with the SW power cap (0x4) set, its SM "
+          "clock ~22% below max, and the whole job's step time rises ~30%.",
+          "info: clock-capped on sim-node-00 gpu 3, likely cause 'power limit lowered', within 15 min of onset",
+          "attention: clock-capped-slower of llama-pretrain on sim-node-00 once the class has a baseline "
+          "(step time above its band while the GPU is capped)",
+          in_mixed=False),
     _info("xid-79", "single",
           "At onset the target GPU falls off the bus: XID 79 then gpu_lost; afterwards its samples "
           "carry only index/uuid/name (every reading null) and its task exits with an error.",
@@ -284,9 +296,16 @@ class GpuSim:
         if "power-cap" in self.faults and since >= 0 and duty >= 0.05 and rng.random() < 0.6:
             reasons |= clocks.HW_POWER_BRAKE | clocks.HW_SLOWDOWN
             sm, power, self.slow = int(spec.sm_max_mhz * 0.55), spec.power_limit_w * 0.45, 1.6
-        if duty >= 0.05 and power > spec.power_limit_w * 0.8 and not reasons & clocks.HW_REASONS:
+        limit = spec.power_limit_w
+        if "power-limit-lowered" in self.faults and since >= 0:
+            limit = spec.power_limit_w * LOWERED_LIMIT
+            if duty >= 0.05 and power > limit * 0.9:
+                reasons |= clocks.SW_POWER_CAP
+                sm, power, self.slow = int(spec.sm_max_mhz * 0.78) - int(abs(rng.gauss(0, 15))), \
+                    limit * 0.99 + rng.gauss(0, 2), 1.3
+        if duty >= 0.05 and power > limit * 0.8 and not reasons & clocks.HW_REASONS:
             reasons |= clocks.SW_POWER_CAP
-        power = min(max(power, spec.idle_power_w * 0.9), spec.power_limit_w)
+        power = min(max(power, spec.idle_power_w * 0.9), limit)
         # Temperature relaxes toward a power-dependent target; a cooling fault adds a ramp.
         target = 28.0 + 60.0 * power / spec.power_limit_w
         self.base_temp += (target - self.base_temp) * (1.0 - math.exp(-dt / 90.0))
@@ -320,7 +339,8 @@ class GpuSim:
             mem_used_bytes=used_mib * MIB, mem_total_bytes=spec.mem_total_mib * MIB,
             mem_reserved_bytes=(spec.mem_total_mib // 240) * MIB,
             temp_gpu_c=temp, temp_memory_c=temp + 5,
-            power_w=round(power, 3), power_limit_w=spec.power_limit_w, energy_mj=self.energy_mj,
+            power_w=round(power, 3), power_limit_w=limit, power_default_limit_w=spec.power_limit_w,
+            energy_mj=self.energy_mj,
             clock_sm_mhz=sm, clock_mem_mhz=spec.mem_clock_mhz, clock_sm_max_mhz=spec.sm_max_mhz,
             clock_event_reasons=reasons, clock_event_names=clocks.reason_names(reasons),
             pstate=0,

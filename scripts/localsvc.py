@@ -46,7 +46,8 @@ class Service:
                        f"{' '.join(packages)}); this script installs them itself only as root with apt-get")
         self.say(f"installing {' '.join(packages)} with apt-get")
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *packages]):
+        wait = ["-o", "DPkg::Lock::Timeout=300"]  # another apt-get may be running: wait for it, not fail
+        for cmd in (["apt-get", "update", "-qq", *wait], ["apt-get", "install", "-y", "-qq", *wait, *packages]):
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
             if proc.returncode != 0:
                 raise Fail(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
@@ -60,10 +61,19 @@ def free_port() -> int:
 
 def pid_alive(path: Path) -> bool:
     try:
-        os.kill(int(path.read_text().strip()), 0)
+        return _running(int(path.read_text().strip()))
     except (OSError, ValueError):
         return False
-    return True
+
+
+def _running(pid: int) -> bool:
+    """True while ``pid`` runs. A daemon that has exited stays a zombie until pid 1 reaps it,
+    which some init processes do only every second or two: a zombie counts as stopped."""
+    try:
+        os.kill(pid, 0)
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def stop_pid(path: Path, timeout_s: float = 10.0) -> bool:
@@ -74,9 +84,7 @@ def stop_pid(path: Path, timeout_s: float = 10.0) -> bool:
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except OSError:
+        if not _running(pid):
             return True
         time.sleep(0.1)
     os.kill(pid, signal.SIGKILL)

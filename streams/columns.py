@@ -75,8 +75,25 @@ def deriver(positions: Positions, derived: Sequence[Derived]) -> Callable[[list]
 
 # ------------------------------------------------------------------ GPU rows (one per GPU per snapshot)
 
+#: NVML's clock-event reason bits (``nvmlClocksEventReason*``; the agent's ``producers/clocks.py``
+#: decodes the same bits into names): software power cap, HW slowdown, SW thermal, HW thermal,
+#: HW power brake.
+SW_POWER_CAP, HW_SLOWDOWN, SW_THERMAL, HW_THERMAL, HW_POWER_BRAKE = 0x4, 0x8, 0x20, 0x40, 0x80
+#: The reasons that mean a power or thermal cap holds the clock down (not idle, not app clocks).
+CAP_REASONS = SW_POWER_CAP | HW_SLOWDOWN | SW_THERMAL | HW_THERMAL | HW_POWER_BRAKE
+THERMAL_REASONS = SW_THERMAL | HW_THERMAL
+
+
 def _bit(mask: int) -> str:
+    """1.0 if any of ``mask``'s reason bits is set, 0.0 if none, absent without reasons."""
     return f"None if clock_event_reasons is None else (1.0 if clock_event_reasons & {mask:#x} else 0.0)"
+
+
+#: The share of the maximum SM clock lost while a cap reason is set, 0.0 while none is (idle
+#: clocks are no cap's cost): its window mean is the clock a cap cost over that window.
+_CAP_LOSS = (f"None if clock_event_reasons is None or clock_sm_mhz is None or not clock_sm_max_mhz else "
+             f"(max(0.0, 1.0 - clock_sm_mhz / clock_sm_max_mhz) if clock_event_reasons & {CAP_REASONS:#x} "
+             f"else 0.0)")
 
 
 #: Fields are ``GpuSample``'s; ``owners`` is the snapshot's GPU index -> owning process.
@@ -89,10 +106,15 @@ GPU_COLUMNS = (
     Column("power_limit_w", ("power_limit_w",)),
     Column("clock_sm_mhz", ("clock_sm_mhz",)),
     Column("clock_sm_max_mhz", ("clock_sm_max_mhz",)),
-    Column("hw_slowdown", ("clock_event_reasons",), _bit(0x8)),
-    Column("hw_thermal", ("clock_event_reasons",), _bit(0x40)),
-    Column("power_brake", ("clock_event_reasons",), _bit(0x80)),
-    Column("sw_thermal", ("clock_event_reasons",), _bit(0x20)),
+    Column("power_default_limit_w", ("power_default_limit_w",)),
+    Column("hw_slowdown", ("clock_event_reasons",), _bit(HW_SLOWDOWN)),
+    Column("hw_thermal", ("clock_event_reasons",), _bit(HW_THERMAL)),
+    Column("power_brake", ("clock_event_reasons",), _bit(HW_POWER_BRAKE)),
+    Column("sw_thermal", ("clock_event_reasons",), _bit(SW_THERMAL)),
+    Column("sw_power_cap", ("clock_event_reasons",), _bit(SW_POWER_CAP)),
+    Column("capped", ("clock_event_reasons",), _bit(CAP_REASONS)),
+    Column("thermal_cap", ("clock_event_reasons",), _bit(THERMAL_REASONS)),
+    Column("cap_clock_loss", ("clock_event_reasons", "clock_sm_mhz", "clock_sm_max_mhz"), _CAP_LOSS),
     Column("ecc_uncorrected", ("ecc_volatile_uncorrected",)),
     Column("remap_pending", ("remap_pending",), "None if remap_pending is None else float(remap_pending)"),
     Column("remap_failure", ("remap_failure",), "None if remap_failure is None else float(remap_failure)"),
@@ -107,6 +129,7 @@ GPU_DERIVED_COLUMNS = (
     Derived("headroom_gib", "difference", "mem_total_gib", "mem_used_gib"),
     Derived("power_frac", "ratio", "power_w", "power_limit_w"),
     Derived("clock_frac", "ratio", "clock_sm_mhz", "clock_sm_max_mhz"),
+    Derived("power_limit_frac", "ratio", "power_limit_w", "power_default_limit_w"),
     Derived("temp_per_w", "ratio", "temp_gpu_c", "power_w"),
 )
 GPU_INDEX = Positions(GPU_COLUMNS + GPU_DERIVED_COLUMNS)
@@ -168,5 +191,6 @@ NODE_INDEX = Positions(NODE_COLUMNS)
 
 #: Fields are ``TaskSummary.stats`` keys (see ``gpuwarden.streams.summaries``).
 CLASS_COLUMNS = tuple(Column(k, (k,)) for k in ("util_gpu", "mem_peak_frac", "step_time_s", "power_w",
-                                               "temp_per_w", "data_wait_share", "comm_share"))
+                                               "temp_per_w", "data_wait_share", "comm_share",
+                                               "cap_clock_loss"))
 CLASS_INDEX = Positions(CLASS_COLUMNS)

@@ -78,6 +78,12 @@ def _fire(rule: Rule, slot: AlertSlot, ctx: Context, labels: dict[str, str], now
     ev = ctx.evidence()
     ev["held_for_s"] = round(now - (slot.pending_since or now), 3)
     spec = rule.spec
+    if rule.show:
+        ctx.reset(now)
+        for show in rule.show:
+            show(ctx)
+        for k, v in ctx.ev["values"].items():
+            ev["values"].setdefault(k, v)  # what the condition judged stands
     action, cause_text = spec.action, ""
     for check, cause in rule.causes:
         ctx.reset(now)

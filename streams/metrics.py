@@ -29,7 +29,7 @@ CLASS_ROW = names(CLASS_COLUMNS)
 
 _UNITS = {
     "util_gpu": "%", "mem_used_gib": "GiB", "mem_total_gib": "GiB", "temp_gpu_c": "°C",
-    "power_w": "W", "power_limit_w": "W", "clock_sm_mhz": "MHz", "clock_sm_max_mhz": "MHz",
+    "power_w": "W", "power_limit_w": "W", "power_default_limit_w": "W", "clock_sm_mhz": "MHz", "clock_sm_max_mhz": "MHz",
     "headroom_gib": "GiB", "temp_per_w": "°C/W", "step_time_s": "s", "data_wait_s": "s",
     "comm_s": "s", "ecc_uncorrected": "errors", "remapped_rows": "rows",
 }
@@ -47,6 +47,9 @@ SCOPES: dict[str, dict[str, Metric]] = {
                                 "1 if memory fell back to its pre-checkpoint level after the last "
                                 "checkpoint_end within 30 min, 0 if it did not, absent without one"),
         "idle_hours": Metric("scalar", "h", "how long this allocated GPU has been idle"),
+        "capped_neighbours": Metric("scalar", "GPUs",
+                                    "other GPUs of the node losing at least 5 % of their SM clock to a "
+                                    "power or thermal cap in their newest bucket"),
     },
     "task": {
         **_series(TASK_ROW + TASK_DERIVED),

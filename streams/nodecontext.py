@@ -15,6 +15,10 @@ OOM_TREND_S = 900.0
 #: ... rising this steadily (a job's start-up ramp is not a trend toward OOM).
 OOM_MONOTONIC = 0.75
 _MEM, _TOT = GPU_INDEX.mem_used_gib, GPU_INDEX.mem_total_gib
+#: A neighbour counts as capped when a cap costs it at least this share of its SM clock in its
+#: newest bucket: the SW power cap bit alone is set on busy GPUs far below their limit (a real
+#: H200 at 215 of 700 W lost 1 %, tests/fixtures/h200-leak-probe).
+NEIGHBOUR_CAP_LOSS = 0.05
 
 
 class NodeContext(Context):
@@ -53,6 +57,9 @@ class NodeContext(Context):
             return None if g.ckpt is None else g.ckpt.released_at(now)
         if metric == "idle_hours" and g is not None:
             return idle_hours(g, now)
+        if metric == "capped_neighbours" and g is not None and self.node is not None:
+            return float(sum(1 for x in self.node.gpus.values()
+                             if x is not g and (x.win.latest(GPU_INDEX.cap_clock_loss) or 0.0) >= NEIGHBOUR_CAP_LOSS))
         if metric in ("idle_card_hours", "gpus") and self.task is not None and self.node is not None:
             gpus = [self.node.gpus[i] for i in self.task.gpus if i in self.node.gpus]
             if metric == "gpus":

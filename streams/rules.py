@@ -142,6 +142,15 @@ for _w in (AllOf, AnyOf, NotOf):
     _w.model_rebuild()
 
 
+class Show(_M):
+    """A value an alert's text shows without judging it (the clock a cap costs is judged; the
+    power limit it is stated against is shown): recorded in the evidence at firing."""
+
+    metric: str
+    agg: Literal["last", "avg", "min", "max", "range_rel"] = "last"
+    window: Duration | None = None
+
+
 class Cause(_M):
     when: Condition
     summary: str
@@ -159,6 +168,7 @@ class RuleSpec(_M):
     summary: str
     action: str = ""
     causes: list[Cause] = Field(default_factory=list)
+    show: list[Show] = Field(default_factory=list)
     enabled: bool = True
 
 
@@ -213,6 +223,13 @@ def _walk(cond: Any, loc: str, scope: str, problems: list[str]) -> None:
             problems.append(f"{loc}.trend: expected at least one of slope_above, slope_below, monotonic_above")
 
 
+def _shown(show: Show) -> ThresholdC:
+    """A shown value as a threshold that holds whenever the value exists (NaN differs from every
+    number): validated, kept in the windows and recorded in the evidence as a threshold is."""
+    return ThresholdC(threshold=Threshold(metric=show.metric, op="!=", value=float("nan"), agg=show.agg,
+                                          window=show.window))
+
+
 def _check_templates(text: str, loc: str, problems: list[str]) -> None:
     try:
         list(string.Formatter().parse(text))
@@ -236,6 +253,10 @@ def validate(data: Any, source: str) -> RuleFile:
         _walk(r.when, f"rules[{i}].when", r.scope, problems)
         for j, c in enumerate(r.causes):
             _walk(c.when, f"rules[{i}].causes[{j}].when", r.scope, problems)
+        for j, sh in enumerate(r.show):
+            loc, found = f"rules[{i}].show[{j}]", []
+            _walk(_shown(sh), loc, r.scope, found)
+            problems += [p.replace(f"{loc}.threshold.", f"{loc}.", 1) for p in found]  # the key as written
         _check_templates(r.summary, f"rules[{i}].summary", problems)
     if problems:
         raise RulesError(source, problems)
@@ -448,6 +469,7 @@ class Rule:
     check: Check
     causes: list[tuple[Check, Cause]]
     test: Check
+    show: list[Check] = field(default_factory=list)
     name: str = ""
     for_s: float = 0.0
     keep_s: float = 0.0
@@ -519,7 +541,8 @@ def leaves(cond: Any) -> list[Any]:
 
 def rule_leaves(rule: Rule) -> list[Any]:
     """Every leaf a rule can evaluate: its condition's and its likely causes'."""
-    return [x for c in (rule.spec.when, *(cause.when for _, cause in rule.causes)) for x in leaves(c)]
+    return [x for c in (rule.spec.when, *(cause.when for _, cause in rule.causes),
+                        *map(_shown, rule.spec.show)) for x in leaves(c)]
 
 
 def series_reach(rules: list[Rule]) -> dict[tuple[str, bool], float | None]:
@@ -558,7 +581,7 @@ def event_reach(rules: list[Rule]) -> dict[str | None, float]:
 
 def compile_rules(rf: RuleFile, source: str) -> RulePack:
     rules = [Rule(s, _compile(s.when, s.scope), [(_compile(c.when, s.scope), c) for c in s.causes],
-                  _compile(s.when, s.scope, evidence=False))
+                  _compile(s.when, s.scope, evidence=False), [_compile(_shown(x), s.scope) for x in s.show])
              for s in rf.rules if s.enabled and s.name not in rf.disable]
     return RulePack(rules, source)
 

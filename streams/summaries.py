@@ -2,7 +2,9 @@
 
 Stage 2 reads the stats by name (``gpuwarden.streams.columns.CLASS_COLUMNS``); each is a mean
 over the interval's buckets of the window column of the same name, except ``mem_peak_frac``:
-the highest bucket maximum of memory used over memory total on any of the task's GPUs.
+the highest bucket maximum of memory used over memory total on any of the task's GPUs, and
+``cap_clock_loss``: per bucket the highest of the task's GPUs (a synchronous job runs at its
+slowest GPU's pace, so one capped GPU of eight costs the job its clock, not an eighth of it).
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ from gpuwarden.streams.windows import ClosedBucket
 #: Means of the task's own columns, then of its GPUs' columns: the order ``stats`` are written in.
 TASK_STATS = ("util_gpu", "step_time_s", "data_wait_share", "comm_share")
 GPU_STATS = ("power_w", "temp_per_w")
+#: Per bucket the highest over the task's GPUs, then the mean over the interval's buckets.
+GPU_MAX_STATS = ("cap_clock_loss",)
 _TASK_AT = tuple((k, TASK_INDEX[k]) for k in TASK_STATS)
 _GPU_AT = tuple((k, GPU_INDEX[k]) for k in GPU_STATS)
+_GPU_MAX_AT = tuple((k, GPU_INDEX[k]) for k in GPU_MAX_STATS)
 _UTIL, _STEP = TASK_INDEX.util_gpu, TASK_INDEX.step_time_s
 _MEM, _TOT = GPU_INDEX.mem_used_gib, GPU_INDEX.mem_total_gib
 #: Task labels a summary carries (stage 2's job labels).
@@ -32,6 +37,7 @@ def fold(st: NodeState, task: TaskState, bucket: ClosedBucket) -> None:
     totals.samples += 1
     for stat, at in _TASK_AT:
         totals.add(stat, means[at])
+    highest: dict[str, float] = {}
     for i in task.gpus:
         gs = st.gpus.get(i)
         if gs is None or gs.win.last_end() != bucket.end:
@@ -42,6 +48,12 @@ def fold(st: NodeState, task: TaskState, bucket: ClosedBucket) -> None:
             totals.mem_peak_frac = max(totals.mem_peak_frac or 0.0, peak / total)
         for stat, at in _GPU_AT:
             totals.add(stat, w.latest(at))
+        for stat, at in _GPU_MAX_AT:
+            v = w.latest(at)
+            if v is not None and v >= highest.get(stat, v):
+                highest[stat] = v
+    for stat, v in highest.items():
+        totals.add(stat, v)
 
 
 def summarise(st: NodeState, t: float, window_s: float) -> list[TaskSummary]:
@@ -55,7 +67,7 @@ def summarise(st: NodeState, t: float, window_s: float) -> list[TaskSummary]:
         if not totals.samples:
             continue
         stats = {}
-        for stat in TASK_STATS + GPU_STATS:
+        for stat in TASK_STATS + GPU_STATS + GPU_MAX_STATS:
             mean = totals.mean(stat)
             if mean is not None:
                 stats[stat] = round(mean, 6)

@@ -5,6 +5,8 @@
   that cannot be started fails the tests; it never skips them.
 * ``own_slurm`` (function fixture): a second Slurm of the test's own (``SLURM_LOCAL_DIR``), which
   it may stop and start again.
+* ``accounting_slurm`` (function fixture): a Slurm of the test's own with accounting
+  (``start --accounting``: slurmdbd on a local MariaDB), so ``sacct`` answers.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +24,9 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SLURM_LOCAL = REPO_ROOT / "scripts" / "slurm-local"
+#: Where the test jobs' output goes (sbatch's default, slurm-N.out in the working directory,
+#: left files in the repository's root).
+JOB_OUTPUT = Path(tempfile.gettempdir()) / "gpuwarden-slurm-jobs"
 
 
 def slurm_local(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -45,7 +51,9 @@ class LocalSlurm:
 
     def sbatch(self, *args: str, wrap: str = "sleep 600") -> str:
         """Submit a real batch job; its id."""
-        out = self.run("sbatch", "--parsable", "-c", "1", *args, "--wrap", wrap)
+        JOB_OUTPUT.mkdir(exist_ok=True)
+        out = self.run("sbatch", "--parsable", "-c", "1", f"--output={JOB_OUTPUT}/slurm-%j.out", *args,
+                       "--wrap", wrap)
         return out.strip().split(";")[0]
 
     def cancel_all(self) -> None:
@@ -72,8 +80,8 @@ class LocalSlurm:
         _start(self.local_env)
 
 
-def _start(env: dict[str, str] | None) -> str:
-    proc = slurm_local("start", env=env)
+def _start(env: dict[str, str] | None, *options: str) -> str:
+    proc = slurm_local("start", *options, env=env)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines or not lines[-1].startswith("SLURM_CONF="):
         pytest.fail(f"scripts/slurm-local start failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}",
@@ -96,6 +104,16 @@ def slurm() -> Iterator[LocalSlurm]:
 def own_slurm(tmp_path: Path) -> Iterator[LocalSlurm]:
     env = {"SLURM_LOCAL_DIR": str(tmp_path / "slurm")}
     s = LocalSlurm(_start(env), env)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def accounting_slurm(tmp_path: Path) -> Iterator[LocalSlurm]:
+    env = {"SLURM_LOCAL_DIR": str(tmp_path / "slurm")}
+    s = LocalSlurm(_start(env, "--accounting"), env)
     try:
         yield s
     finally:

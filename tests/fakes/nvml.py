@@ -82,6 +82,7 @@ class FakeGpu:
     temp: int = 41
     power_mw: int = 120910
     limit_mw: int = 700000
+    default_limit_mw: int = 700000
     energy_mj: int = 2414713
     sm_mhz: int = 1980
     mem_mhz: int = 3201
@@ -172,6 +173,7 @@ class FakeNvml:
     def _nvmlDeviceGetTemperature(self, g, sensor): return g.temp
     def _nvmlDeviceGetPowerUsage(self, g): return g.power_mw
     def _nvmlDeviceGetEnforcedPowerLimit(self, g): return g.limit_mw
+    def _nvmlDeviceGetPowerManagementDefaultLimit(self, g): return g.default_limit_mw
     def _nvmlDeviceGetTotalEnergyConsumption(self, g): return g.energy_mj
     def _nvmlDeviceGetClockInfo(self, g, kind): return g.sm_mhz if kind == NVML_CLOCK_SM else g.mem_mhz
     def _nvmlDeviceGetMaxClockInfo(self, g, kind): return g.sm_max

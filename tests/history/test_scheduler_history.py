@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpuwarden.history.joblog import JobLogError, read
 from tests.history.builders import config, gw
 
 #: ../shared/data's file, copied unchanged (tests/fixtures/philly/README.md: source and license).
@@ -90,9 +91,62 @@ def test_times_without_a_zone_are_read_in_the_given_zone(tmp_path: Path) -> None
     assert spans["America/Los_Angeles"]["jobs"] == 0
 
 
-def test_a_bad_line_is_named_with_its_file_and_number(tmp_path: Path) -> None:
+def test_a_bad_line_is_named_and_nothing_is_imported(tmp_path: Path) -> None:
     log = tmp_path / "bad.jsonl"
     log.write_text('{"id": "ok", "num_gpus": 1, "submitted_time": "2017-09-04 10:00:00", "attempts": []}\n'
                    '{"id": "broken", "num_gpus": 1}\n')
-    out = gw("import-jobs", "--config", config(tmp_path), "--format", "philly", str(log))
-    assert out.returncode == 1 and f"{log}:2: KeyError" in out.stderr, out.stderr
+    cfg = config(tmp_path)
+    out = gw("import-jobs", "--config", cfg, "--format", "philly", str(log))
+    assert out.returncode == 1, out.stderr
+    assert f"{log}:2 (job broken): submitted_time: missing; expected a time such as" in out.stderr
+    report = gw("report", "--config", cfg, "scheduler", "--since", "2017-09-01", "--format", "json")
+    assert json.loads(report.stdout)["total"]["jobs"] == 0  # the good line before it was not imported either
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ('{"id": "b", "num_gpus": "two", "submitted_time": "2017-09-04 10:00:00"}',
+     ":1 (job b): num_gpus: expected a GPU count (0 or more), got 'two'"),
+    ('{"id": "b", "num_gpus": 1, "submitted_time": "2017-09-04 10:00:00", "attempts": [{"start_time": "noon"}]}',
+     ":1 (job b): attempts[0].start_time: expected a time such as 2017-10-03 05:55:19 (or None), got 'noon'"),
+    ('{"id": "b", "num_gpus": 1, "submitted_time": "2017-09-04 10:00:00", "attempts": {"start_time": "noon"}}',
+     ":1 (job b): attempts: expected a list of {start_time, end_time}"),
+    ('{"id": "' + "x" * 300 + '", "num_gpus": 1, "submitted_time": "2017-09-04 10:00:00"}',
+     f":1 (job {'x' * 64}): job_id: String should have at most 256 characters"),
+    ('{"id": "b", "num_gpus"', ":1: not JSON ("),
+    ('[1, 2]', ":1: expected one Philly job object per line, got [1, 2]"),
+])
+def test_a_bad_line_is_named_with_its_file_number_job_and_field(tmp_path: Path, line: str, message: str) -> None:
+    log = tmp_path / "bad.jsonl"
+    log.write_text(f"{line}\n")
+    with pytest.raises(JobLogError) as e:
+        read(log, "philly", cluster=None, tz=timezone.utc)
+    assert str(e.value).startswith(f"{log}{message}"), str(e.value)
+
+
+@pytest.fixture(scope="module")
+def one_attempt(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A spool holding one job: submitted 09:00, run 10:00-14:00 on 2 GPUs (stamped at its end)."""
+    tmp = tmp_path_factory.mktemp("one-attempt")
+    log = tmp / "one.jsonl"
+    log.write_text(json.dumps({"id": "j1", "num_gpus": 2, "submitted_time": "2017-09-04 09:00:00",
+                               "attempts": [{"start_time": "2017-09-04 10:00:00",
+                                             "end_time": "2017-09-04 14:00:00"}]}) + "\n")
+    cfg = config(tmp)
+    Path(cfg).write_text(Path(cfg).read_text().replace("spool:\n", "spool:\n  max_age: 5000d\n"))
+    assert gw("import-jobs", "--config", cfg, "--format", "philly", str(log)).returncode == 0
+    return cfg
+
+
+@pytest.mark.parametrize(("since", "until", "want"), [
+    # An attempt 10:00-14:00 on 2 GPUs, stamped at its end: a period inside it holds it, clipped.
+    ("2017-09-04T11:00:00", "2017-09-04T12:00:00", {"jobs": 1, "attempts": 1, "gpu_hours": 2.0}),
+    ("2017-09-04T12:00:00", "2017-09-04T20:00:00", {"jobs": 1, "attempts": 1, "gpu_hours": 4.0}),
+    ("2017-09-04T14:00:00", "2017-09-04T20:00:00", {"jobs": 0, "attempts": 0, "gpu_hours": 0.0}),
+    ("2017-09-04T00:00:00", "2017-09-04T10:00:00", {"jobs": 0, "attempts": 0, "gpu_hours": 0.0}),
+])
+def test_since_and_until_hold_the_part_of_each_attempt_inside_the_period(
+        one_attempt: str, since: str, until: str, want: dict) -> None:
+    out = gw("report", "--config", one_attempt, "scheduler", "--since", since, "--until", until, "--format", "json")
+    total = json.loads(out.stdout)["total"]
+    assert {k: total[k] for k in want} == want
+    assert total["queue_wait_p50_s"] == (3600 if want["jobs"] else None)

@@ -243,3 +243,20 @@ async def test_past_a_burst_of_half_the_limit_sends_are_spread_over_the_window(m
     assert len(at) >= 20 and at[9] - at[0] < 3.0  # the burst
     assert min(gaps[10:]) >= 3.0 - 1e-6 and max(gaps) < 10.0, gaps
     assert max_in_window(at, 60.0) <= 20 and fake.requests == fake.accepted
+
+
+async def test_retries_back_off_exponentially_on_the_simulated_clock(monkeypatch, clock, spool):
+    """Server errors in a row: the waits double (1, 2, 4 s at full jitter), so a receiver that is down
+    is not hammered; a constant backoff fails here (scripts/mutation-check)."""
+    with FakeSlack(clock) as fake:
+        monkeypatch.setenv("SLACK_URL", fake.base + fake.path)
+        fake.script.extend([(503, {}, b"unavailable")] * 3)
+        d = Delivery([Receiver(name="sl", slack={"url": {"env": "SLACK_URL"}})], spool=spool,
+                     clock=clock, sleep=clock.sleep, rng=lambda: 1.0, backoff_s=1.0, max_attempts=4)
+        try:
+            out = await d.deliver(note("sl", 1))
+        finally:
+            await d.aclose()
+    assert out.status == "delivered" and out.attempts == 4
+    at = [q.at for q in fake.requests]
+    assert [round(b - a, 1) for a, b in zip(at, at[1:])] == [1.0, 2.0, 4.0]

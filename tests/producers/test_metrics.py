@@ -28,6 +28,7 @@ def test_scrape_shows_gpu_and_process_metrics():
         server.shutdown()
     assert 'DCGM_FI_DEV_GPU_UTIL{Hostname="sim-node-00",UUID="GPU-' in body
     assert 'modelName="NVIDIA H200"' in body and "DCGM_FI_PROF_SM_ACTIVE{" in body
+    assert any(line.startswith("DCGM_FI_DEV_POWER_MGMT_LIMIT_DEF{") and line.endswith(" 700.0") for line in body.splitlines())
     lost = [line for line in body.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{") and 'gpu="4"' in line]
     assert lost == []  # the GPU that fell off the bus reads null: removed, not 0
     assert 'gpuwarden_xid_total{Hostname="sim-node-00",err_code="79",gpu="4"} 1.0' in body

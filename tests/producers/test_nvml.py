@@ -28,6 +28,7 @@ def test_every_field_mapped_with_units():
     g = snap.gpus.rows()[0]
     assert (g.util_gpu, g.util_memory, g.temp_gpu_c, g.temp_memory_c) == (37, 9, 41, 47)
     assert g.power_w == 120.91 and g.power_limit_w == 700 and g.energy_mj == 2414713
+    assert g.power_default_limit_w == 700
     assert (g.clock_sm_mhz, g.clock_mem_mhz, g.clock_sm_max_mhz) == (1980, 3201, 1980)
     assert g.clock_event_reasons == 4 and g.clock_event_names == ["sw_power_cap"]
     assert g.mem_total_bytes == 143771 << 20 and g.mem_reserved_bytes is not None
@@ -106,3 +107,11 @@ def test_counter_rises_become_events():
     _, events = split(c.step())
     assert {e.kind for e in events} == {EventKind.ECC_DBE, EventKind.ROW_REMAP}
     assert all(e.source == "counter" and e.node == "n1" for e in events)
+
+
+def test_a_lowered_power_limit_is_told_from_the_default_which_is_read_once():
+    nv, c = collector([FakeGpu(0, limit_mw=450000)])
+    g = split(c.step())[0].gpus.rows()[0]
+    assert (g.power_limit_w, g.power_default_limit_w) == (450, 700)
+    split(c.step())
+    assert nv.calls["nvmlDeviceGetPowerManagementDefaultLimit"] == 1  # static: not on the tick path

@@ -179,7 +179,8 @@ def _task_ids(recs, gpu, node="sim-node-00"):
 
 
 def test_mixed_leaves_out_the_faults_that_would_erase_others():
-    assert set(FAULTS) - set(MIXED_FAULTS) == {"xid-app-error", "xid-node-repeat", "driver-error"}
+    assert set(FAULTS) - set(MIXED_FAULTS) == {"xid-app-error", "xid-node-repeat", "driver-error",
+                                               "power-limit-lowered"}
     assert set(Simulator("mixed", nodes=2, gpus=8, start_ts=T0).placement) == set(MIXED_FAULTS)
 
 
@@ -221,3 +222,15 @@ def test_driver_error_reports_kernel_log_lines_then_the_gpu_gives_no_readings():
     assert snaps[-1].gpus.rows()[4].util_gpu is None and snaps[-1].gpus.rows()[4].mem_used_bytes is None
     assert snaps[179].gpus.rows()[4].util_gpu is not None
     assert any(m.kind == TaskMetricKind.EXIT and m.exit_code == 1 for m in recs if isinstance(m, TaskMetric))
+
+
+def test_power_limit_lowered_caps_the_target_gpu_at_its_new_limit_with_its_default_reported():
+    sim = Simulator("power-limit-lowered", start_ts=T0, tick_s=5)
+    n, g = sim.placement["power-limit-lowered"]
+    rows = [(s.ts, s.gpus.rows()[g]) for s in sim.run(600) if isinstance(s, NodeSnapshot)]
+    before = [x for ts, x in rows if ts < T0 + 180]
+    after = [x for ts, x in rows if ts >= T0 + 180 and x.clock_event_reasons & clocks.SW_POWER_CAP]
+    assert {x.power_limit_w for x in before} == {700} and {x.power_default_limit_w for x in before} == {700}
+    assert len(after) > 0.5 * len([ts for ts, _ in rows if ts >= T0 + 180])
+    assert {x.power_limit_w for x in after} == {420} and {x.power_default_limit_w for x in after} == {700}
+    assert all(x.power_w <= 420 and x.clock_sm_mhz <= 0.8 * x.clock_sm_max_mhz for x in after)

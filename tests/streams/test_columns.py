@@ -18,20 +18,21 @@ from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.nodestage import NodeStage
 from gpuwarden.streams.output import StageOutput
 from gpuwarden.streams.rules import load_rules
-from gpuwarden.streams.summaries import GPU_STATS, TASK_STATS
+from gpuwarden.streams.summaries import GPU_MAX_STATS, GPU_STATS, TASK_STATS
 
 T0 = 1_700_000_040.0  # a multiple of 60 s: a bucket (15 s) and a summary interval (60 s) start here
 GIB = 1 << 30
 CONFIG = EngineConfig(allowed_lateness=0)
 BASE = {"util_gpu": 50.0, "mem_used_bytes": 40 * GIB, "mem_total_bytes": 80 * GIB, "temp_gpu_c": 60.0,
-        "power_w": 300.0, "power_limit_w": 600.0, "clock_sm_mhz": 1500, "clock_sm_max_mhz": 2000,
-        "clock_event_reasons": 0, "ecc_volatile_uncorrected": 0, "remap_pending": False, "remap_failure": False}
+        "power_w": 300.0, "power_limit_w": 600.0, "power_default_limit_w": 600.0, "clock_sm_mhz": 1500,
+        "clock_sm_max_mhz": 2000, "clock_event_reasons": 0, "ecc_volatile_uncorrected": 0, "remap_pending": False, "remap_failure": False}
 BASE_ROW = {"util_gpu": 50.0, "mem_used_gib": 40.0, "mem_total_gib": 80.0, "temp_gpu_c": 60.0, "power_w": 300.0,
-            "power_limit_w": 600.0, "clock_sm_mhz": 1500, "clock_sm_max_mhz": 2000, "hw_slowdown": 0.0,
-            "hw_thermal": 0.0, "power_brake": 0.0, "sw_thermal": 0.0, "ecc_uncorrected": 0,
+            "power_limit_w": 600.0, "power_default_limit_w": 600.0, "clock_sm_mhz": 1500, "clock_sm_max_mhz": 2000,
+            "hw_slowdown": 0.0, "hw_thermal": 0.0, "power_brake": 0.0, "sw_thermal": 0.0, "sw_power_cap": 0.0,
+            "capped": 0.0, "thermal_cap": 0.0, "cap_clock_loss": 0.0, "ecc_uncorrected": 0,
             "remap_pending": 0.0, "remap_failure": 0.0, "allocated": 1.0, "idle_allocated": 0.0, "present": 1.0,
             "mem_used_frac": 0.5, "headroom_gib": 40.0, "power_frac": 0.5, "clock_frac": 0.75,
-            "temp_per_w": 0.2}
+            "temp_per_w": 0.2, "power_limit_frac": 1.0}
 OWNED = [GpuProcess(pid=7, gpu_index=0, task_id="job-1", task="train", user="ann")]
 
 #: A GpuSample field (or several) set to a new value -> every GPU column that then changes, and to what.
@@ -41,13 +42,20 @@ GPU_CASES: list[tuple[dict[str, Any], dict[str, Any]]] = [
     ({"mem_total_bytes": 100 * GIB}, {"mem_total_gib": 100.0, "mem_used_frac": 0.4, "headroom_gib": 60.0}),
     ({"temp_gpu_c": 90.0}, {"temp_gpu_c": 90.0, "temp_per_w": 0.3}),
     ({"power_w": 400.0}, {"power_w": 400.0, "power_frac": 400 / 600, "temp_per_w": 0.15}),
-    ({"power_limit_w": 500.0}, {"power_limit_w": 500.0, "power_frac": 0.6}),
+    ({"power_limit_w": 500.0}, {"power_limit_w": 500.0, "power_frac": 0.6, "power_limit_frac": 500 / 600}),
+    ({"power_default_limit_w": 750.0}, {"power_default_limit_w": 750.0, "power_limit_frac": 0.8}),
     ({"clock_sm_mhz": 1000}, {"clock_sm_mhz": 1000, "clock_frac": 0.5}),
     ({"clock_sm_max_mhz": 1600}, {"clock_sm_max_mhz": 1600, "clock_frac": 1500 / 1600}),
-    ({"clock_event_reasons": 0x8}, {"hw_slowdown": 1.0}),
-    ({"clock_event_reasons": 0x40}, {"hw_thermal": 1.0}),
-    ({"clock_event_reasons": 0x80}, {"power_brake": 1.0}),
-    ({"clock_event_reasons": 0x20}, {"sw_thermal": 1.0}),
+    # NVML's reason bits: each cap reason costs the clock below max (1500 of 2000 MHz: 25 %) ...
+    ({"clock_event_reasons": 0x4}, {"sw_power_cap": 1.0, "capped": 1.0, "cap_clock_loss": 0.25}),
+    ({"clock_event_reasons": 0x8}, {"hw_slowdown": 1.0, "capped": 1.0, "cap_clock_loss": 0.25}),
+    ({"clock_event_reasons": 0x20}, {"sw_thermal": 1.0, "capped": 1.0, "thermal_cap": 1.0, "cap_clock_loss": 0.25}),
+    ({"clock_event_reasons": 0x40}, {"hw_thermal": 1.0, "capped": 1.0, "thermal_cap": 1.0, "cap_clock_loss": 0.25}),
+    ({"clock_event_reasons": 0x80}, {"power_brake": 1.0, "capped": 1.0, "cap_clock_loss": 0.25}),
+    # ... and the others (idle 0x1, app clocks 0x2, sync boost 0x10, display 0x100) are no cap's cost.
+    ({"clock_event_reasons": 0x1 | 0x2 | 0x10 | 0x100}, {}),
+    ({"clock_event_reasons": 0x4, "clock_sm_mhz": 1000},
+     {"clock_sm_mhz": 1000, "clock_frac": 0.5, "sw_power_cap": 1.0, "capped": 1.0, "cap_clock_loss": 0.5}),
     ({"ecc_volatile_uncorrected": 2}, {"ecc_uncorrected": 2}),
     ({"remap_pending": True}, {"remap_pending": 1.0}),
     ({"remap_failure": True}, {"remap_failure": 1.0}),
@@ -135,7 +143,7 @@ def test_node_columns_count_present_and_missing_gpus() -> None:
 
 
 BASE_STATS = {"util_gpu": 50.0, "step_time_s": 2.0, "data_wait_share": 0.25, "comm_share": 0.125,
-              "power_w": 300.0, "temp_per_w": 0.2, "mem_peak_frac": 0.5}
+              "power_w": 300.0, "temp_per_w": 0.2, "mem_peak_frac": 0.5, "cap_clock_loss": 0.0}
 #: A step TaskMetric field or a GpuSample field -> the task summary stats that change.
 STAT_CASES: list[tuple[dict[str, float], dict[str, Any], dict[str, Any]]] = [
     ({"step_time_s": 4.0}, {}, {"step_time_s": 4.0, "data_wait_share": 0.125, "comm_share": 0.0625}),
@@ -146,6 +154,7 @@ STAT_CASES: list[tuple[dict[str, float], dict[str, Any], dict[str, Any]]] = [
     ({}, {"temp_gpu_c": 90.0}, {"temp_per_w": 0.3}),
     ({}, {"mem_used_bytes": 60 * GIB}, {"mem_peak_frac": 0.75}),
     ({}, {"mem_total_bytes": 100 * GIB}, {"mem_peak_frac": 0.4}),
+    ({}, {"clock_event_reasons": 0x4}, {"cap_clock_loss": 0.25}),
 ]
 
 
@@ -154,4 +163,4 @@ def test_each_summary_stat_comes_from_its_source_field(step: dict, gpu: dict, ch
     _, out = _run(gpu, step, T0 + 60)  # the snapshot at T0 + 60 closes the first summary interval
     assert [s.ts for s in out.summaries] == [T0 + 60]
     assert out.summaries[0].stats == pytest.approx({**BASE_STATS, **changed})
-    assert set(BASE_STATS) == {*TASK_STATS, *GPU_STATS, "mem_peak_frac"} == set().union(*(c for *_, c in STAT_CASES))
+    assert set(BASE_STATS) == {*TASK_STATS, *GPU_STATS, *GPU_MAX_STATS, "mem_peak_frac"} == set().union(*(c for *_, c in STAT_CASES))

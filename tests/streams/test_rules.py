@@ -84,3 +84,17 @@ def test_rules_check_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
                    "    when: {threshold: {metric: util_gpu, op: '<', value: 5}}\n")
     assert main(["rules", "check", str(bad)]) == 2
     assert f"{bad}: rules[0].tier: input should be 'info', 'attention' or 'critical'" in capsys.readouterr().err
+
+
+def test_shown_values_are_validated_and_recorded_without_deciding(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nrules:\n  - {name: a, scope: gpu, tier: info, summary: s,\n"
+                   "     when: {threshold: {metric: util_gpu, op: '<', value: 5}},\n"
+                   "     show: [{metric: nope}, {metric: power_w, agg: median}]}\n")
+    with pytest.raises(RulesError) as e:
+        load_rules(bad)
+    assert e.value.problems[0].startswith("rules[0].show[1].agg: input should be")
+    bad.write_text(bad.read_text().replace("agg: median", "agg: avg"))
+    with pytest.raises(RulesError) as e:
+        load_rules(bad)
+    assert e.value.problems[0].startswith("rules[0].show[0].metric: unknown metric 'nope' for scope gpu")
