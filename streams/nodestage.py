@@ -18,6 +18,10 @@ older than the last released one is dropped and counted in ``late``. Duplicates
 counted in ``duplicates`` (once released, a copy is older than the release point:
 ``late``). ``flush()`` releases the buffer at the end of a finite input.
 
+Events that decide a rule alone (XID, gpu_lost, ECC DBE, …: ``rules.arrival_trigger``) are also
+judged on arrival, so a GPU fallen off the bus pages without waiting for the lateness; the
+ordered evaluation at their release confirms or corrects what went out (``arrival.py``).
+
 Implausible times: a record more than ``max_past_skew`` behind its node's newest is
 set aside (counted ``implausible``), and so are buffered records that a newer record
 puts that far behind, so a node whose clock started at 1970 before NTP synced never
