@@ -506,14 +506,15 @@ class Trigger:
 
 def arrival_trigger(rule: Rule) -> Trigger | None:
     """The event that decides ``rule`` on its own, if one does: the rule has no ``for`` and its
-    condition is a ``count_within`` of ``at_least: 1``, or an ``any`` with such a branch. Stage 1
-    judges these rules when the event arrives (``streams/arrival.py``)."""
+    condition is a ``count_within`` of ``at_least: 1``, or an ``any`` whose first branch is one
+    (a branch before it would put into the evidence values read from windows the buffer has not
+    filled yet). Stage 1 judges these rules when the event arrives (``streams/arrival.py``)."""
     if rule.for_s:
         return None
     cond = rule.spec.when
-    for c in cond.any if isinstance(cond, AnyOf) else [cond]:
-        if isinstance(c, CountC) and c.count_within.at_least == 1:
-            return Trigger(_event_pred(c.count_within.event), c.count_within.per)
+    first = cond.any[0] if isinstance(cond, AnyOf) else cond
+    if isinstance(first, CountC) and first.count_within.at_least == 1:
+        return Trigger(_event_pred(first.count_within.event), first.count_within.per)
     return None
 
 
