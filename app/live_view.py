@@ -51,6 +51,8 @@ class Status:
     duration: float | None = None
     receivers: tuple[str, ...] = ()
     zone: str = "UTC"
+    notice: str | None = None
+    """Said instead of where alerts go, when that is not the whole story (simulated alerts kept local)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +197,9 @@ def header(frame: Frame) -> RenderableType:
         parts.append(bar)
     else:
         parts.append(clock)
-    if st.receivers:
+    if st.notice:
+        parts.append(Text(st.notice, style="bold yellow"))
+    elif st.receivers:
         parts.append(Text(f"alerts go to: {', '.join(st.receivers)}", style="green"))
     else:
         parts.append(Text(NOWHERE_LINE, style="bold yellow"))

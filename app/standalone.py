@@ -1,8 +1,8 @@
 """``gpuwarden run``: source → engine → notifier in one process, the spool as the durable log.
 
-The source is the simulator (``--simulate``) or the agent's NVML source (when
-NVML loads: collector, XID/ECC watchers, task SDK socket), else the
-``mixed`` simulation (said on stderr). Every input record goes to the spool
+The source is the simulator (``--simulate``, or ``agent.source: simulate``) or the
+agent's NVML source (collector, XID/ECC watchers, task SDK socket); a failing NVML is
+an error (exit 1), never a simulation. Every input record goes to the spool
 (and to ``--record FILE`` for a later ``gpuwarden replay --from-file``); the
 engine's state is saved in the spool's key/value store so a restart continues
 where it stopped. With ``--duration`` a simulated span runs as fast as possible;
@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import ExitStack
+from dataclasses import replace
 from typing import Any, TextIO
 
 from gpuwarden.app.live_view import Status, render
@@ -41,6 +42,8 @@ from gpuwarden.units import parse_time
 STATE_NS = "engine"
 LIVE_STATE, SIM_STATE = "state", "sim-state"
 """Live sampling and simulations keep separate engine state, so a demo never disturbs a lab's baselines."""
+SIMULATED_LOCAL = ("simulated GPUs (sim-* nodes): alerts are shown here and kept in the spool, and sent "
+                   "to no receiver (set accept_simulated: true on a receiver to send them there)")
 SAVE_EVERY_S = 30.0  # wall time between state saves (the runner, not the engine, may use the clock)
 VIEW_EVERY_S = 0.5  # wall time between live-view frames
 
@@ -53,7 +56,8 @@ def _source(args: argparse.Namespace, settings: Settings) -> tuple[Source, list[
     """(source, extras): the simulator when ``--simulate`` (or ``agent.source: simulate``) asks
     for it, else the agent's NVML source with its event watchers and SDK socket. A failing NVML
     is an error, never a silent simulation: that paged on-call with invented ECC errors from
-    ``node-00`` on a GPU box whose driver was broken (issue #18, defect 6)."""
+    ``node-00`` on a GPU box whose driver was broken (issue #18, defect 6). Simulated nodes are
+    named ``sim-node-NN`` and their alerts labelled ``simulated=true``."""
     scenario = args.simulate
     if scenario is None and settings.agent.source != "simulate":
         try:
@@ -196,6 +200,9 @@ async def _run(args: argparse.Namespace, settings: Settings, engine: Engine, sou
                         receivers=tuple(r.name for r in settings.notify.receivers))
         # The router runs on the records' time; delivery (signatures, limits, Retry-After) on the wall clock.
         notifier = runner.notifier = Notifier(settings, spool=spool, clock=lambda: runner.now)
+        if simulated and notifier.nowhere is None and not any(r.accept_simulated for r in settings.notify.receivers):
+            status = replace(status, notice=SIMULATED_LOCAL)
+            print(f"gpuwarden run: {SIMULATED_LOCAL}", file=sys.stderr)
         live = None
         if not args.json:
             live = stack.enter_context(Live(console=Console(stderr=False), auto_refresh=False,

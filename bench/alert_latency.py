@@ -1,105 +1,221 @@
-"""Latency from a hardware event (GpuEvent XID 79) to the fake Feishu bot receiving the page.
+"""Live latency of a GPU fallen off the bus: the agent sees XID 79 → the on-call receiver has the page.
 
-Usage: .venv/bin/python bench/alert_latency.py [EVENTS]   (default 100, paced 0.65 s apart)
+Usage: .venv/bin/python bench/alert_latency.py [--faults 6] [--before TREE]
 
-Standalone path (what ``gpuwarden run`` wires): the record goes into the Engine
-(node stage: reorder buffer, XID catalogue → critical rule), the transition into
-the Notifier (router: critical has no group_wait; delivery: render, sign,
-rate-limit bookkeeping, delivery log in an on-disk spool) and over loopback HTTP
-to a fake Feishu bot that checks the signature. One event per node, one at a
-time, each node known to the engine first (a snapshot) so only the event path is
-timed. Peer: a bare httpx POST of a fixed signed card to the same bot.
+A live pipeline as ``gpuwarden run`` wires it (``app/standalone.py``'s ``Runner``: records to the
+spool and through the ``Engine`` with the default config, 30 s ``allowed_lateness`` included,
+transitions into the ``Notifier``: default routing tree, PagerDuty delivery), fed by the
+simulator in live mode: one tick per second of wall time, event time = wall time. Every
+``SPACING_S`` one more GPU of the node reports XID 79 (a ``GpuEvent`` added to that tick's
+records, as the agent's XID watcher would hand it over). Latency = the time a loopback server
+shaped like PagerDuty Events v2 (``tests/fakes/http.py``'s ``FakePagerDuty``) receives the
+trigger for that GPU − the wall time the tick with the event was handed to the pipeline.
 
-``allowed_lateness`` is 0 here: with the default 30 s the node stage holds every
-record until the node's newest record is 30 s of event time past it. On a live
-1 Hz agent a hardware event therefore pages up to bucket (15 s) + lateness (30 s)
-of event time after it happened, plus the figure below.
-The last line is JSON (for bench/run_all.py).
+``--kafka BOOTSTRAP``: the same through Kafka, as the cluster runs it: the agent's ``Publisher``
+(spool first) sends each tick to ``gpu.samples``/``gpu.events``; a real ``gpuwarden streams``
+worker (stage 1 → ``alerts``) and a real ``gpuwarden notify`` worker (router → delivery), both
+subprocesses with the default engine config, carry it to the same loopback server.
+
+``--before TREE`` runs the same measurement first on another checkout (its own ``.venv``; e.g.
+a worktree of main) in the same run; the peer floor is a bare httpx POST of a fixed event to the
+same server. Each tree runs in its own subprocess. The last line is JSON (bench/run_all.py).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
-import httpx
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the fakes live under tests/
-
-from gpuwarden.app.settings import validate_settings  # noqa: E402
-from gpuwarden.contract import GpuEvent, GpuSample, NodeSnapshot  # noqa: E402
-from gpuwarden.spool import Spool  # noqa: E402
-from gpuwarden.notifiers.pipeline import Notifier  # noqa: E402
-from gpuwarden.streams.config import EngineConfig  # noqa: E402
-from gpuwarden.streams.engine import Engine  # noqa: E402
-from tests.fakes.http import FakeFeishu, feishu_sign  # noqa: E402
-
-SECRET = "bench-feishu-secret"
-PACE_S = 0.65
+ROOT = Path(__file__).resolve().parent.parent
+KEY = "0123456789abcdef0123456789abcdef"  # PagerDuty routing keys are 32 characters
+SPACING_S = 3.0  # wall time between two faults
+WARMUP_TICKS = 5  # the node is known to the engine before the first fault
+WAIT_S = 90.0  # after the last fault, how long pages may take (main's: lateness + a bucket)
 
 
-def pct(xs: list[float], q: float) -> float:
-    return statistics.quantiles(xs, n=100)[q - 1] if len(xs) > 1 else xs[0]
+def _receiver(pd_url: str) -> dict:
+    from gpuwarden.notifiers.receivers import Receiver
+
+    os.environ["BENCH_PD_KEY"] = KEY
+    receiver = {"name": "pd", "pagerduty": {"routing_key": {"env": "BENCH_PD_KEY"}, "url": pd_url}}
+    if "accept_simulated" in Receiver.model_fields:  # simulated alerts page only receivers that opt in
+        receiver["accept_simulated"] = True
+    return {"receivers": [receiver], "team": "pd", "owners": {"default": "pd"}, "escalation": [{"receivers": ["pd"]}]}
 
 
-async def main(n: int) -> dict[str, float]:
-    os.environ["BENCH_FS_URL"], os.environ["BENCH_FS_SECRET"] = "", SECRET
-    with FakeFeishu(secret=SECRET) as fs, tempfile.TemporaryDirectory() as d, Spool(Path(d) / "s.db") as spool:
-        os.environ["BENCH_FS_URL"] = fs.base + fs.hook
-        settings = validate_settings({"notify": {
-            "receivers": [{"name": "oncall", "feishu": {"url": {"env": "BENCH_FS_URL"},
-                                                         "secret": {"env": "BENCH_FS_SECRET"}}}],
-            "team": "oncall", "owners": {"default": "oncall"}, "escalation": [{"receivers": ["oncall"]}]}})
-        engine = Engine(config=EngineConfig(allowed_lateness=0))
-        notifier = Notifier(settings, spool=spool)
-        now = float(int(time.time()) // 15 * 15)
+async def _faults(faults: int, pd: Any, handle: Callable[[list], Awaitable[None]]) -> list[float]:
+    """Live ticks of one simulated 8-GPU node with XID 79 on one more GPU every ``SPACING_S``, each
+    batch to ``handle``; the latency of each fault's page at ``pd`` (seconds)."""
+    from gpuwarden.contract import GpuEvent
+    from gpuwarden.producers.simulator import Simulator
+    from gpuwarden.producers.xid import lookup
 
-        def snap(i: int, seq: int, ts: float) -> NodeSnapshot:
-            return NodeSnapshot.of(node=f"node-{i:04d}", seq=seq, boot_id="b", agent_version="bench", ts=ts,
-                                gpus=[GpuSample(index=0, uuid=f"GPU-{i}")])
+    sim = Simulator("healthy", nodes=1, gpus=8, seed=0, start_ts=float(int(time.time())), tick_s=1.0)
+    node = sim.nodes[0]
+    plan = {WARMUP_TICKS + int(i * SPACING_S): i for i in range(faults)}
+    seen: dict[int, float] = {}
+    paged: dict[int, float] = {}
+    tick, due = 0, time.monotonic()
+    last = max(plan) + WARMUP_TICKS
+    while len(paged) < faults and (tick <= last or time.monotonic() - due < WAIT_S):
+        records = sim.step()
+        if tick in plan:
+            gpu = plan[tick]
+            records.append(GpuEvent(node=node.name, seq=10_000 + gpu, boot_id=node.boot_id, ts=records[0].ts,
+                                    kind="xid", source="kmsg", code=79, gpu_index=gpu,
+                                    gpu_uuid=node.gpus[gpu].uuid, catalogue=lookup(79), simulated=True,
+                                    message=f"NVRM: Xid (PCI:0000:{gpu:02x}:00): 79, GPU has fallen off the bus."))
+            seen[gpu] = time.time()
+        await handle(records)
+        for r in list(pd.requests):
+            ev = r.json
+            comp = ev.get("payload", {}).get("component")
+            if ev.get("event_action") == "trigger" and "XID" in ev["payload"]["summary"] and comp is not None:
+                paged.setdefault(int(comp), r.at)
+        tick += 1
+        due += 1.0
+        await asyncio.sleep(max(0.0, due - time.monotonic()))
+    return [paged[g] - seen[g] for g in sorted(seen) if g in paged]
 
-        for i in range(n):
-            engine.process(snap(i, 0, now))
-        lat: list[float] = []
-        for i in range(n):
-            before = len(fs.accepted)
-            ev = GpuEvent(node=f"node-{i:04d}", seq=1, boot_id="b", ts=now + 1, kind="xid", source="nvml",
-                          code=79, gpu_index=0, gpu_uuid=f"GPU-{i}", message="GPU has fallen off the bus")
+
+async def _floor(pd: Any) -> float:
+    """Median ms of a bare POST of a fixed trigger to the same server."""
+    import httpx
+
+    floor = []
+    async with httpx.AsyncClient() as client:
+        for _ in range(20):
+            before = len(pd.requests)
             t0 = time.time()
-            for tr in engine.process(ev) + engine.process(snap(i, 2, now + 16)):
-                await notifier.handle(tr)
-            await notifier.tick()
-            if len(fs.accepted) == before:
-                raise SystemExit(f"event {i}: no page reached the bot (answers: {fs.requests[-1].answer[:2]})")
-            lat.append(fs.accepted[before].at - t0)
-            await asyncio.sleep(PACE_S)
+            await client.post(pd.base + "/v2/enqueue", json={
+                "routing_key": KEY, "event_action": "trigger", "dedup_key": "floor",
+                "payload": {"summary": "XID 79", "source": "bench", "severity": "critical"}})
+            floor.append(pd.requests[before].at - t0)
+    return statistics.median(floor) * 1e3
+
+
+def _figures(faults: int, lat: list[float], floor_ms: float) -> dict:
+    return {"faults": faults, "paged": len(lat), "p50_s": statistics.median(lat) if lat else None,
+            "max_s": max(lat) if lat else None, "latencies_s": [round(x, 3) for x in lat], "floor_p50_ms": floor_ms}
+
+
+async def measure(faults: int) -> dict:
+    """``gpuwarden run``'s path; runs inside the tree's own interpreter."""
+    from gpuwarden.app.settings import validate_settings
+    from gpuwarden.app.standalone import Runner
+    from gpuwarden.contract import Topics
+    from gpuwarden.notifiers.pipeline import Notifier
+    from gpuwarden.spool import Spool
+    from gpuwarden.streams.engine import Engine
+    from tests.fakes.http import FakePagerDuty
+
+    with FakePagerDuty() as pd, tempfile.TemporaryDirectory() as d, Spool(Path(d) / "s.db") as spool:
+        settings = validate_settings({"notify": _receiver(pd.base + "/v2/enqueue")})
+        runner = Runner(Engine(config=settings.engine), spool, Topics(""), json_out=None, record=None,
+                        notifier=None, state_key="bench")
+        notifier = runner.notifier = Notifier(settings, spool=spool, clock=lambda: runner.now)
+        lat = await _faults(faults, pd, runner.batch)
         await notifier.aclose()
-        peer: list[float] = []
-        async with httpx.AsyncClient() as client:
-            for _ in range(n):
-                ts = str(int(time.time()))
-                body = {"timestamp": ts, "sign": feishu_sign(ts, SECRET), "msg_type": "interactive",
-                        "card": {"header": {"title": {"tag": "plain_text", "content": "XID 79"}}, "elements": []}}
-                before = len(fs.requests)  # received, whatever the bot's rate limit answers
-                t0 = time.time()
-                await client.post(fs.base + fs.hook, json=body)
-                peer.append(fs.requests[before].at - t0)
-    out = {"events": n, "p50_ms": pct(lat, 50) * 1e3, "p99_ms": pct(lat, 99) * 1e3,
-           "peer_p50_ms": pct(peer, 50) * 1e3, "peer_p99_ms": pct(peer, 99) * 1e3}
-    out["ratio_p50"] = out["p50_ms"] / out["peer_p50_ms"]
-    print(f"hardware event (XID 79) → engine → notifier → fake Feishu, {n} events")
-    print(f"  gpuwarden   p50 {out['p50_ms']:7.2f} ms   p99 {out['p99_ms']:7.2f} ms")
-    print(f"  bare POST   p50 {out['peer_p50_ms']:7.2f} ms   p99 {out['peer_p99_ms']:7.2f} ms")
-    print(f"  ratio p50   {out['ratio_p50']:.2f}x  (plus allowed_lateness on a live agent, default 30 s)")
-    print(json.dumps(out))
-    return out
+        return _figures(faults, lat, await _floor(pd))
+
+
+async def measure_kafka(faults: int, bootstrap: str) -> dict:
+    """Agent → Kafka → ``gpuwarden streams`` → ``alerts`` → ``gpuwarden notify`` → receiver."""
+    import yaml
+
+    from gpuwarden.contract import Topics
+    from gpuwarden.producers.publisher import Publisher
+    from gpuwarden.spool import Spool
+    from gpuwarden.streams.topology import app_id
+    from tests.fakes.http import FakePagerDuty
+    from tests.kafka_support import create_topic
+    from tests.streams_kafka.records import settings_for
+    from tests.streams_kafka.workers import group_members, wait_for, workers, write_config
+
+    settings = settings_for(bootstrap, partitions=1)
+    topics = Topics(settings.kafka.topic_prefix)
+    for t in (topics.samples, topics.events, topics.metrics, topics.alerts):
+        await create_topic(bootstrap, t, partitions=1)
+    with FakePagerDuty() as pd, tempfile.TemporaryDirectory() as d, Spool(Path(d) / "agent.db") as spool:
+        tmp = Path(d)
+        cfg = write_config(tmp / "streams.yaml", settings)
+        notify_cfg = tmp / "notify.yaml"
+        notify_cfg.write_text(yaml.safe_dump({
+            "kafka": settings.kafka.model_dump(mode="json"), "spool": {"path": str(tmp / "notify.db")},
+            "notify": {**_receiver(pd.base + "/v2/enqueue"), "consumer_group": "bench-" + settings.kafka.topic_prefix}}))
+        log = (tmp / "notify.log").open("wb")
+        notify = subprocess.Popen([sys.executable, "-m", "gpuwarden.app.cli", "notify", "--config", str(notify_cfg)],
+                                  stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        publisher = Publisher(spool, bootstrap, topics)
+        try:
+            with workers(cfg, tmp, "w1"):
+                async def joined() -> bool:
+                    return await group_members(bootstrap, app_id(settings)) == 1
+
+                await wait_for(joined, 90, "the stream worker in its consumer group")
+                await asyncio.sleep(5.0)  # assignment done; the notify worker has joined its group too
+
+                async def publish(records: list) -> None:
+                    publisher.submit(records)
+                    await publisher.pump()
+
+                lat = await _faults(faults, pd, publish)
+        finally:
+            await publisher.close()
+            notify.terminate()
+            notify.wait(timeout=30)
+            log.close()
+        return _figures(faults, lat, await _floor(pd))
+
+
+def run_tree(tree: Path, faults: int, kafka: str | None) -> dict:
+    """``measure`` (or ``measure_kafka``) in ``tree``'s own interpreter, ``tree`` first on the path."""
+    python = tree / ".venv" / "bin" / "python"
+    call = f"b.measure({faults})" if kafka is None else f"b.measure_kafka({faults}, {kafka!r})"
+    code = (f"import sys, asyncio, json; sys.path.insert(0, {str(tree)!r}); sys.path.insert(0, {str(ROOT / 'bench')!r});"
+            f"import alert_latency as b; print(json.dumps(asyncio.run({call})))")
+    p = subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=tree, timeout=600)
+    if p.returncode != 0:
+        raise SystemExit(f"{tree}: {p.stderr[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--faults", type=int, default=6, help="XID 79 faults, one GPU each (at most 8)")
+    ap.add_argument("--before", type=Path, default=os.environ.get("BENCH_BEFORE"),
+                    help="another checkout with its own .venv, measured first (default $BENCH_BEFORE)")
+    ap.add_argument("--kafka", metavar="BOOTSTRAP", default=os.environ.get("KAFKA_BOOTSTRAP"),
+                    help="also through Kafka and real stream/notify workers (default $KAFKA_BOOTSTRAP)")
+    a = ap.parse_args()
+    trees = ([("before", a.before.resolve())] if a.before else []) + [("after", ROOT)]
+    paths = [("run", None)] + ([("kafka", a.kafka)] if a.kafka else [])
+    summary: dict = {}
+    print(f"live XID 79 → PagerDuty-shaped loopback server, {a.faults} faults, 1 s ticks, allowed_lateness 30 s; "
+          "seconds from the tick that carried the event to the receiver's trigger")
+    for path, kafka in paths:
+        print("gpuwarden run (engine → router → delivery):" if kafka is None else
+              "agent → Kafka → gpuwarden streams → alerts → gpuwarden notify:")
+        for name, tree in trees:
+            r = run_tree(tree, a.faults, kafka)
+            p50 = "-" if r["p50_s"] is None else f"{r['p50_s']:.3f}"
+            mx = "-" if r["max_s"] is None else f"{r['max_s']:.3f}"
+            print(f"  {name:6}  paged {r['paged']}/{r['faults']}   p50 {p50} s   max {mx} s   "
+                  f"(bare POST {r['floor_p50_ms']:.2f} ms)   {r['latencies_s']}")
+            summary.update({f"{path}_{name}_p50_s": r["p50_s"], f"{path}_{name}_max_s": r["max_s"],
+                            f"{path}_{name}_paged": r["paged"]})
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 100))
+    main()

@@ -32,7 +32,7 @@ BENCHMARKS: list[tuple[str, str, list[str], bool]] = [
     ("engine_throughput", "Engine GPU-samples/s per core", [], False),
     ("snapshot_decode", "Node snapshot decode: node_snapshot/2 columns vs the row form", [], False),
     ("streams_throughput", "End-to-end faust throughput on Kafka vs a naive one-record-per-GPU agent", [], True),
-    ("alert_latency", "Alert latency: hardware event → fake chat server (vs a bare POST)", ["100"], False),
+    ("alert_latency", "Alert latency: a live XID 79 → the on-call receiver (vs $BENCH_BEFORE)", ["--faults", "6"], True),
     ("memory_footprint", "Memory per tracked GPU series and per task-class baseline (vs raw samples)", [], False),
     ("worker_memory", "Stream worker memory after a 2-hour catch-up (vs the engine alone)", [], True),
     ("rules_table", "Rules: detection delays and false alerts per scenario", [], False),

@@ -238,6 +238,9 @@ class _SnapshotHead(_TimedRecord):
     driver_version: Label | None = None
     cuda_version: Label | None = None
     interval_s: NonNegFloat | None = None
+    simulated: bool = False
+    """Made by the simulator, not read from hardware: the engine marks alerts from such records
+    ``simulated=true`` and the notifiers send those only to receivers with ``accept_simulated``."""
 
 
 class NodeSnapshot(_SnapshotHead):
@@ -306,6 +309,8 @@ class GpuEvent(_TimedRecord):
     count: NonNegInt = 1
     message: Text = ""
     catalogue: CatalogueEntry | None = None
+    simulated: bool = False
+    """Made by the simulator (see ``NodeSnapshot.simulated``)."""
 
 
 # --------------------------------------------------------------------------- task.metrics
@@ -353,6 +358,8 @@ class TaskMetric(_TimedRecord):
     model_layers: NonNegInt | None = None
     model_hidden: NonNegInt | None = Field(default=None, description="hidden size (d_model)")
     model_seq_len: NonNegInt | None = None
+    simulated: bool = False
+    """Made by the simulator (see ``NodeSnapshot.simulated``)."""
 
 
 # --------------------------------------------------------------------------- task.summaries
@@ -373,6 +380,8 @@ class TaskSummary(_TimedRecord):
         default_factory=dict, max_length=32,
         description="who and where (user, project, driver_version, cuda_version) for stage-2 rules",
     )
+    simulated: bool = False
+    """Summed from simulated records (see ``NodeSnapshot.simulated``)."""
 
 
 class StageProgress(Wire):
@@ -578,6 +587,20 @@ class Evidence(Wire):
     baseline: Baseline | None = None
     count: NonNegInt | None = None
     note: Text | None = None
+
+
+SIMULATED_LABEL = "simulated"
+"""The label (value ``"true"``) of an alert raised from simulated records."""
+
+
+def simulated_labels(labels: dict[str, str]) -> dict[str, str]:
+    """``labels`` with the simulated mark added."""
+    return {**labels, SIMULATED_LABEL: "true"}
+
+
+def is_simulated(labels: dict[str, str]) -> bool:
+    """Whether an alert's labels say it was raised from simulated records."""
+    return labels.get(SIMULATED_LABEL) == "true"
 
 
 class AlertTransition(_TimedRecord):

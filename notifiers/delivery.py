@@ -33,7 +33,7 @@ from zoneinfo import ZoneInfo
 
 import httpx
 
-from gpuwarden.contract import Tier
+from gpuwarden.contract import Tier, is_simulated
 from gpuwarden.spool import Spool
 from gpuwarden.notifiers import alertmanager, apprise_channel, dingtalk, email, feishu, pagerduty, slack, webhook, wecom
 from gpuwarden.notifiers.channel import Channel, SendContext
@@ -279,6 +279,8 @@ class Delivery:
         """Try each fallback now (not queued there: the notification stays owned by ``r``)."""
         for name in r.fallback:
             fb = self.receivers[name]
+            if not fb.accept_simulated and any(is_simulated(a.labels) for a in n.alerts):
+                continue  # simulated alerts reach only receivers that opted in (router.py)
             m = replace(n, receiver=name)
             if (name, m.id) in self.delivered:
                 return Outcome(r.name, n.id, "fallback", f"already delivered via {name}", 0)

@@ -162,6 +162,9 @@ class Receiver(Section):
     """Receiver names tried in order when this one fails permanently or stays down."""
     language: Literal["en", "zh-CN"] | None = None
     """Overrides the notifier's language for this receiver."""
+    accept_simulated: bool = False
+    """Also send alerts raised from simulated GPUs (label ``simulated=true``; ``gpuwarden run
+    --simulate``, an agent with ``source: simulate``): off, a demo never pages anyone."""
 
     @model_validator(mode="after")
     def _one_channel(self) -> Receiver:

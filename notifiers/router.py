@@ -21,7 +21,7 @@ import heapq
 import json
 from dataclasses import dataclass, field
 
-from gpuwarden.contract import AlertState, AlertTransition, ContractError, Matcher, Tier, decode, encode
+from gpuwarden.contract import AlertState, AlertTransition, ContractError, Matcher, Tier, decode, encode, is_simulated
 from gpuwarden.notifiers.config import GROUP_BY_ALL, ONCALL, OWNER, TEAM, NotifyConfig, RouteConfig
 from gpuwarden.notifiers.control import ControlState
 from gpuwarden.notifiers.matchers import alert_labels, matches_all
@@ -124,6 +124,7 @@ class Router:
         """fingerprint → (started_at, state rank, ts) of the newest transition seen."""
         self._sources: list[dict[str, dict[str, str]]] = [{} for _ in config.inhibit_rules]
         self._purged_at = float("-inf")
+        self._take_simulated = {r.name for r in config.receivers if r.accept_simulated}
 
     # ------------------------------------------------------------------ input
 
@@ -229,6 +230,8 @@ class Router:
         gl = json.dumps(group_labels(route, labels), sort_keys=True, separators=(",", ":"))
         for token in route.receivers:
             for receiver in self._resolve(token, labels):
+                if not self._takes(receiver, t):
+                    continue
                 key = f"{route.id}/{receiver}/{gl}"
                 g = self.groups.get(key)
                 if g is None:
@@ -236,6 +239,11 @@ class Router:
                                                  now + route.group_wait)
                     heapq.heappush(self._due, (g.next_flush, key))
                 g.alerts[t.fingerprint] = t
+
+    def _takes(self, receiver: str, t: AlertTransition) -> bool:
+        """Simulated alerts go only to receivers that opted in (``accept_simulated``): a demo, or an
+        agent left on ``source: simulate``, must never page anyone (issue #18, defect 6)."""
+        return receiver in self._take_simulated or not is_simulated(t.labels)
 
     def _resolve(self, token: str, labels: dict[str, str]) -> list[str]:
         cfg = self.config
@@ -345,9 +353,10 @@ class Router:
                     break
                 p.level += 1
                 mentions = self._oncall_now(p.level, now)
+                paged = [r for r in levels[p.level].receivers if self._takes(r, p.alert)]
                 out += [_notification(r, f"escalation/{fp}", [p.alert], "escalation", now, mentions, p.level)
-                        for r in levels[p.level].receivers]
-                p.receivers.update(levels[p.level].receivers)
+                        for r in paged]
+                p.receivers.update(paged)
         return out
 
 

@@ -89,13 +89,13 @@ SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
           f"From onset the process on the target GPU grows {LEAK_MIB_PER_MIN:.0f} MiB/min, monotonic, "
           "never released at checkpoints; at ~97% of memory the task reports OOM, exits and restarts "
           "(and leaks again).",
-          "attention: memory leak on node-00 gpu 4 (sd-finetune, user alice) within 30 min of onset "
+          "attention: memory leak on sim-node-00 gpu 4 (sd-finetune, user alice) within 30 min of onset "
           "(rising memory, not released at checkpoint_end)",
           "attention/critical: OOM of that task when memory runs out (hours later)"),
     _info("dataloader-starvation", "single",
           "From onset the target job waits on its data loader for ~55% of each step: step time x2.2, "
           "GPU utilization and power fall.",
-          "attention: data-loader starvation of the task on node-00 gpu 4 (data_wait share ~0.55 vs "
+          "attention: data-loader starvation of the task on sim-node-00 gpu 4 (data_wait share ~0.55 vs "
           "class baseline ~0.05, low util) within 10 min of onset"),
     _info("comm-bound", "multi",
           "From onset the multi-node llama-pretrain job spends ~45% of each step in communication: "
@@ -106,41 +106,41 @@ SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
           f"From onset the target GPU's temperature rises ~{THERMAL_C_PER_MIN:.0f} °C/min at constant "
           f"power (cooling fault); at {THROTTLE_AT_C:.0f} °C it sets HW thermal slowdown (0x40) and its "
           "SM clock drops ~28%, slowing the whole job.",
-          "info/attention: temperature rising at constant power on node-00 gpu 3 (within 5 min of onset)",
-          "attention: HW thermal slowdown (0x40) on node-00 gpu 3, clocks down, ~5 min after onset",
-          "info: clock-capped on node-00 gpu 3 (SM clock ~20% below max), likely cause cooling"),
+          "info/attention: temperature rising at constant power on sim-node-00 gpu 3 (within 5 min of onset)",
+          "attention: HW thermal slowdown (0x40) on sim-node-00 gpu 3, clocks down, ~5 min after onset",
+          "info: clock-capped on sim-node-00 gpu 3 (SM clock ~20% below max), likely cause cooling"),
     _info("power-cap", "hw",
           "From onset the target GPU intermittently asserts HW power brake (0x80) with HW slowdown "
           "(0x8): SM clock ~55% of max, power ~45% of limit, job step time up.",
-          "attention: HW power brake / HW slowdown on node-00 gpu 3 held for minutes (check PSU/BMC)",
-          "info: clock-capped on node-00 gpu 3, likely cause the board's power delivery"),
+          "attention: HW power brake / HW slowdown on sim-node-00 gpu 3 held for minutes (check PSU/BMC)",
+          "info: clock-capped on sim-node-00 gpu 3, likely cause the board's power delivery"),
     _info("power-limit-lowered", "hw",
           f"From onset the target GPU's power limit is lowered to {LOWERED_LIMIT:.0%} of its default "
           "(nvidia-smi -pl): under load it sits at the new limit with the SW power cap (0x4) set, its SM "
           "clock ~22% below max, and the whole job's step time rises ~30%.",
-          "info: clock-capped on node-00 gpu 3, likely cause 'power limit lowered', within 15 min of onset",
-          "attention: clock-capped-slower of llama-pretrain on node-00 once the class has a baseline "
+          "info: clock-capped on sim-node-00 gpu 3, likely cause 'power limit lowered', within 15 min of onset",
+          "attention: clock-capped-slower of llama-pretrain on sim-node-00 once the class has a baseline "
           "(step time above its band while the GPU is capped)",
           in_mixed=False),
     _info("xid-79", "single",
           "At onset the target GPU falls off the bus: XID 79 then gpu_lost; afterwards its samples "
           "carry only index/uuid/name (every reading null) and its task exits with an error.",
-          "critical: XID 79 (GPU fallen off the bus) on node-00 gpu 4, action RESTART_BM, at onset",
-          "critical: gpu_lost on node-00 gpu 4"),
+          "critical: XID 79 (GPU fallen off the bus) on sim-node-00 gpu 4, action RESTART_BM, at onset",
+          "critical: gpu_lost on sim-node-00 gpu 4"),
     _info("ecc-dbe", "single",
           "At onset a double-bit ECC error: ecc_dbe event, XID 48, uncorrected ECC counters +1, a "
           "remapped row and remap pending; the task on the GPU exits with an error.",
-          "critical: double-bit ECC (XID 48) on node-00 gpu 4 at onset, action WORKFLOW_XID_48 / reset",
-          "attention: row remap pending on node-00 gpu 4 (reset the GPU when drained)"),
+          "critical: double-bit ECC (XID 48) on sim-node-00 gpu 4 at onset, action WORKFLOW_XID_48 / reset",
+          "attention: row remap pending on sim-node-00 gpu 4 (reset the GPU when drained)"),
     _info("row-remap-pending", "hw",
           "From onset corrected (single-bit) ECC errors climb on the target GPU; 240 s later a row is "
           "remapped: remap_pending true, XID 63 and a row_remap event. Work continues.",
-          "info: rising corrected ECC errors on node-00 gpu 3 from onset",
-          "attention: row remap pending on node-00 gpu 3 ~4 min after onset (drain, then reset)"),
+          "info: rising corrected ECC errors on sim-node-00 gpu 3 from onset",
+          "attention: row remap pending on sim-node-00 gpu 3 ~4 min after onset (drain, then reset)"),
     _info("idle-allocated", "single",
           "From onset the target task stops working but keeps its memory: util ~0, idle power, no "
           "step metrics, for hours.",
-          "info after ~30 min, attention after ~2 h: node-00 gpu 4 allocated (process holds memory) "
+          "info after ~30 min, attention after ~2 h: sim-node-00 gpu 4 allocated (process holds memory) "
           "with util ~0, owner alice"),
     _info("serving-healthy", "serving",
           "A vLLM service (chat, qwen2-72b) under a diurnal load (8 req/s ±50 %): TTFT p99 ≤ 1 s, "
@@ -184,20 +184,20 @@ SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
           "XID 31 (MMU fault) and exits with an illegal memory access; Slurm requeues it once (new task "
           f"id) and the requeued run fails the same way {STRIKE_AFTER_S:.0f} s after it starts (XID 31 "
           "again); it is not requeued again and the GPU stays empty.",
-          "attention: xid-application on node-00 gpu 4 (sd-finetune, user alice) at onset: XID 13 "
+          "attention: xid-application on sim-node-00 gpu 4 (sd-finetune, user alice) at onset: XID 13 "
           "and XID 31, catalogue action RESTART_APP (check the application's log, restart it)",
-          "critical: xid-repeated on node-00 gpu 4 ~5 min after onset, when the requeued run fails "
+          "critical: xid-repeated on sim-node-00 gpu 4 ~5 min after onset, when the requeued run fails "
           "with a third XID on the same GPU within the hour (suspect the GPU: dcgmi diag)",
           "no xid-node-repeated: a single GPU with 3 XIDs (the node rule needs 4)",
           in_mixed=False),
     _info("xid-node-repeat", "hw",
           "NVLink fabric fault on the target node: at onset two GPUs of the multi-node job (gpu 3 and "
-          "gpu 2 of node-00; needs gpus >= 2) report XID 74 (NVLink error) and the job exits with an "
+          "gpu 2 of sim-node-00; needs gpus >= 2) report XID 74 (NVLink error) and the job exits with an "
           f"NCCL error; the requeued job hits XID 74 on both GPUs again {STRIKE_AFTER_S:.0f} s after "
           "it starts and is not requeued again.",
-          "critical: xid-hardware on node-00 gpu 3 and gpu 2 at onset (XID 74, action "
+          "critical: xid-hardware on sim-node-00 gpu 3 and gpu 2 at onset (XID 74, action "
           "WORKFLOW_NVLINK_ERR)",
-          "critical: xid-node-repeated on node-00 ~5 min after onset, when the 4th XID within the "
+          "critical: xid-node-repeated on sim-node-00 ~5 min after onset, when the 4th XID within the "
           "hour lands on the node's GPUs (drain the node, check NVSwitch/baseboard)",
           in_mixed=False),
     _info("driver-error", "single",
@@ -205,9 +205,9 @@ SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
           "'NVRM: GPU 0000:xx:00.0: RmInitAdapter failed! (0x26:0x65:1457)' and '... rm_init_adapter "
           "failed, device minor number N' (kind=driver events with the GPU's bus id), the job on it "
           "exits with an error and the GPU returns no readings from then on.",
-          "critical: driver-error on node-00 at onset (2 driver errors; check dmesg and driver/firmware, "
+          "critical: driver-error on sim-node-00 at onset (2 driver errors; check dmesg and driver/firmware, "
           "drain and reboot)",
-          "critical: gpu-lost on node-00 gpu 4 (no readings after the failed initialisation)",
+          "critical: gpu-lost on sim-node-00 gpu 4 (no readings after the failed initialisation)",
           in_mixed=False),
 )}
 
@@ -526,7 +526,7 @@ class NodeSim:
         ev = GpuEvent(ts=ts + 0.5 * self.sim.tick_s, node=self.name, seq=self.event_seq,
                       boot_id=self.boot_id, kind=kind, source="sim", gpu_index=gpu.index,
                       gpu_uuid=gpu.uuid, pci_bus_id=bus_id(gpu.index), code=code, count=count,
-                      message=message, catalogue=catalogue)
+                      message=message, catalogue=catalogue, simulated=True)
         self.event_seq += 1
         return ev
 
@@ -544,12 +544,21 @@ class NodeSim:
             procs.extend(p)
         snap = NodeSnapshot.of(ts=ts, node=self.name, seq=self.seq, boot_id=self.boot_id,
                             agent_version=AGENT_VERSION, driver_version=self.driver,
-                            cuda_version=CUDA, interval_s=dt, gpus=samples, processes=procs)
+                            cuda_version=CUDA, interval_s=dt, simulated=True, gpus=samples, processes=procs)
         self.seq += 1
         return snap
 
 
 # --------------------------------------------------------------------------- simulator
+
+
+SIM_NODE_PREFIX = "sim-"
+"""Simulated nodes are named so that no one takes them for real machines (issue #18, defect 6)."""
+
+
+def sim_node(n: int) -> str:
+    """The name of simulated node ``n``: ``sim-node-00``, ``sim-node-01``, …"""
+    return f"{SIM_NODE_PREFIX}node-{n:02d}"
 
 
 def tick_for(span: float | None, live_tick: float = 1.0) -> float:
@@ -585,12 +594,12 @@ class Simulator:
         skew = "mixed" in names and nodes >= 2
         self.nodes: list[NodeSim] = []
         for n in range(nodes):
-            name = f"node-{n:02d}"
-            rng = random.Random(f"{seed}/{name}")
+            name, base = sim_node(n), f"node-{n:02d}"  # the random streams keep their old seeds
+            rng = random.Random(f"{seed}/{base}")
             driver = SKEWED_DRIVER if skew and n == nodes - 1 else DRIVER
             node = NodeSim(self, name, str(uuid.UUID(int=rng.getrandbits(128))), driver)
             for i in range(gpus):
-                grng = random.Random(f"{seed}/{name}/{i}")
+                grng = random.Random(f"{seed}/{base}/{i}")
                 node.gpus.append(GpuSim(node, i, spec, grng, f"GPU-{uuid.UUID(int=grng.getrandbits(128))}"))
             self.nodes.append(node)
         self._rng = random.Random(f"{seed}/jobs")
@@ -707,7 +716,8 @@ class Simulator:
     def _metric(self, job: Job, ts: float, kind: TaskMetricKind, **fields) -> TaskMetric:
         g = job.gpus[0]
         return TaskMetric(ts=ts + 0.25 * self.tick_s, node=g.node.name, task=job.cls.name,
-                          task_id=job.task_id, kind=kind, pid=job.pids[0], uid=job.cls.uid, **fields)
+                          task_id=job.task_id, kind=kind, pid=job.pids[0], uid=job.cls.uid, simulated=True,
+                          **fields)
 
     def _progress(self, job: Job, ts: float) -> list[TaskMetric]:
         """Advance a job by one tick; the task SDK records it would have sent."""

@@ -33,7 +33,7 @@ from collections import deque
 from heapq import heappop, heappush
 from typing import Any
 
-from gpuwarden.contract import AlertTransition, Baseline, TaskSummary, decode, encode
+from gpuwarden.contract import AlertTransition, Baseline, TaskSummary, decode, encode, simulated_labels
 from gpuwarden.streams import statecodec
 from gpuwarden.streams.baseline import band, median_mad
 from gpuwarden.streams.config import EngineConfig
@@ -268,6 +268,8 @@ class ClassStage:
         job.last_ts = max(job.last_ts, t)
         job.labels = {"node": summary.node, "task": summary.task_id, "task_class": summary.task,
                       **{k: v for k, v in summary.labels.items() if k in ("user", "project")}}
+        if summary.simulated:
+            job.labels = simulated_labels(job.labels)
         job.win.rows.append(tuple(summary.stats.get(k) for k in CLASS_ROW))
         job.win.close(t)
         cls.versions.setdefault(summary.task_id, {})[summary.node] = [

@@ -155,6 +155,19 @@ def evaluate(rules: list[Rule], ctx: Context, now: float, identity: dict[str, st
     return out
 
 
+def fire_at(rule: Rule, ctx: Context, now: float, identity: dict[str, str],
+            labels: dict[str, str]) -> AlertTransition | None:
+    """The firing transition ``evaluate`` would give for ``rule`` (no ``for``) on a fresh slot at
+    ``now``, or None when the condition does not hold: what stage 1 announces on an event's arrival."""
+    ctx.reset(now)
+    if not rule.check(ctx):
+        return None
+    slot = AlertSlot(rule.name)
+    step(slot, now, True, rule.for_s, rule.keep_s)
+    _fire(rule, slot, ctx, labels, now)
+    return transition(rule.name, _fp(rule.name, identity, tuple(identity.items())), slot, "firing", now, now)
+
+
 def resolve_all(alerts: dict[str, AlertSlot], now: float) -> list[AlertTransition]:
     """Resolve every firing slot of an entity that is gone (task ended, GPU expired)."""
     out = []

@@ -18,6 +18,10 @@ older than the last released one is dropped and counted in ``late``. Duplicates
 counted in ``duplicates`` (once released, a copy is older than the release point:
 ``late``). ``flush()`` releases the buffer at the end of a finite input.
 
+Events that decide a rule alone (XID, gpu_lost, ECC DBE, …: ``rules.arrival_trigger``) are also
+judged on arrival, so a GPU fallen off the bus pages without waiting for the lateness; the
+ordered evaluation at their release confirms or corrects what went out (``arrival.py``).
+
 Implausible times: a record more than ``max_past_skew`` behind its node's newest is
 set aside (counted ``implausible``), and so are buffered records that a newer record
 puts that far behind, so a node whose clock started at 1970 before NTP synced never
@@ -29,9 +33,11 @@ from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
 
-from gpuwarden.contract import DEFAULT_MAX_PAST_SKEW_S, GpuEvent, NodeSnapshot, TaskMetric, decode, encode
+from gpuwarden.contract import DEFAULT_MAX_PAST_SKEW_S, GpuEvent, NodeSnapshot, TaskMetric, decode, encode, \
+    simulated_labels
 from gpuwarden.streams import statecodec
 from gpuwarden.streams.alerts import AlertSlot
+from gpuwarden.streams.arrival import ArrivalContext, announce, arrival_rules, confirm, event_fields
 from gpuwarden.streams.columns import GPU_DERIVED_COLUMNS, GPU_INDEX, GPU_MISSING, NODE_COLUMNS, TASK_COLUMNS, \
     TASK_DERIVED_COLUMNS, TASK_INDEX, deriver, row_function
 from gpuwarden.streams.config import EngineConfig
@@ -81,6 +87,9 @@ class NodeStage:
         self._ctx = NodeContext(self.bucket_s)
         self._event_rules_gpu = [r for r in rules.by_scope["gpu"] if _counts_events(r)]
         self._event_rules_node = [r for r in rules.by_scope["node"] if _counts_events(r)]
+        self._arrival_gpu = arrival_rules(rules.by_scope["gpu"])
+        self._arrival_node = arrival_rules(rules.by_scope["node"])
+        self._arrival_ctx = ArrivalContext(self.bucket_s)
         self.event_horizons = event_reach(rules.by_scope["gpu"] + rules.by_scope["node"])
         self.horizon = max(self.event_horizons.values(), default=0.0)
         #: (metric, its column, span) of the minima growth conditions read.
@@ -153,6 +162,7 @@ class NodeStage:
     def counters(self) -> dict[str, int]:
         return {"late": sum(s.late for s in self._nodes.values()),
                 "duplicates": sum(s.duplicates for s in self._nodes.values()),
+                "arrival_corrected": sum(s.corrected for s in self._nodes.values()),
                 "implausible": self.implausible}
 
     def open_slots(self) -> list[tuple[str, AlertSlot]]:
@@ -179,6 +189,8 @@ class NodeStage:
         st = self._nodes.get(record.node)
         if st is None:
             st = self._nodes[record.node] = NodeState(record.node, self.keep_node, self.horizon)
+        if record.simulated:
+            st.simulated = True
         seen = st.seen
         if key in seen:
             st.duplicates += 1
@@ -206,10 +218,22 @@ class NodeStage:
             st.released = ts
             self._handle(st, held, out)
             return out
+        if source == EVENT and (self._arrival_gpu or self._arrival_node):
+            self._announce(st, record, out)  # type: ignore[arg-type]
         st.arrivals += 1
         buf.add(ts, (key, st.arrivals), held)
         self._release(st, behind, out)
         return out
+
+    def _announce(self, st: NodeState, ev: GpuEvent, out: StageOutput) -> None:
+        """The rules ``ev`` decides alone, judged now rather than when the buffer releases it
+        (``streams/arrival.py``)."""
+        ctx, trs = self._arrival_ctx, out.transitions
+        if ev.gpu_index is not None and self._arrival_gpu:
+            gs = st.gpus.get(ev.gpu_index) or GpuState(ev.gpu_index, self.keep_gpu, self.horizon)
+            trs.extend(announce(st, ev, self._arrival_gpu, ctx, gs, _gpu_id(st, gs), _labels_at(st, gs, ev.ts)))
+        if self._arrival_node:
+            trs.extend(announce(st, ev, self._arrival_node, ctx, None, {"node": st.node}, _node_labels(st)))
 
     def advance(self, node: str, behind: AbstractSet[int], out: StageOutput) -> bool:
         """Release what ``node``'s watermark allows now that fewer inputs are ``behind`` than
@@ -241,6 +265,8 @@ class NodeStage:
     # ------------------------------------------------------------------ per record
 
     def _handle(self, st: NodeState, rec: Held, out: StageOutput) -> None:
+        """Apply one released record; its firings that went out on arrival are not sent twice."""
+        mark = len(out.transitions)
         ts = rec.ts
         b = int(ts // self.bucket_s)
         if st.bucket is None or st.period is None:
@@ -258,6 +284,8 @@ class NodeStage:
             self._event(st, rec, out)
         else:
             self._metric(st, rec)  # type: ignore[arg-type]
+        if st.announced:
+            confirm(st, out.transitions, mark)
 
     def _snapshot(self, st: NodeState, snap: Snap) -> None:
         ts = snap.ts
@@ -284,13 +312,8 @@ class NodeStage:
 
     def _assign(self, st: NodeState, gs: GpuState, owner: tuple, ts: float) -> None:
         """A (new) task holds this GPU (``owner``: a ``Snap`` owner): refresh labels and the task's GPU list."""
-        task_id, user, task_class, project = owner
-        gs.owner = task_id or ""
-        labels = {"node": st.node, "gpu": str(gs.index)}
-        for k, v in (("user", user), ("task", task_id), ("task_class", task_class), ("project", project)):
-            if v:
-                labels[k] = v
-        gs.labels = labels
+        gs.owner = owner[0] or ""
+        gs.labels = labels = _owner_labels(st, gs.index, owner)
         if gs.owner:
             t = st.tasks.get(gs.owner)
             if t is None:
@@ -304,9 +327,7 @@ class NodeStage:
                 other.gpus = [i for i in other.gpus if i != gs.index]
 
     def _event(self, st: NodeState, ev: GpuEvent, out: StageOutput) -> None:
-        cat = ev.catalogue
-        fields = {"kind": ev.kind.value, "code": ev.code, "gpu": ev.gpu_index, "n": max(1, ev.count),
-                  "action": cat.action if cat else None, "severity": cat.severity.value if cat else None}
+        fields = event_fields(ev)
         gs = None
         if ev.gpu_index is not None:
             gs = st.gpus.get(ev.gpu_index)
@@ -325,13 +346,13 @@ class NodeStage:
         ctx.select(st)
         if self._event_rules_node:
             out.transitions.extend(evaluate(self._event_rules_node, ctx, ev.ts, {"node": st.node},
-                                            {"node": st.node}, st.alerts))
+                                            _node_labels(st), st.alerts))
 
     def _metric(self, st: NodeState, m: TaskMetric) -> None:
         t = st.tasks.get(m.task_id)
         if t is None:
             t = st.tasks[m.task_id] = TaskState(
-                m.task_id, {"node": st.node, "task": m.task_id, "task_class": m.task}, self.keep_task)
+                m.task_id, _mark(st, {"node": st.node, "task": m.task_id, "task_class": m.task}), self.keep_task)
         t.last_seen = m.ts
         kind = m.kind.value
         if kind == "step":
@@ -415,7 +436,7 @@ class NodeStage:
             out.transitions.extend(evaluate(rules["task"], ctx, t, {"node": st.node, "task": tid},
                                             task.labels, task.alerts))
         ctx.select(st)
-        out.transitions.extend(evaluate(rules["node"], ctx, t, {"node": st.node}, {"node": st.node},
+        out.transitions.extend(evaluate(rules["node"], ctx, t, {"node": st.node}, _node_labels(st),
                                         st.alerts))
 
     def _expire(self, st: NodeState, t: float, out: StageOutput) -> None:
@@ -441,8 +462,44 @@ def _gpu_id(st: NodeState, gs: GpuState) -> dict[str, str]:
     return {"node": st.node, "gpu": str(gs.index)}
 
 
+def _mark(st: NodeState, labels: dict[str, str]) -> dict[str, str]:
+    """An entity's labels, marked when the node is simulated (issue #18, defect 6)."""
+    return simulated_labels(labels) if st.simulated else labels
+
+
+def _node_labels(st: NodeState) -> dict[str, str]:
+    return _mark(st, {"node": st.node})
+
+
 def _gpu_labels(st: NodeState, gs: GpuState) -> dict[str, str]:
-    return gs.labels or {"node": st.node, "gpu": str(gs.index)}
+    return gs.labels or _mark(st, {"node": st.node, "gpu": str(gs.index)})
+
+
+def _owner_labels(st: NodeState, index: int, owner: tuple) -> dict[str, str]:
+    """A GPU's labels while ``owner`` (a ``Snap`` owner) holds it."""
+    task_id, user, task_class, project = owner
+    labels = {"node": st.node, "gpu": str(index)}
+    for k, v in (("user", user), ("task", task_id), ("task_class", task_class), ("project", project)):
+        if v:
+            labels[k] = v
+    return _mark(st, labels)
+
+
+def _labels_at(st: NodeState, gs: GpuState, ts: float) -> dict[str, str]:
+    """The GPU's labels once the buffered snapshots up to ``ts`` are applied, as ``_snapshot``
+    will apply them: the labels the ordered evaluation at ``ts`` gives an alert."""
+    owner, labels = gs.owner, gs.labels
+    for t, _, rec in st.buffer:
+        if t > ts:
+            break
+        if type(rec) is not Snap or not any(i == gs.index for i, _, _ in rec.gpus):
+            continue
+        held = rec.owners.get(gs.index)
+        if held is not None and (held[0] or "") != owner:
+            owner, labels = held[0] or "", _owner_labels(st, gs.index, held)
+        elif held is None and owner:
+            owner, labels = "", {}
+    return labels or _mark(st, {"node": st.node, "gpu": str(gs.index)})
 
 
 def _key(record: Record | Held, source: int) -> tuple:

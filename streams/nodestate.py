@@ -156,7 +156,7 @@ class TaskState:
 class NodeState:
     __slots__ = ("node", "buffer", "arrivals", "seen", "released", "max_ts", "src_max", "bucket", "period",
                  "gpus", "tasks", "events", "win", "alerts", "driver_version", "cuda_version", "late",
-                 "duplicates", "has_samples", "evaluated")
+                 "duplicates", "has_samples", "evaluated", "announced", "corrected", "simulated")
 
     def __init__(self, node: str, keep: Keep, horizon: float) -> None:
         self.node = node
@@ -179,3 +179,6 @@ class NodeState:
         self.duplicates = 0
         self.has_samples = False
         self.evaluated = float("-inf")
+        self.announced: dict[str, list] = {}  # fingerprint -> [ts, transition JSON] sent on arrival
+        self.corrected = 0  # ordered firings that differed from their announcement (arrival.py)
+        self.simulated = False  # its records come from the simulator: its alerts say so

@@ -563,6 +563,29 @@ class RulePack:
         return [r.name for r in self.rules]
 
 
+@dataclass(frozen=True)
+class Trigger:
+    """An event that alone makes a rule hold (``arrival_trigger``): it matches ``pred`` and is
+    counted ``per`` GPU or node."""
+
+    pred: Callable[[dict], bool]
+    per: str
+
+
+def arrival_trigger(rule: Rule) -> Trigger | None:
+    """The event that decides ``rule`` on its own, if one does: the rule has no ``for`` and its
+    condition is a ``count_within`` of ``at_least: 1``, or an ``any`` whose first branch is one
+    (a branch before it would put into the evidence values read from windows the buffer has not
+    filled yet). Stage 1 judges these rules when the event arrives (``streams/arrival.py``)."""
+    if rule.for_s:
+        return None
+    cond = rule.spec.when
+    first = cond.any[0] if isinstance(cond, AnyOf) else cond
+    if isinstance(first, CountC) and first.count_within.at_least == 1:
+        return Trigger(_event_pred(first.count_within.event), first.count_within.per)
+    return None
+
+
 def _needs_events(cond: Any) -> bool:
     """Whether ``cond`` is false whenever no event is counted (a count_within needs at least one)."""
     if isinstance(cond, CountC):

@@ -90,5 +90,5 @@ def summarise(st: NodeState, t: float, window_s: float) -> list[TaskSummary]:
             labels["cuda_version"] = st.cuda_version
         out.append(TaskSummary(ts=t, task=task.labels.get("task_class", "unknown"), task_id=tid,
                                node=st.node, window_s=window_s, samples=totals.samples,
-                               gpus=len(task.gpus), stats=stats, labels=labels))
+                               gpus=len(task.gpus), stats=stats, labels=labels, simulated=st.simulated))
     return out

@@ -65,7 +65,7 @@ async def test_zh_cn_messages_carry_chinese_summaries_and_actions_with_times_in_
         cfg = tmp_path / "gpuwarden.yaml"
         cfg.write_text(yaml.safe_dump({"notify": {
             "language": "zh-CN", "timezone": "Asia/Shanghai",
-            "receivers": [{"name": "chat", "feishu": {"url": {"env": "URL_CHAT"}}}],
+            "receivers": [{"name": "chat", "feishu": {"url": {"env": "URL_CHAT"}}, "accept_simulated": True}],
             "route": {"receivers": ["chat"], "group_by": ["..."], "group_wait": "0s"}}}))
         s = load_settings(cfg)
         d = Delivery(s.notify.receivers, spool=spool, language="zh-CN", timezone=s.notify.timezone,

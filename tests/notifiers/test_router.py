@@ -349,3 +349,18 @@ def test_receivers_paged_only_by_escalation_hear_the_resolve() -> None:
     out += r.tick(T0 + 2100)
     assert sorted(sent(out)) == [("boss", "resolved", ["x:resolved"]), ("lead-chat", "resolved", ["x:resolved"]),
                                  ("pager", "resolved", ["x:resolved"]), ("team-chat", "resolved", ["x:resolved"])]
+
+
+def test_simulated_alerts_reach_only_the_receivers_that_opt_in() -> None:
+    """Issue #18, defect 6: the default tree pages @oncall and @team at once; with only the team
+    chat opted in, a simulated critical goes there, never to the pager, not even by escalation."""
+    rs = receivers("team-chat", "pager", "lead-chat", "boss")
+    rs[0]["accept_simulated"] = True
+    r = Router(config(receivers=rs, owners={}))
+    sim = alert("s", tier="critical", node="sim-node-00", simulated="true")
+    real = alert("r", tier="critical", node="gpu-box-1")
+    assert sent(r.on_transition(sim, T0)) == [("team-chat", "new", ["s:firing"])]
+    assert sorted(sent(r.on_transition(real, T0))) == [("pager", "new", ["r:firing"]),
+                                                       ("team-chat", "new", ["r:firing"])]
+    later = sent(r.tick(T0 + 31 * 60))  # past every escalation level: only the real alert climbs
+    assert later and all(fps == ["r:firing"] for _, _, fps in later)

@@ -31,7 +31,7 @@ def test_scrape_shows_gpu_and_process_metrics():
         server.shutdown()
     fams = {f.name: f for f in text_string_to_metric_families(body)}
     util = {s.labels["gpu"]: s for s in fams["DCGM_FI_DEV_GPU_UTIL"].samples}
-    assert util["0"].labels["Hostname"] == "node-00" and util["0"].labels["UUID"].startswith("GPU-")
+    assert util["0"].labels["Hostname"] == "sim-node-00" and util["0"].labels["UUID"].startswith("GPU-")
     assert util["0"].labels["modelName"] == "NVIDIA H200" and util["0"].labels["DCGM_FI_DRIVER_VERSION"]
     assert "DCGM_FI_PROF_SM_ACTIVE{" in body
     assert any(line.startswith("DCGM_FI_DEV_POWER_MGMT_LIMIT_DEF{") and line.endswith(" 700.0") for line in body.splitlines())
@@ -48,5 +48,5 @@ def test_scrape_shows_gpu_and_process_metrics():
     assert xid["4"] == 79 and xid["0"] == 0 and len(xid) == 8
     lost = [line for line in body.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{") and 'gpu="4"' in line]
     assert lost == []  # the GPU that fell off the bus reads null: removed, not 0
-    assert 'gpuwarden_xid_total{Hostname="node-00",err_code="79",gpu="4"} 1.0' in body
+    assert 'gpuwarden_xid_total{Hostname="sim-node-00",err_code="79",gpu="4"} 1.0' in body
     assert 'gpuwarden_process_gpu_memory_bytes{' in body and 'user="chen"' in body

@@ -9,7 +9,7 @@ from gpuwarden.contract import (EventKind, GpuEvent, NodeSnapshot, TaskMetric, T
 from gpuwarden.producers import clocks
 from gpuwarden.producers.events import normalize_bus_id, parse_kmsg_line
 from gpuwarden.producers.gpumodels import bus_id
-from gpuwarden.producers.simulator import FAULTS, MIXED_FAULTS, SCENARIOS, Simulator
+from gpuwarden.producers.simulator import FAULTS, MIXED_FAULTS, SCENARIOS, Simulator, sim_node
 from gpuwarden.producers.source import Source
 
 T0 = 1_700_000_000.0
@@ -76,19 +76,19 @@ def test_h200_limits_and_unsupported_fields_are_null():
 
 
 def test_healthy_memory_drops_after_checkpoint_but_leak_does_not():
-    # sd-finetune on node-00 gpu 4 checkpoints every 20 min for 30 s.
+    # sd-finetune on sim-node-00 gpu 4 checkpoints every 20 min for 30 s.
     healthy = records("healthy", 1500, tick_s=5)
     leak = records("memory-leak", 1500, tick_s=5)
     for recs, released in ((healthy, True), (leak, False)):
         end = next(r.ts for r in recs if isinstance(r, TaskMetric)
                    and r.kind == TaskMetricKind.CHECKPOINT_END and r.task == "sd-finetune")
-        mem = proc_mem(recs, "node-00", 4)
+        mem = proc_mem(recs, "sim-node-00", 4)
         during = max(m for t, m in mem if end - 30 <= t < end)
         after = [m for t, m in mem if end < t <= end + 60]
         assert (max(after) < during) == released
-    leak_mem = [m for t, m in proc_mem(leak, "node-00", 4) if t >= T0 + 240]
+    leak_mem = [m for t, m in proc_mem(leak, "sim-node-00", 4) if t >= T0 + 240]
     assert leak_mem[-1] - leak_mem[0] > 20 * (200 << 20)  # >= 200 MiB/min for ~21 min
-    healthy_mem = [m for t, m in proc_mem(healthy, "node-00", 4) if t >= T0 + 240]
+    healthy_mem = [m for t, m in proc_mem(healthy, "sim-node-00", 4) if t >= T0 + 240]
     assert max(healthy_mem) - min(healthy_mem) < 0.04 * (143771 << 20)
 
 
@@ -109,28 +109,28 @@ def check_mixed(mixed):
 
     def gpu_events(fault, kind):
         n, g = where[fault]
-        return [e for e in events if e.node == f"node-{n:02d}" and e.gpu_index == g and e.kind == kind]
+        return [e for e in events if e.node == sim_node(n) and e.gpu_index == g and e.kind == kind]
 
     xid79 = gpu_events("xid-79", EventKind.XID)
     assert [e.code for e in xid79] == [79] and xid79[0].catalogue.severity == "fatal"
     assert "fallen off the bus" in xid79[0].message and xid79[0].ts >= T0 + 180
     assert gpu_events("xid-79", EventKind.GPU_LOST)
     n, g = where["xid-79"]
-    last = [s for s in snaps if s.node == f"node-{n:02d}"][-1]
+    last = [s for s in snaps if s.node == sim_node(n)][-1]
     assert last.gpus.rows()[g].util_gpu is None and last.gpus.rows()[g].mem_used_bytes is None
     assert not [p for p in last.processes.rows() if p.gpu_index == g]
 
     assert [e.code for e in gpu_events("ecc-dbe", EventKind.XID)] == [48]
     assert gpu_events("ecc-dbe", EventKind.ECC_DBE)
     n, g = where["ecc-dbe"]
-    assert [s for s in snaps if s.node == f"node-{n:02d}"][-1].gpus.rows()[g].ecc_volatile_uncorrected == 1
+    assert [s for s in snaps if s.node == sim_node(n)][-1].gpus.rows()[g].ecc_volatile_uncorrected == 1
     assert [e.code for e in gpu_events("row-remap-pending", EventKind.XID)] == [63]
     assert gpu_events("row-remap-pending", EventKind.ECC_SBE)
     assert any(m.kind == TaskMetricKind.EXIT and m.exit_code == 1 for m in metrics)
 
     def gpu_series(fault, attr):
         n, g = where[fault]
-        return [(s.ts, getattr(s.gpus.rows()[g], attr)) for s in snaps if s.node == f"node-{n:02d}"]
+        return [(s.ts, getattr(s.gpus.rows()[g], attr)) for s in snaps if s.node == sim_node(n)]
 
     reasons = gpu_series("thermal-throttle", "clock_event_reasons")
     assert any(v & clocks.HW_THERMAL for _, v in reasons)
@@ -144,9 +144,9 @@ def check_mixed(mixed):
     idle = [v for t, v in gpu_series("idle-allocated", "util_gpu") if t > T0 + 200]
     assert max(idle) <= 2
     n, g = where["idle-allocated"]
-    assert all([p for p in s.processes.rows() if p.gpu_index == g] for s in snaps if s.node == f"node-{n:02d}")
+    assert all([p for p in s.processes.rows() if p.gpu_index == g] for s in snaps if s.node == sim_node(n))
 
-    leak = [m for t, m in proc_mem(mixed, *(f"node-{where['memory-leak'][0]:02d}", where["memory-leak"][1]))
+    leak = [m for t, m in proc_mem(mixed, *(sim_node(where["memory-leak"][0]), where["memory-leak"][1]))
             if t > T0 + 240]
     assert leak[-1] - leak[0] > 1 << 30
 
@@ -159,21 +159,21 @@ def check_mixed(mixed):
     llama = next(p.task_id for p in snaps[0].processes.rows() if p.task == "llama-pretrain")
     assert share(llama, "comm_s") == pytest.approx((0.12, 0.45), abs=0.02)
     n, g = where["dataloader-starvation"]
-    starving = next(p.task_id for s in snaps if s.node == f"node-{n:02d}" for p in s.processes.rows() if p.gpu_index == g)
+    starving = next(p.task_id for s in snaps if s.node == sim_node(n) for p in s.processes.rows() if p.gpu_index == g)
     early, late = share(starving, "data_wait_s")
     assert early < 0.1 and late == pytest.approx(0.55, abs=0.02)
     drivers = {s.node: s.driver_version for s in snaps}
-    assert drivers["node-00"] != drivers["node-01"]
+    assert drivers["sim-node-00"] != drivers["sim-node-01"]
     assert {m.kind for m in metrics} >= {"step", "throughput", "ttft", "latency", "exit"}
     assert len({p.user for s in snaps for p in s.processes.rows()}) >= 4
 
 
-def _xids(recs, node="node-00"):
+def _xids(recs, node="sim-node-00"):
     return [(r.ts - T0, r.gpu_index, r.code) for r in recs
             if isinstance(r, GpuEvent) and r.kind == EventKind.XID and r.node == node]
 
 
-def _task_ids(recs, gpu, node="node-00"):
+def _task_ids(recs, gpu, node="sim-node-00"):
     return list(dict.fromkeys(p.task_id for r in recs if isinstance(r, NodeSnapshot) and r.node == node
                               for p in r.processes.rows() if p.gpu_index == gpu))
 
@@ -203,9 +203,9 @@ def test_xid_app_error_fails_the_job_twice_then_leaves_the_gpu_empty():
 def test_xid_node_repeat_hits_two_gpus_of_one_node_twice():
     recs = records("xid-node-repeat", 900, nodes=2)
     assert _xids(recs) == [(180.5, 3, 74), (180.5, 2, 74), (480.5, 3, 74), (480.5, 2, 74)]
-    assert _xids(recs, "node-01") == []
+    assert _xids(recs, "sim-node-01") == []
     assert next(r for r in recs if isinstance(r, GpuEvent)).catalogue.action == "WORKFLOW_NVLINK_ERR"
-    assert len(_task_ids(recs, 3)) == 2 and len(_task_ids(recs, 0, "node-01")) == 2  # the whole job
+    assert len(_task_ids(recs, 3)) == 2 and len(_task_ids(recs, 0, "sim-node-01")) == 2  # the whole job
     exits = [m for m in recs if isinstance(m, TaskMetric) and m.kind == TaskMetricKind.EXIT]
     assert [m.ts - T0 for m in exits] == [180.25, 480.25] and "NCCL" in exits[0].message
 

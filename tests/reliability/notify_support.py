@@ -29,8 +29,8 @@ async def notify(trs: list, tmp_path: Path, monkeypatch, down_s: float | None = 
         monkeypatch.setenv("URL_WH", wh.base + "/alerts")
         monkeypatch.setenv("URL_FS", fs.base + fs.hook)
         settings = validate_settings({"notify": {
-            "receivers": [{"name": "wh", "webhook": {"url": {"env": "URL_WH"}}},
-                          {"name": "chat", "feishu": {"url": {"env": "URL_FS"}}}],
+            "receivers": [{"name": "wh", "webhook": {"url": {"env": "URL_WH"}}, "accept_simulated": True},
+                          {"name": "chat", "feishu": {"url": {"env": "URL_FS"}}, "accept_simulated": True}],
             "team": "chat", "owners": {"default": "wh"}, "escalation": [{"receivers": ["wh"]}]}})
         delivery = Delivery(settings.notify.receivers, spool=spool, clock=clock, sleep=clock.sleep, max_attempts=2)
         notifier = Notifier(settings, spool=spool, clock=clock, delivery=delivery)

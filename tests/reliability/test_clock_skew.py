@@ -34,7 +34,7 @@ def test_node_ten_minutes_ahead_is_dead_lettered_with_the_reason(reliability_rep
     records = [r for _ in range(3) for r in sim.step()]
     accepted, letters = 0, []
     for offset, r in enumerate(records):
-        ahead = r.node == "node-01"
+        ahead = r.node == "sim-node-01"
         r = shifted(r, AHEAD_S) if ahead else r
         msg = Inbound("gpu.samples", 0, offset, record_key(r).encode(), encode(r))
         try:
@@ -42,12 +42,12 @@ def test_node_ten_minutes_ahead_is_dead_lettered_with_the_reason(reliability_rep
             accepted += 1
         except ContractError as e:
             letters.append(to_dlq(msg, str(e)))
-    ahead_count = sum(r.node == "node-01" for r in records)
+    ahead_count = sum(r.node == "sim-node-01" for r in records)
     assert accepted == len(records) - ahead_count and len(letters) == ahead_count
     for out in letters:
         letter = decode(out.value, DeadLetter)
         assert out.topic == "gpu.samples.dlq" and "in the future" in letter.error
-        assert json.loads(base64.b64decode(letter.value_b64))["node"] == "node-01"  # the original bytes are kept
+        assert json.loads(base64.b64decode(letter.value_b64))["node"] == "sim-node-01"  # the original bytes are kept
     reliability_report("node clock 10 min ahead",
                        detail=f"{ahead_count} records dead-lettered with the reason, {accepted} accepted")
 
@@ -59,17 +59,17 @@ def test_node_two_minutes_behind_gets_the_same_alerts_earlier(reliability_report
     reference = Engine()
     expected = reference.process_many(records) + reference.flush()
     skewed = Engine()
-    got = skewed.process_many(shifted(r, -BEHIND_S) if r.node == "node-01" else r for r in records)
+    got = skewed.process_many(shifted(r, -BEHIND_S) if r.node == "sim-node-01" else r for r in records)
     got += skewed.flush()
 
     def ids(trs, node: str, by: float = 0.0) -> set:
         return {(t.fingerprint, t.state, t.started_at + by) for t in trs if t.labels.get("node") == node}
 
-    assert ids(expected, "node-01"), "the scenario must put alerts on the skewed node"
-    assert ids(got, "node-01") == ids(expected, "node-01", -BEHIND_S)
-    assert ids(got, "node-00") == ids(expected, "node-00")
+    assert ids(expected, "sim-node-01"), "the scenario must put alerts on the skewed node"
+    assert ids(got, "sim-node-01") == ids(expected, "sim-node-01", -BEHIND_S)
+    assert ids(got, "sim-node-00") == ids(expected, "sim-node-00")
     assert skewed.counters()["late"] == 0
     reliability_report("node clock 2 min behind",
-                       detail=f"{sum(r.node == 'node-01' for r in records)} records skewed, "
-                              f"{len(ids(got, 'node-01'))} transitions on the skewed node, same fingerprints, "
+                       detail=f"{sum(r.node == 'sim-node-01' for r in records)} records skewed, "
+                              f"{len(ids(got, 'sim-node-01'))} transitions on the skewed node, same fingerprints, "
                               f"{BEHIND_S:.0f} s earlier; 0 late")

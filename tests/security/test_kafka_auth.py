@@ -25,7 +25,7 @@ from gpuwarden.contract import NodeSnapshot, Topics, decode
 from gpuwarden.kafka import KafkaConnectError, broker_credentials, client_kwargs, start_client
 from gpuwarden.spool import Spool
 from gpuwarden.producers.publisher import Publisher
-from gpuwarden.producers.simulator import Simulator
+from gpuwarden.producers.simulator import Simulator, sim_node
 from tests.kafka_support import ScramBroker, consume_all, create_topic
 
 WRONG = "definitely-not-the-password"
@@ -98,7 +98,7 @@ async def test_publisher_consumer_and_faust_connect_with_scram(kafka_scram, monk
     got = await consume_all(kafka_scram.bootstrap, topics.samples, expected=20, timeout=30,
                             **{k: v for k, v in kw.items() if k != "bootstrap_servers"})
     assert sorted((s.node, s.seq) for s in (decode(r.value, NodeSnapshot) for r in got)) == \
-        sorted((f"node-{n:02d}", i) for n in range(2) for i in range(10))
+        sorted((sim_node(n), i) for n in range(2) for i in range(10))
 
     seen: list[bytes] = []
     app = faust.App(f"{prefix}faust", broker=f"kafka://{kafka_scram.bootstrap}",

@@ -28,8 +28,8 @@ def test_full_run_leaks_no_secret(tmp_path):
         cfg.write_text(
             f"spool: {{path: {tmp_path / 'spool.db'}}}\n"
             "notify:\n  team: fs\n  owners: {default: fs}\n  escalation: [{receivers: [dt]}]\n  receivers:\n"
-            "    - {name: fs, feishu: {url: {env: GW_FS_URL}, secret: {env: GW_FS_SECRET}}}\n"
-            "    - {name: dt, dingtalk: {url: {env: GW_DT_URL}, secret: {env: GW_DT_SECRET}}}\n")
+            "    - {name: fs, accept_simulated: true, feishu: {url: {env: GW_FS_URL}, secret: {env: GW_FS_SECRET}}}\n"
+            "    - {name: dt, accept_simulated: true, dingtalk: {url: {env: GW_DT_URL}, secret: {env: GW_DT_SECRET}}}\n")
         env = {**os.environ, **SECRETS, **urls}
         run = subprocess.run([sys.executable, "-m", "gpuwarden.app.cli", "-vv", "run", "--config", str(cfg),
                               "--simulate", "mixed", "--duration", "2h", "--json"],

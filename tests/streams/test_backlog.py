@@ -116,27 +116,27 @@ def test_judging_behind_at_the_fetch_end_drops_the_samples_after_a_fetch_start_a
 
 
 def test_a_node_held_by_another_nodes_backlog_is_released_at_the_fetch_end() -> None:
-    # node-01 has no GPU events: while the events input is behind, its watermark holds at the
-    # max source skew. Fetch 2 reads only node-00's events, so node-01 gets no record there.
-    records = _records(events_of="node-00")
+    # sim-node-01 has no GPU events: while the events input is behind, its watermark holds at the
+    # max source skew. Fetch 2 reads only node-00's events, so sim-node-01 gets no record there.
+    records = _records(events_of="sim-node-00")
     topics = _by_topic(records)
     fetches = [{"samples": len(topics["samples"]), "metrics": len(topics["metrics"]),
                 "events": len(topics["events"]) // 2},
                {"events": len(topics["events"])}]
-    assert {r.node for r in topics["events"][len(topics["events"]) // 2:]} == {"node-00"}
+    assert {r.node for r in topics["events"][len(topics["events"]) // 2:]} == {"sim-node-00"}
     got, stage = _fetched(records, fetches)
     assert stage.counters()["late"] == 0
     assert got == _in_process(records)
     unsettled, _ = _fetched(records, fetches, settle=False)
-    assert unsettled["node-00"] == got["node-00"]
-    assert len(unsettled.get("node-01", [])) < len(got["node-01"])  # node-01 would wait for its next record
+    assert unsettled["sim-node-00"] == got["sim-node-00"]
+    assert len(unsettled.get("sim-node-01", [])) < len(got["sim-node-01"])  # sim-node-01 would wait for its next record
 
 
 def test_a_node_is_not_held_by_its_partition_mates_records_later_in_the_fetch() -> None:
-    # One fetch of everything; node-01 has no GPU events. Judged per partition, node-00's
-    # events later in the fetch held node-01 at the max source skew: its whole backlog sat in
+    # One fetch of everything; sim-node-01 has no GPU events. Judged per partition, node-00's
+    # events later in the fetch held sim-node-01 at the max source skew: its whole backlog sat in
     # its reorder buffer. Judged per key, it is held by its own inputs only (the lateness).
-    records = _records(events_of="node-00")
+    records = _records(events_of="sim-node-00")
     topics = _by_topic(records)
     fetch = [{t: len(rs) for t, rs in topics.items()}]
     keyed, shared = {}, {}
@@ -147,10 +147,10 @@ def test_a_node_is_not_held_by_its_partition_mates_records_later_in_the_fetch() 
     alone, lateness_only = NodeStage(RULES, CONFIG), 0  # in process: held for the lateness only
     for r in records:
         alone.process(r, out=StageOutput([], []))
-        if r.node == "node-01":
-            lateness_only = max(lateness_only, len(alone.state("node-01").buffer))
-    assert keyed["node-01"] <= lateness_only + 1
-    assert shared["node-01"] > 2 * lateness_only
+        if r.node == "sim-node-01":
+            lateness_only = max(lateness_only, len(alone.state("sim-node-01").buffer))
+    assert keyed["sim-node-01"] <= lateness_only + 1
+    assert shared["sim-node-01"] > 2 * lateness_only
 
 
 def test_backlog_drops_an_input_at_its_last_fetched_record_unless_more_is_past_the_fetch() -> None:

@@ -12,7 +12,7 @@ from functools import cache
 import pytest
 
 from gpuwarden.contract import AlertTransition, InferenceMetrics, StageProgress, TaskSummary, encode
-from gpuwarden.producers.simulator import Simulator
+from gpuwarden.producers.simulator import Simulator, sim_node
 from gpuwarden.streams.classstage import ClassStage
 from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.engine import Engine, StageOutput
@@ -102,7 +102,7 @@ def _stage2_rules() -> set[str]:
 @pytest.mark.parametrize(("scenario", "nodes"), RUNS)
 def test_a_node_lagging_within_the_bound_gives_byte_identical_transitions(scenario: str, nodes: int) -> None:
     sums = _summaries(scenario, nodes)
-    delayed = _delayed(sums, f"node-{nodes - 1:02d}")
+    delayed = _delayed(sums, sim_node(nodes - 1))
     assert delayed != list(sums)
     in_order, a = _run(sums, HOLD)
     lagging, b = _run(delayed, HOLD)
@@ -122,7 +122,7 @@ def test_the_runs_exercise_version_skew_and_deviation() -> None:
 def test_without_the_hold_the_lagging_order_changes_results(scenario: str, nodes: int) -> None:
     sums = _summaries(scenario, nodes)
     in_order, _ = _run(sums, 0.0)
-    lagging, stage = _run(_delayed(sums, f"node-{nodes - 1:02d}"), 0.0)
+    lagging, stage = _run(_delayed(sums, sim_node(nodes - 1)), 0.0)
     assert _bytes(lagging) != _bytes(in_order)
     assert stage.counters()["late"] > 0
 
@@ -132,7 +132,7 @@ def test_a_partition_catching_up_holds_its_classes_through_the_gate(scenario: st
     """Issue #15, defects 3 and 4: with the default bound (5 min) a node 1 h behind gave other
     transitions; behind the stage-1 watermark (its partition reports that it is catching up) the
     classes wait for it and match in-order, across a checkpoint too."""
-    sums, node = _summaries(scenario, nodes), f"node-{nodes - 1:02d}"
+    sums, node = _summaries(scenario, nodes), sim_node(nodes - 1)
     default = EngineConfig().summary_lateness
     in_order, _ = _run(sums, default)
     ungated, _ = _run(_delayed(sums, node), default)
@@ -165,7 +165,7 @@ def test_a_node_not_heard_from_yet_is_waited_for_behind_the_gate() -> None:
 
 @pytest.mark.parametrize(("scenario", "nodes"), RUNS)
 def test_dump_and_load_with_summaries_held_continue_exactly(scenario: str, nodes: int) -> None:
-    sums = _delayed(_summaries(scenario, nodes), f"node-{nodes - 1:02d}")
+    sums = _delayed(_summaries(scenario, nodes), sim_node(nodes - 1))
     # Mid-lag: the lagging node is behind, so its classes hold the others' summaries.
     cut = next(i for i, s in enumerate(sums) if s.ts >= TAKEOVER + LAG + 600)
     probe = ClassStage(RULES, _config(HOLD))
