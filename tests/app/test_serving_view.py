@@ -26,5 +26,5 @@ def test_panel_shows_services_with_bucket_bounds_and_budget() -> None:
     f.minutes(5, failed=600)  # an outage: budget spent, an alert open
     text = _text(render(engine, 0.0))
     assert "Inference services (last hour)" in text
-    row = next(line for line in text.splitlines() if "chat" in line and "gn1" in line)
+    row = next(line for line in text.splitlines() if "chat" in line and "vllm" in line)
     assert "≤ 0.75 s" in row and "error_rate" in row and "vllm" in row
