@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from gpuwarden.config import LimitsConfig
 from gpuwarden.contract import (
     DEFAULT_MAX_FUTURE_SKEW_S,
     DEFAULT_MAX_PAST_SKEW_S,
@@ -28,8 +29,8 @@ from gpuwarden.deadletter import letter
 
 
 class Consumed(Protocol):
-    """What the workers read of a consumed record: aiokafka's ``ConsumerRecord`` as it comes
-    (a copy per record cost ~2 % of a stream worker's CPU), or an :class:`Inbound`."""
+    """What the workers read of a consumed record: faust's ``Message`` (``event.message``) as
+    it comes (a copy per record cost ~2 % of a stream worker's CPU), or an :class:`Inbound`."""
 
     @property
     def topic(self) -> str: ...
@@ -64,6 +65,11 @@ class Outbound:
     headers: tuple[tuple[str, bytes], ...] = ()
 
 
+class HasLimits(Protocol):
+    @property
+    def limits(self) -> LimitsConfig: ...
+
+
 @dataclass(frozen=True)
 class Limits:
     """The decode limits a worker applies at its boundary (from ``settings.limits``)."""
@@ -73,7 +79,7 @@ class Limits:
     max_past_skew_s: float = DEFAULT_MAX_PAST_SKEW_S
 
     @classmethod
-    def of(cls, settings: Any) -> "Limits":
+    def of(cls, settings: HasLimits) -> "Limits":
         lim = settings.limits
         return cls(int(lim.max_record_bytes), float(lim.max_future_skew), float(lim.max_past_skew))
 

@@ -7,12 +7,14 @@ and produces transitions to ``alerts`` (key fingerprint) and task summaries to
 task class) reads ``task.summaries`` and runs :class:`gpuwarden.streams.engine.ClassStage`
 for the per-class baselines. Each stage keeps a faust Table (compacted changelog)
 of per-key envelopes (see :mod:`gpuwarden.streams.keyed`), written for the keys that changed
-every ``engine.checkpoint_interval`` of wall time; input offsets are acknowledged
-(so committed) only after the checkpoint that covers them.
+every ``engine.checkpoint_interval`` of wall time; input events are acknowledged
+(so committed by faust) only after the checkpoint that covers them is on the broker.
 
-faust costs ~130-200 µs per record on its Stream path, so the input topics are
-not read by agents: :mod:`gpuwarden.streams.batchconsumer` hands each fetch to
-:func:`build_app`'s handler in one call, and values stay raw bytes.
+faust is driven through its public API only: one agent over the four input topics
+takes batches of events with ``Stream.noack_take`` (values stay raw bytes, no faust
+Record), acknowledges them with ``Stream.ack`` after their checkpoint, writes the
+tables with ``Table.send_changelog`` (awaited: the envelopes are on the broker before the
+events are acknowledged), and sends outputs with ``Topic.send``. See docs/streams-faust.md.
 """
 
 from __future__ import annotations
@@ -21,17 +23,20 @@ import asyncio
 import heapq
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import faust
 from aiokafka.errors import IllegalStateError, KafkaError
-from aiokafka.structs import TopicPartition
-from faust.types import TP
+from aiokafka.partitioner import DefaultPartitioner
+from faust.exceptions import ConsumerNotStarted
+from faust.types import TP, EventT, Message, StreamT
 
+from gpuwarden.config import KafkaConfig, LimitsConfig
 from gpuwarden.contract import (
+    AlertTransition,
     GpuEvent,
     NodeSnapshot,
     TaskMetric,
@@ -42,7 +47,7 @@ from gpuwarden.contract import (
 from gpuwarden.deadletter import UnsentLog
 from gpuwarden.kafka import broker_credentials
 from gpuwarden.streams.backlog import Backlog
-from gpuwarden.streams.batchconsumer import batch_consumer
+from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.dlq import Consumed, Limits, Outbound
 from gpuwarden.streams.engine import StageOutput
 from gpuwarden.streams.keyed import KeyedRunner, Settle, Source
@@ -56,8 +61,8 @@ log = logging.getLogger("gpuwarden.streams")
 SESSION_TIMEOUT_S = 10.0
 HEARTBEAT_INTERVAL_S = 2.0
 COMMIT_INTERVAL_S = 1.0
-#: Records held unacknowledged for the next checkpoint before one is forced (bounds
-#: what a takeover reads again).
+#: Events held unacknowledged for the next checkpoint before one is forced (bounds
+#: what a takeover reads again, and the events a worker holds).
 HOLD_MAX = 20000
 #: Producer, changelog-topic and DLQ-topic record size limit: a busy node's state envelope
 #: is ~200 kB compressed, above a few hundred kB faust's 1 MB default gets close; a dead
@@ -69,18 +74,55 @@ COMPRESSION = "zstd"
 #: (catching up); stage 2 then waits for that node beyond ``summary_lateness``.
 CATCHING_UP = "gw-catching-up"
 _STAMP = ((CATCHING_UP, b"1"),)
-#: Per-partition fetch size. A fetch's records are merged by their Kafka timestamps,
+#: Per-partition fetch size. A batch's records are merged by their Kafka timestamps,
 #: but one topic's fetch can run ahead of another's while catching up on a backlog;
 #: small fetches bound how far (see docs/streams-faust.md).
 FETCH_BYTES = 4 << 20
+#: ``Stream.noack_take``: a batch is this many events, or what came within ``TAKE_WITHIN_S``.
+TAKE_MAX = 8192
+TAKE_WITHIN_S = 0.25
+#: faust's per-stream queue between its fetch loop and the agent (faust's default: 4,096).
+STREAM_BUFFER = 2 * TAKE_MAX
+#: How often nodes held back by an input judged behind are judged again when nothing comes.
+IDLE_S = 1.0
 
 
-def app_id(settings: Any) -> str:
+class StreamSettings(Protocol):
+    """What a stream worker reads of the settings (any composition that has these sections)."""
+
+    @property
+    def kafka(self) -> KafkaConfig: ...
+    @property
+    def limits(self) -> LimitsConfig: ...
+    @property
+    def engine(self) -> EngineConfig: ...
+
+
+class NodeStageT(Protocol):
+    """Stage 1's interface (``gpuwarden.streams.engine.NodeStage``)."""
+
+    def process(self, record: Any, behind: frozenset[int] | set[int], out: StageOutput, /) -> Any: ...
+    def advance(self, node: str, behind: frozenset[int], out: StageOutput, /) -> bool: ...
+    def dump(self, key: str, /) -> bytes: ...
+    def load(self, key: str, data: bytes, /) -> None: ...
+    def drop(self, key: str, /) -> None: ...
+
+
+class ClassStageT(Protocol):
+    """Stage 2's interface (``gpuwarden.streams.engine.ClassStage``)."""
+
+    def process(self, summary: TaskSummary, catching_up: bool = False, /) -> list[AlertTransition]: ...
+    def dump(self, key: str, /) -> bytes: ...
+    def load(self, key: str, data: bytes, /) -> None: ...
+    def drop(self, key: str, /) -> None: ...
+
+
+def app_id(settings: StreamSettings) -> str:
     """One consumer group per fleet: workers with the same id share the partitions."""
     return f"{settings.kafka.topic_prefix}{settings.kafka.client_id}-streams"
 
 
-def default_stages(settings: Any) -> tuple[Any, Any]:
+def default_stages(settings: StreamSettings) -> tuple[NodeStageT, ClassStageT]:
     """The real engine stages, with the rules named in the config (else the default pack)."""
     from gpuwarden.streams.engine import ClassStage, NodeStage
     from gpuwarden.streams.rules import load_rules
@@ -89,332 +131,405 @@ def default_stages(settings: Any) -> tuple[Any, Any]:
     return NodeStage(rules, settings.engine, settings.limits.max_past_skew), ClassStage(rules, settings.engine)
 
 
-def build_app(
-    settings: Any, *, worker_id: str, data_dir: Path,
-    node_stage: Any = None, class_stage: Any = None,
-) -> faust.App:
-    """The faust app for ``settings``; stages default to :func:`default_stages`."""
-    if node_stage is None or class_stage is None:
-        node_stage, class_stage = default_stages(settings)
-    k = settings.kafka
-    topics = Topics(k.topic_prefix)
-    limits = Limits.of(settings)
-    unsent = UnsentLog(data_dir / "unsent.jsonl")
-    app = faust.App(
-        app_id(settings),
-        broker=[f"kafka://{h.strip()}" for h in k.bootstrap.split(",") if h.strip()],
-        broker_credentials=broker_credentials(k),
-        broker_client_id=f"{k.client_id}-{worker_id}",
-        datadir=str(data_dir),
-        store="memory://",
-        topic_partitions=k.partitions,
-        topic_replication_factor=k.replication_factor,
-        processing_guarantee="at_least_once",
-        consumer_auto_offset_reset="earliest",
-        broker_session_timeout=SESSION_TIMEOUT_S,
-        broker_heartbeat_interval=HEARTBEAT_INTERVAL_S,
-        broker_commit_interval=COMMIT_INTERVAL_S,
-        table_standby_replicas=0,
-        producer_acks=-1,
-        producer_max_request_size=MAX_RECORD_BYTES,
-        producer_compression_type=COMPRESSION,
-        consumer_max_fetch_size=FETCH_BYTES,
-        web_enabled=False,
-        autodiscover=False,
-    )
+class Topology:
+    """One stream worker: the faust app, its tables and agent, and the state they share.
 
-    def raw_topic(*names: str, config: Mapping[str, str] | None = None) -> faust.TopicT:
-        return app.topic(*names, key_serializer="raw", value_serializer="raw",
-                         partitions=k.partitions, internal=True, config=config)
+    ``app`` is what a faust Worker runs. Stage 1's records of one batch are merged by Kafka
+    timestamp (the order agents sent them) and applied, then stage 2's; events are acked
+    after the checkpoint that covers them.
+    """
 
-    big = {"max.message.bytes": str(MAX_RECORD_BYTES)}  # changelogs and dead-letter topics
+    def __init__(self, settings: StreamSettings, *, worker_id: str, data_dir: Path,
+                 node_stage: NodeStageT | None = None, class_stage: ClassStageT | None = None) -> None:
+        if node_stage is None or class_stage is None:
+            node_stage, class_stage = default_stages(settings)
+        self.node_stage, self.class_stage = node_stage, class_stage
+        k = settings.kafka
+        self.partitions = k.partitions
+        self.topics = topics = Topics(k.topic_prefix)
+        self.limits = Limits.of(settings)
+        self.unsent = UnsentLog(data_dir / "unsent.jsonl")
+        self.app = app = faust.App(
+            app_id(settings),
+            broker=[f"kafka://{h.strip()}" for h in k.bootstrap.split(",") if h.strip()],
+            broker_credentials=broker_credentials(k),
+            broker_client_id=f"{k.client_id}-{worker_id}",
+            datadir=str(data_dir),
+            store="memory://",
+            topic_partitions=k.partitions,
+            topic_replication_factor=k.replication_factor,
+            processing_guarantee="at_least_once",
+            consumer_auto_offset_reset="earliest",
+            broker_session_timeout=SESSION_TIMEOUT_S,
+            broker_heartbeat_interval=HEARTBEAT_INTERVAL_S,
+            broker_commit_interval=COMMIT_INTERVAL_S,
+            table_standby_replicas=0,
+            producer_acks=-1,
+            producer_max_request_size=MAX_RECORD_BYTES,
+            producer_compression_type=COMPRESSION,
+            consumer_max_fetch_size=FETCH_BYTES,
+            stream_buffer_maxsize=STREAM_BUFFER,
+            # Events are held unacknowledged until their checkpoint: a rebalance must not wait
+            # for them (faust's default waits for every unacked event before it revokes).
+            stream_wait_empty=False,
+            web_enabled=False,
+            autodiscover=False,
+        )
 
-    def state_table(name: str) -> faust.Table:
-        # bytes key and value types make faust use the raw codec both ways (a
-        # ``schema`` alone leaves recovery decoding JSON). The changelog partition
-        # comes from the same murmur2 partitioner as the source records' keys.
-        return app.Table(name, default=None, partitions=k.partitions, use_partitioner=True,
-                         key_type=bytes, value_type=bytes,
-                         extra_topic_configs=big)
+        big = {"max.message.bytes": str(MAX_RECORD_BYTES)}  # changelogs and dead-letter topics
+        self.outputs: dict[str, faust.TopicT] = {
+            **{name: self._raw_topic(name) for name in (topics.alerts, topics.summaries)},
+            **{name: self._raw_topic(name, config=big)
+               for name in (Topics.dlq(t) for t in (topics.samples, topics.events, topics.metrics,
+                                                    topics.summaries))},
+        }
+        # bytes key and value types make faust use the raw codec both ways (a ``schema`` alone
+        # leaves recovery decoding JSON). A key's changelog partition is its source records'
+        # (see ``_partition``; ``use_partitioner``: no current event needed).
+        self.node_table, self.class_table = (
+            app.Table(name, default=None, partitions=k.partitions, use_partitioner=True,
+                      key_type=bytes, value_type=bytes, extra_topic_configs=big)
+            for name in ("node-state", "class-state"))
+        self.declaring: asyncio.Future[Any] | None = None
+        self.partitioner = DefaultPartitioner()
+        self.all_partitions = list(range(k.partitions))
 
-    outputs = {
-        **{name: raw_topic(name) for name in (topics.alerts, topics.summaries)},
-        **{name: raw_topic(name, config=big)
-           for name in (Topics.dlq(t) for t in (topics.samples, topics.events, topics.metrics,
-                                                topics.summaries))},
-    }
-    node_table, class_table = state_table("node-state"), state_table("class-state")
-    declaring: list[asyncio.Future] = []
+        self.ranks = {topics.samples: 0, topics.events: 1, topics.metrics: 2}
+        self.backlog = Backlog(self.ranks)
+        self.scratch = StageOutput([], [])  # one per worker: a new one per record cost ~4 % of its CPU
+        self.nodes_at: defaultdict[int, set[str]] = defaultdict(set)  # partition -> nodes read from it
+        #: Where reading (re)started per assigned input partition: its committed offset, or the
+        #: partition's beginning when nothing is committed yet.
+        self.start_at: dict[TP, int] = {}
+        self.previous: set[TP] = set()  # the assignment before the last rebalance
+        #: Per table: the events its next checkpoint covers, acknowledged once it is stored.
+        self.held: dict[str, list[EventT]] = {"node-state": [], "class-state": []}
+        self.stream: StreamT | None = None
+        self.lock = asyncio.Lock()  # a batch and the idle timer, one at a time
+        self.generation = -1  # the generation whose first batch was logged
+        self.batches = 0  # batches since the last idle tick
+        self.trim = HeapTrim()
+        self.reported: dict[str, int] = {}
+        self.reported_at = float("-inf")
 
-    async def declare_outputs() -> None:
-        """Create the output topics once, all at once, starting when partitions are first
-        assigned. Everything that sends awaits that one declaration: one topic after another
-        (~60 ms each on the local broker) still ran when the first fetch came, and a second
-        declaration from the first batch's sends raced it, holding that batch's outputs
-        ~150-260 ms (bench/streams_throughput.py (b), session 6). A failed one is tried again."""
-        if not declaring or (declaring[0].done() and (declaring[0].cancelled() or declaring[0].exception())):
-            declaring[:] = [asyncio.ensure_future(asyncio.gather(*(t.maybe_declare() for t in outputs.values())))]
-        await asyncio.shield(declaring[0])  # one waiter cancelled must not cancel it for the others
+        self.node_runner = KeyedRunner(node_stage, {
+            topics.samples: Source(NodeSnapshot, _node_of, Topics.dlq(topics.samples)),
+            topics.events: Source(GpuEvent, _node_of, Topics.dlq(topics.events)),
+            topics.metrics: Source(TaskMetric, _node_of, Topics.dlq(topics.metrics)),
+        }, self._emit_node, self.limits, float(settings.engine.checkpoint_interval))
+        self.class_runner = KeyedRunner(class_stage, {
+            topics.summaries: Source(TaskSummary, _class_of, Topics.dlq(topics.summaries)),
+        }, self._emit_class, self.limits, float(settings.engine.checkpoint_interval))
 
-    @app.on_partitions_assigned.connect
-    async def on_assigned(sender: Any, assigned: Any, **_: Any) -> None:
-        await declare_outputs()
+        self.inputs = self._raw_topic(topics.samples, topics.events, topics.metrics, topics.summaries)
+        app.agent(self.inputs, name="gpuwarden-stages")(self._consume)
+        app.timer(IDLE_S)(self._idle)
+        app.on_partitions_assigned.connect(self._on_assigned)
+        app.on_rebalance_complete.connect(self._reassigned)
 
-    async def send_all(out: Iterable[Outbound]) -> None:
-        """Produce in order and wait for the broker's acks (faust's pre-commit flush can
-        return before its send buffer drained). Straight to the producer, past faust's
-        ``Topic.send`` (message objects, sensors): ~110 µs per record there, a sixth of the
-        worker's time on a fetch of 3,600 snapshots with 280 outputs."""
-        await declare_outputs()
-        producer = app.producer
-        sent = []
-        for o in out:
+    def _raw_topic(self, *names: str, config: Mapping[str, str] | None = None) -> faust.TopicT:
+        return self.app.topic(*names, key_serializer="raw", value_serializer="raw",
+                              partitions=self.partitions, internal=True, config=config)
+
+    # -- faust callbacks ---------------------------------------------------------------------
+
+    async def _consume(self, stream: StreamT) -> None:
+        """The agent: batches of events, applied one at a time. A batch that raised crashes the
+        worker (its events are not acknowledged, so they are read again after a restart)."""
+        self.stream = stream
+        try:
+            async for events in stream.noack_take(TAKE_MAX, within=TAKE_WITHIN_S):
+                async with self.lock:
+                    await self._batch(events)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("batch raised: %r", exc)
+            await self.app.crash(exc)
+            raise
+
+    async def _on_assigned(self, sender: Any, assigned: Any, **_: Any) -> None:
+        await self._declare_outputs()
+
+    async def _reassigned(self, sender: Any, **_: Any) -> None:
+        """A rebalance ended (changelogs restored, before faust resumes the inputs). Keys of
+        partitions this worker kept stay in memory; the others re-sync from the restored
+        changelog. Held events of the old assignment are read again."""
+        assigned = self.app.consumer.assignment()
+        retained = frozenset(f"{tp.topic}:{tp.partition}" for tp in assigned & self.previous)
+        self.previous = set(assigned)
+        for runner in (self.node_runner, self.class_runner):
+            runner.reassigned(retained)
+        for p in list(self.nodes_at):
+            if f"{self.topics.samples}:{p}" not in retained:
+                del self.nodes_at[p]
+        for waiting in self.held.values():
+            waiting.clear()
+        await self._seek_fresh({tp for tp in assigned if tp.topic in self.inputs.topics})
+
+    async def _seek_fresh(self, inputs: set[TP]) -> None:
+        """Partitions with nothing committed yet start at their beginning; and ``start_at``.
+
+        faust drops the records of a fetch that ends during a rebalance and afterwards seeks
+        every partition to its committed offset; aiokafka's ``seek_to_committed`` leaves a
+        partition with nothing committed where its fetcher stood, past those records: they
+        were lost for good (whole topics of a node never applied after a takeover). Called
+        while faust still holds the partitions paused, before its own seek."""
+        self.start_at = {}
+        if not inputs:
+            return
+        committed = await self.app.consumer.seek_to_committed()
+        fresh = [tp for tp in inputs if not committed.get(tp)]
+        earliest = await self.app.consumer.earliest_offsets(*fresh) if fresh else {}
+        for tp in fresh:
+            await self.app.consumer.seek(tp, earliest.get(tp) or 0)
+        self.start_at = {tp: (committed.get(tp) or earliest.get(tp) or 0) for tp in inputs}
+
+    async def _idle(self) -> None:
+        """Every ``IDLE_S``: nodes held by an input judged behind are judged again and settled
+        (otherwise they would wait for the next record: at the end of a replayed topic,
+        forever); the heap is trimmed when nothing came since the last tick."""
+        async with self.lock:
+            self._report_counts()
+            if not self.batches:
+                self.trim.idle()
+            self.batches = 0
             try:
-                sent.append((o, await producer.send(o.topic, o.key, o.value, None, None, list(o.headers) or None)))
-            except KafkaError as e:  # refused before sending (too large for the producer)
-                refused(o, e)
-        if sent:
-            results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
-            for (o, _), r in zip(sent, results):
-                if isinstance(r, BaseException):
-                    refused(o, r)
+                assigned = self.app.consumer.assignment()
+            except ConsumerNotStarted:
+                return
+            fence = self.app.rebalancing_count
+            waiting = {p for p in self.nodes_at
+                       if self.backlog.behind_at_end(p) and TP(self.topics.samples, p) in assigned}
+            if waiting:
+                await self._find_behind({}, waiting)
+                await self._apply(self.node_runner, self.node_table, [], [], fence,
+                                  self._settle_nodes(waiting))
 
-    def refused(o: Outbound, error: BaseException) -> None:
-        """A record the broker will never take (too large, invalid) goes to the local unsent
-        log and the worker moves on; anything else (the broker away) stops the batch, so its
-        offsets are not committed and the records are read again."""
-        if not isinstance(error, KafkaError) or error.retriable:
-            raise error
-        unsent.record(o.topic, o.key, o.value, error)
+    # -- one batch ---------------------------------------------------------------------------
 
-    held: dict[str, list[tuple[TP, int]]] = {"node-state": [], "class-state": []}
+    async def _batch(self, events: Sequence[EventT]) -> None:
+        """Stage-1 records merged in Kafka timestamp order, then stage 2's. A rebalance during
+        the batch's awaits ends it (see :meth:`_apply`)."""
+        fence = self.app.rebalancing_count
+        self.batches += 1
+        self.trim.busy(len(events))
+        assigned = self.app.consumer.assignment()
+        generation = self.app.consumer_generation_id
+        if generation != self.generation:
+            self.generation = generation
+            log.info("generation %s: first fetch, %d records", generation, len(events))
+        ranks, summaries_topic = self.ranks, self.topics.summaries
+        fetched: dict[TP, list[Message]] = {}
+        node_events: list[EventT] = []
+        class_events: list[EventT] = []
+        for event in events:
+            msg = event.message
+            tp = msg.tp
+            # Fetched before a rebalance (taken before it, applied after): its partition may be
+            # another worker's now; faust reads this worker's again from the committed offsets.
+            if msg.generation_id != generation or tp not in assigned:
+                continue
+            recs = fetched.get(tp)
+            if recs is None:
+                recs = fetched[tp] = []
+            recs.append(msg)
+            (class_events if msg.topic == summaries_topic else node_events).append(event)
+        if node_events:
+            node_lists = [recs for tp, recs in fetched.items() if tp.topic in ranks]
+            partitions = {tp.partition for tp in fetched if tp.topic in ranks}
+            await self._find_behind(fetched, partitions)
+            merged = node_lists[0] if len(node_lists) == 1 else \
+                list(heapq.merge(*node_lists, key=attrgetter("timestamp")))
+            if not await self._apply(self.node_runner, self.node_table, node_events, merged, fence,
+                                     self._settle_nodes(partitions)):
+                return
+        if class_events:
+            await self._apply(self.class_runner, self.class_table, class_events,
+                              [e.message for e in class_events], fence)
+        self._report_counts()
 
-    async def apply(runner: KeyedRunner, table: faust.Table, records: list[Any], fence: int,
-                    settle: Settle | None = None) -> bool:
-        """One batch; its offsets are held (not committable) until a checkpoint covers them.
-        Not applied (False) once a rebalance began since the fetch's ``fence``
+    async def _apply(self, runner: KeyedRunner, table: faust.Table, events: list[EventT],
+                     records: list[Message], fence: int, settle: Settle | None = None) -> bool:
+        """One batch; its events are held (unacknowledged) until a checkpoint covers them.
+        Not applied (False) once a rebalance began since the batch's ``fence``
         (``app.rebalancing_count`` then): its partitions may be another worker's now and this
         worker's keys of them un-synced, so a run would load a key's stale stored state, apply
         this batch on top and store that as the key's state at these offsets (the records
         between lost for good: issue #15, defect 4). faust seeks back to the committed offsets
         when the rebalance ends and the records come again. Not ``app.rebalancing``: faust
-        resumes the flow after that seek but clears the flag only later, and a fetch refused
+        resumes the flow after that seek but clears the flag only later, and a batch refused
         then is never read again."""
-        if app.rebalancing_count != fence:
+        if self.app.rebalancing_count != fence:
             return False
-        waiting = held[table.name]
-        waiting.extend((TP(r.topic, r.partition), r.offset) for r in records)
+        waiting = self.held[table.name]
+        waiting.extend(events)
         res = runner.run(records, lambda key: table.get(key.encode()),
                          force=len(waiting) >= HOLD_MAX, settle=settle)
         # Outputs must be on the broker before the state that says they were made.
-        await send_all(res.out)
+        await self._send_all(res.out)
         if res.state:
-            # Not ``table[key] = ...``: faust buffers that send and its pre-commit flush may
-            # return before the buffer drained. Await delivery, then let the offsets commit.
+            # The table's own changelog send, awaited: the events are acknowledged (so their
+            # offsets commit) only once the envelopes are on the broker.
             futs = []
             for key, envelope in res.state.items():
-                table.data[key.encode()] = envelope
-                futs.append(await table.changelog_topic.send(
-                    key=key.encode(), value=envelope, key_serializer="raw", value_serializer="raw"))
+                raw = key.encode()
+                futs.append(table.send_changelog(self._partition(raw), raw, envelope))
             await asyncio.gather(*futs)
-            app.consumer.ack_offsets(waiting)
+            stream = self.stream
+            assert stream is not None
+            for event in waiting:
+                await stream.ack(event)
             waiting.clear()
             log.debug("%s checkpoint: %d keys, %d bytes, %s", table.name, len(res.state),
                       sum(map(len, res.state.values())), getattr(runner.stage, "counters", dict)())
         return True
 
-    reported: dict[str, Any] = {"at": float("-inf")}  # the counts last logged
+    def _partition(self, key: bytes) -> int:
+        """The partition of ``key``: the producers' default (murmur2) partitioner, so the
+        partition its source records have. Not faust's ``use_partitioner`` lookup: that asks
+        the producer's metadata, which holds only the topics it has sent to once it sent any
+        (the worker crashed in ``key_partition`` at its first checkpoint after outputs)."""
+        return self.partitioner(key, self.all_partitions, self.all_partitions)  # type: ignore[no-any-return]
 
-    def report_counts() -> None:
+    async def _declare_outputs(self) -> None:
+        """Create the output topics once, all at once, starting when partitions are first
+        assigned. Everything that sends awaits that one declaration: one topic after another
+        (~60 ms each on the local broker) still ran when the first fetch came, and a second
+        declaration from the first batch's sends raced it, holding that batch's outputs
+        ~150-260 ms (bench/streams_throughput.py (b), session 6). A failed one is tried again."""
+        fut = self.declaring
+        if fut is None or (fut.done() and (fut.cancelled() or fut.exception())):
+            fut = self.declaring = asyncio.ensure_future(
+                asyncio.gather(*(t.maybe_declare() for t in self.outputs.values())))
+        await asyncio.shield(fut)  # one waiter cancelled must not cancel it for the others
+
+    async def _send_all(self, out: Iterable[Outbound]) -> None:
+        """Produce in order (``Topic.send``) and wait for the broker's acks."""
+        await self._declare_outputs()
+        outputs = self.outputs
+        sent = []
+        for o in out:
+            try:
+                sent.append((o, await outputs[o.topic].send(key=o.key, value=o.value,
+                                                            headers=list(o.headers) or None, force=True)))
+            except KafkaError as e:  # refused before sending (too large for the producer)
+                self._refused(o, e)
+        if sent:
+            results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
+            for (o, _), r in zip(sent, results):
+                if isinstance(r, BaseException):
+                    self._refused(o, r)
+
+    def _refused(self, o: Outbound, error: BaseException) -> None:
+        """A record the broker will never take (too large, invalid) goes to the local unsent
+        log and the worker moves on; anything else (the broker away) stops the batch, so its
+        events are not acknowledged and the records are read again."""
+        if not isinstance(error, KafkaError) or error.retriable:
+            raise error
+        self.unsent.record(o.topic, o.key, o.value, error)
+
+    def _report_counts(self) -> None:
         """Log what was set aside (dead letters, letters the broker refused, fields a newer
         writer sends) when it changed, at most every 5 s."""
         wall = asyncio.get_running_loop().time()
-        if wall - reported["at"] < 5.0:
+        if wall - self.reported_at < 5.0:
             return
-        counts = {"dead_letters": node_runner.dead + class_runner.dead, "unsent": unsent.count,
-                  **{f"unknown {t} {f}": n for r in (node_runner, class_runner)
-                     for (t, f), n in sorted(r.unknown.items())}}
-        if counts != reported.get("counts", {"dead_letters": 0, "unsent": 0}):
+        runners = (self.node_runner, self.class_runner)
+        counts = {"dead_letters": sum(r.dead for r in runners), "unsent": self.unsent.count,
+                  **{f"unknown {t} {f}": n for r in runners for (t, f), n in sorted(r.unknown.items())}}
+        if counts != (self.reported or {"dead_letters": 0, "unsent": 0}):
             log.info("counts: %s", ", ".join(f"{k}={v}" for k, v in counts.items()))
-            reported.update(counts=counts, at=wall)
+            self.reported, self.reported_at = counts, wall
 
-    ranks = {topics.samples: 0, topics.events: 1, topics.metrics: 2}
-    backlog = Backlog(ranks)
+    # -- backlog judgement -------------------------------------------------------------------
 
-    async def find_behind(fetched: Mapping[TP, list[Any]], partitions: set[int], assigned: set[TP]) -> None:
-        """Per partition of this fetch (a node's inputs are co-partitioned): the source ranks
-        with records past the fetch, and per node (record key) those with records later in the
-        fetch, not applied yet. While catching up, the node waits for them. Read up to: the
-        fetch's end, else what this worker applied, else where the fetcher stands; high-water
-        mark from the last fetch response. A mark read before the
-        newest records in hand were fetched may miss records sent before them (the fetcher
-        skips a partition while it holds records of it): its topic counts as behind until a
-        later read (next fetch, or :func:`idle`). Without this, a worker that had caught up
-        with a producer sending faster than real time (a spool drained after an outage)
-        released a node past records not read yet and dropped them as late."""
-        consumer = app.consumer
-        last, beyond = {}, {}
+    async def _find_behind(self, fetched: Mapping[TP, list[Message]], partitions: set[int]) -> None:
+        """Per partition of this batch (a node's inputs are co-partitioned): the source ranks
+        with records past the batch, and per node (record key) those with records later in the
+        batch, not applied yet. While catching up, the node waits for them. Read up to: the
+        batch's end, else what this worker applied, else where reading started; high-water
+        marks asked of the broker now, so never older than the records in hand (a mark from an
+        older fetch response missed records sent before them: a worker that kept up with a
+        producer sending faster than real time released a node past records not read yet and
+        dropped them as late)."""
+        ranks, position = self.ranks, self.node_runner.position
+        highs = await self._highwaters([TP(t, p) for p in partitions for t in ranks])
+        last: dict[tuple[str, int, bytes | None], int] = {}
+        beyond: dict[int, set[int]] = {}
         for partition in partitions:
-            out = set()
-            marks = {tp: consumer.polled(tp) for tp in (TP(t, partition) for t in ranks)}
-            fresh = max((marks[tp][1] or 0 for tp in marks if fetched.get(tp)), default=0)
-            fresh = fresh_at[partition] = max(fresh, fresh_at.get(partition, 0))
+            out = beyond[partition] = set()
             for topic, rank in ranks.items():
                 tp = TP(topic, partition)
                 recs = fetched.get(tp)
                 if recs:
                     for r in recs:
                         last[topic, partition, r.key] = r.offset
-                    pos = recs[-1].offset + 1
+                    pos: int | None = recs[-1].offset + 1
                 else:
-                    pos = node_runner.position.get(f"{topic}:{partition}", asked.get(tp))
-                high, read_at = marks[tp]
-                if pos is None or high is None:
-                    pos, high = await ask(tp, pos, high, assigned)  # from the broker: current
-                elif read_at is not None and read_at < fresh:
-                    out.add(rank)
-                    continue
+                    pos = position.get(f"{topic}:{partition}", self.start_at.get(tp))
+                high = highs.get(tp)
                 if pos is None or high is None or high > pos:
                     out.add(rank)
-            beyond[partition] = out
-        backlog.start(last, beyond)
+        self.backlog.start(last, beyond)
 
-    fresh_at: dict[int, int] = {}  # partition -> when (ms) the newest records applied were fetched
-
-    asked: dict[TP, int] = {}  # fetcher positions of partitions that delivered nothing yet
-
-    async def ask(tp: TP, pos: int | None, high: int | None,
-                  assigned: set[TP]) -> tuple[int | None, int | None]:
-        """Position and high-water mark not known yet (just after a rebalance), from the
-        consumer and the broker: a guess either way loses records (released past them) or
-        stalls a node. None when unknowable (not ours, revoked meanwhile): counts as behind."""
-        if tp not in assigned:
-            return None, None
-        ktp = TopicPartition(tp.topic, tp.partition)
+    async def _highwaters(self, tps: list[TP]) -> dict[TP, int]:
+        """End offsets from the broker; {} when it cannot say (every topic then counts as behind)."""
         try:
-            if pos is None:  # kept until a rebalance: only a fetch (or a rebalance's seek) moves it
-                pos = asked[tp] = await app.consumer.position(ktp)
-            if high is None:
-                high = (await app.consumer.highwaters(ktp))[ktp]
-        except IllegalStateError:
-            return None, None
-        return pos, high
+            return {TP(tp.topic, tp.partition): o for tp, o in (await self.app.consumer.highwaters(*tps)).items()}
+        except (IllegalStateError, KafkaError, ConsumerNotStarted) as e:
+            log.info("high-water marks not read (%s): inputs count as behind", e)
+            return {}
 
-    nodes_at: defaultdict[int, set[str]] = defaultdict(set)  # partition -> nodes read from it
+    # -- stage glue --------------------------------------------------------------------------
 
-    scratch = StageOutput([], [])  # one per worker: a new one per record cost ~4 % of its CPU
-
-    def emit_node(record: Any, msg: Consumed) -> list[Outbound]:
+    def _emit_node(self, record: Any, msg: Consumed) -> list[Outbound]:
+        scratch = self.scratch
         try:
-            behind = backlog.behind(msg.topic, msg.partition, msg.offset, msg.key)
-            node_stage.process(record, behind, scratch)
-            nodes_at[msg.partition].add(record.node)
-            return node_outbound(scratch, bool(behind))
+            behind = self.backlog.behind(msg.topic, msg.partition, msg.offset, msg.key)
+            self.node_stage.process(record, behind, scratch)
+            self.nodes_at[msg.partition].add(record.node)
+            return self._node_outbound(scratch, bool(behind))
         finally:
             scratch.transitions.clear()
             scratch.summaries.clear()
 
-    def node_outbound(out: Any, catching_up: bool) -> list[Outbound]:
+    def _node_outbound(self, out: StageOutput, catching_up: bool) -> list[Outbound]:
         """Transitions and summaries to produce; summaries made while the node's inputs were
         behind carry the catching-up stamp."""
         if not out.transitions and not out.summaries:
             return []
         stamp = _STAMP if catching_up else ()
+        topics = self.topics
         return [*(Outbound(topics.alerts, t.fingerprint.encode(), encode(t)) for t in out.transitions),
                 *(Outbound(topics.summaries, s.task.encode(), encode(s), stamp) for s in out.summaries)]
 
-    def settle_nodes(partitions: Iterable[int]) -> Settle:
-        """After a fetch: the nodes of its partitions release what their inputs' final state
+    def _settle_nodes(self, partitions: Iterable[int]) -> Settle:
+        """After a batch: the nodes of its partitions release what their inputs' final state
         allows. A node held back by an input behind at its last record would otherwise wait for
         its next record (a sample period live, forever at the end of a replayed topic)."""
         def settle() -> tuple[list[str], list[Outbound]]:
             changed: list[str] = []
             sends: list[Outbound] = []
             for p in partitions:
-                out, behind = StageOutput([], []), backlog.behind_at_end(p)
-                for node in sorted(nodes_at.get(p, ())):
-                    if node_runner.synced(node) and node_stage.advance(node, behind, out):
+                out, behind = StageOutput([], []), self.backlog.behind_at_end(p)
+                for node in sorted(self.nodes_at.get(p, ())):
+                    if self.node_runner.synced(node) and self.node_stage.advance(node, behind, out):
                         changed.append(node)
-                sends += node_outbound(out, bool(behind))
+                sends += self._node_outbound(out, bool(behind))
             return changed, sends
         return settle
 
-    def emit_class(summary: TaskSummary, msg: Consumed) -> list[Outbound]:
+    def _emit_class(self, summary: TaskSummary, msg: Consumed) -> list[Outbound]:
         catching_up = any(k == CATCHING_UP for k, _ in getattr(msg, "headers", None) or ())
-        return [Outbound(topics.alerts, t.fingerprint.encode(), encode(t))
-                for t in class_stage.process(summary, catching_up)]
+        return [Outbound(self.topics.alerts, t.fingerprint.encode(), encode(t))
+                for t in self.class_stage.process(summary, catching_up)]
 
-    def node_of(record: Any) -> str:
-        return record.node
 
-    def class_of(record: TaskSummary) -> str:
-        return record.task
+def _node_of(record: Any) -> str:
+    return record.node  # type: ignore[no-any-return]
 
-    node_runner = KeyedRunner(node_stage, {
-        topics.samples: Source(NodeSnapshot, node_of, Topics.dlq(topics.samples)),
-        topics.events: Source(GpuEvent, node_of, Topics.dlq(topics.events)),
-        topics.metrics: Source(TaskMetric, node_of, Topics.dlq(topics.metrics)),
-    }, emit_node, limits, float(settings.engine.checkpoint_interval))
-    class_runner = KeyedRunner(class_stage, {
-        topics.summaries: Source(TaskSummary, class_of, Topics.dlq(topics.summaries)),
-    }, emit_class, limits, float(settings.engine.checkpoint_interval))
-    previous: set[TP] = set()
 
-    @app.on_rebalance_complete.connect
-    async def reassigned(sender: Any, **_: Any) -> None:
-        """Keys of partitions this worker kept stay in memory; the others re-sync from the
-        restored changelog. Held offsets of the old assignment are read again."""
-        assigned = app.consumer.assignment()
-        retained = frozenset(f"{tp.topic}:{tp.partition}" for tp in assigned & previous)
-        previous.clear()
-        previous.update(assigned)
-        for runner in (node_runner, class_runner):
-            runner.reassigned(retained)
-        asked.clear()
-        fresh_at.clear()
-        for p in list(nodes_at):
-            if f"{topics.samples}:{p}" not in retained:
-                del nodes_at[p]
-        for waiting in held.values():
-            waiting.clear()
+def _class_of(record: TaskSummary) -> str:
+    return record.task
 
-    trim = HeapTrim()
-
-    async def handle(fetched: Mapping[TP, list[Any]]) -> None:
-        """One fetch: stage-1 records merged in Kafka timestamp order (the order agents sent
-        them), then stage 2's. A rebalance during the fetch's awaits ends it (see ``apply``)."""
-        fence = app.rebalancing_count
-        trim.busy(sum(map(len, fetched.values())))
-        assigned = app.consumer.assignment()
-        node_lists = [recs for tp, recs in fetched.items() if tp.topic in ranks and tp in assigned]
-        if node_lists:
-            partitions = {tp.partition for tp in fetched if tp.topic in ranks and tp in assigned}
-            await find_behind(fetched, partitions, assigned)
-            merged = node_lists[0] if len(node_lists) == 1 else \
-                list(heapq.merge(*node_lists, key=attrgetter("timestamp")))
-            if not await apply(node_runner, node_table, merged, fence, settle_nodes(partitions)):
-                return
-        summaries = [r for tp, recs in fetched.items() if tp.topic == topics.summaries and tp in assigned
-                     for r in recs]
-        if summaries:
-            await apply(class_runner, class_table, summaries, fence)
-        report_counts()
-
-    async def idle() -> None:
-        """Nothing came: nodes held by an input judged behind (a backlog, or a high-water mark
-        older than the records applied) are judged again with what the fetcher read since,
-        and settled. Otherwise they would wait for the next record (at the end of a replayed
-        topic: forever)."""
-        fence = app.rebalancing_count
-        report_counts()
-        trim.idle()
-        assigned = app.consumer.assignment()
-        waiting = {p for p in nodes_at if backlog.behind_at_end(p) and TP(topics.samples, p) in assigned}
-        if waiting:
-            await find_behind({}, waiting, assigned)
-            await apply(node_runner, node_table, [], fence, settle_nodes(waiting))
-
-    inputs = (topics.samples, topics.events, topics.metrics, topics.summaries)
-    app.transport.Consumer = batch_consumer(inputs, handle, idle)
-    app.topics.add(raw_topic(*inputs))  # subscribes them; their records never reach a Stream
-    return app

@@ -12,17 +12,22 @@ import logging
 import os
 import socket
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import faust
+
+    from gpuwarden.streams.topology import StreamSettings
 
 log = logging.getLogger("gpuwarden.streams")
 
 
-def cmd_streams(args: argparse.Namespace, settings: Any) -> int:
+def cmd_streams(args: argparse.Namespace, settings: StreamSettings) -> int:
     """Run a worker until SIGINT/SIGTERM."""
     import asyncio
 
     from gpuwarden.kafka import KafkaConnectError, client_kwargs, diagnose
-    from gpuwarden.streams.topology import app_id, build_app
+    from gpuwarden.streams.topology import Topology, app_id
 
     why = asyncio.run(diagnose(client_kwargs(settings)))  # faust retries a refused login forever
     if why:
@@ -31,7 +36,7 @@ def cmd_streams(args: argparse.Namespace, settings: Any) -> int:
     worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
     data_dir = Path(args.data_dir or Path("var") / "streams" / worker_id)
     data_dir.mkdir(parents=True, exist_ok=True)
-    app = build_app(settings, worker_id=worker_id, data_dir=data_dir)
+    app = Topology(settings, worker_id=worker_id, data_dir=data_dir).app
     log.warning("streams worker %s: app %s, broker %s, data dir %s",
                 worker_id, app_id(settings), settings.kafka.bootstrap, data_dir)
     level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
@@ -43,7 +48,7 @@ def cmd_streams(args: argparse.Namespace, settings: Any) -> int:
     return 0
 
 
-def quiet_worker(app: Any, **kwargs: Any) -> Any:
+def quiet_worker(app: faust.App, **kwargs: Any) -> faust.Worker:
     """A faust Worker for ``app`` without the terminal spinner, collector tuned once started.
 
     faust's spinner puts a DEBUG-level handler on the root logger, so every debug line of
