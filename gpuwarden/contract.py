@@ -380,6 +380,22 @@ class TaskSummary(_TimedRecord):
     )
 
 
+class StageProgress(Wire):
+    """task.summaries, sent to *every* partition (key ``progress:<partition>``, Kafka header
+    ``gw-progress``): how far stage 1 has got on one of its input partitions. Stage 1 sends it
+    after the summaries it covers, on the same partitions, so a stage-2 worker that reads it
+    has read every summary from that input partition up to ``watermark``; it releases a task
+    class's summaries once every input partition has passed them (a watermark). Without it,
+    stage 2 could only wait for nodes it had already heard from."""
+
+    schema_: Literal["stage_progress/1"] = Field(default="stage_progress/1", alias="schema")
+    partition: NonNegInt = Field(description="the stage-1 input partition (gpu.samples, gpu.events, task.metrics)")
+    watermark: Timestamp | None = Field(
+        description="every summary from that partition with ts <= this was sent before; None: no node read yet")
+    catching_up: bool = Field(description="its inputs are behind (a backlog): wait for it up to max_source_skew")
+    nodes: NonNegInt = Field(description="nodes stage 1 holds for it; 0 and caught up: nothing to wait for")
+
+
 # --------------------------------------------------------------------------- alerts
 
 
@@ -512,6 +528,7 @@ Record = Annotated[
         GpuEvent,
         TaskMetric,
         TaskSummary,
+        StageProgress,
         AlertTransition,
         Silence,
         Ack,
@@ -709,6 +726,7 @@ class Topics:
             GpuEvent: self.events,
             TaskMetric: self.metrics,
             TaskSummary: self.summaries,
+            StageProgress: self.summaries,
             AlertTransition: self.alerts,
             Silence: self.control,
             Ack: self.control,
@@ -722,6 +740,8 @@ def record_key(record: BaseModel) -> str:
         return record.node
     if isinstance(record, TaskSummary):
         return record.task
+    if isinstance(record, StageProgress):
+        return f"progress:{record.partition}"
     if isinstance(record, AlertTransition):
         return record.fingerprint
     if isinstance(record, Silence):

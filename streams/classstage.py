@@ -17,17 +17,17 @@ contributors were interleaved, within that bound. A summary older than the last
 applied one is applied at once and counted ``late``; one not newer than its
 contributor's newest (stage 1 re-emits after a restart) is dropped.
 
-Catching up: stage 1 says whether it made a summary while its node's inputs were
-still behind (reading a backlog: ``process(summary, catching_up=True)``). Such a
-node's contributors stay live up to ``max_source_skew`` behind the class's newest,
-not ``summary_lateness``: their summaries are still being made, hours of event
-time apart from other nodes' (partitions read at different speeds), and the class
-waits for them as in-process order would. The node's next summary made with its
-inputs caught up puts it back under ``summary_lateness``.
+In faust the stage also waits for a *gate* (``process(summary, gate)``, ``release``):
+the watermark over stage 1's input partitions (:mod:`gpuwarden.streams.progress`), below
+which every summary has arrived. A head is released only once both say so, so a node this
+class has not heard from yet, or one whose partition is still reading a backlog hours of
+event time behind the others, cannot send a summary that sorts ahead of what was applied.
+In one process the gate is open (infinite): summaries come in the order stage 1 makes them.
 """
 
 from __future__ import annotations
 
+import math
 from bisect import insort
 from collections import deque
 from heapq import heappop, heappush
@@ -61,9 +61,7 @@ class JobState:
 @state
 class ClassState:
     __slots__ = ("task", "first_ts", "max_ts", "values", "cache", "cache_ts", "jobs", "versions",
-                 "job_alerts", "buffer", "received", "heap", "newest", "late", "catching")
-    #: Slots added since state format 5: state written before them loads with these.
-    ADDED = {"catching": dict}
+                 "job_alerts", "buffer", "received", "heap", "newest", "late")
 
     def __init__(self, task: str, first_ts: float, keep: int) -> None:
         self.task = task
@@ -80,7 +78,6 @@ class ClassState:
         self.heap: list = []  # (ts, task_id, node), lazily pruned: finds the slowest live contributor
         self.newest = first_ts  # newest received
         self.late = 0
-        self.catching: dict = {}  # node -> ts of its newest summary made while catching up
 
 
 class _ClassCtx(Context):
@@ -129,7 +126,6 @@ class ClassStage:
         self._ctx = _ClassCtx(self)
         self._maxlen = int(config.history // config.summary_interval) + 1
         self.lateness = float(config.summary_lateness)
-        self.skew = float(config.max_source_skew)
 
     def classes(self) -> list[str]:
         return sorted(self._classes)
@@ -185,21 +181,16 @@ class ClassStage:
                 out.extend((fp, s) for fp, s in alerts.items() if s.firing_since is not None)
         return out
 
-    def process(self, summary: TaskSummary, catching_up: bool = False) -> list[AlertTransition]:
+    def process(self, summary: TaskSummary, gate: float = math.inf) -> list[AlertTransition]:
         """Take one summary; returns the transitions of the summaries this releases (which may be
-        earlier ones of the class, or none while it waits for a slower contributor).
-        ``catching_up``: stage 1 made it while the node's inputs were behind (a copy counts too:
-        it says where stage 1 stands now)."""
+        earlier ones of the class, or none while it waits for a slower contributor or for the
+        ``gate``: every summary of the class dated up to it has arrived)."""
         if not isinstance(summary, TaskSummary):
             return []
         t = summary.ts
         cls = self._classes.get(summary.task)
         if cls is None:
             cls = self._classes[summary.task] = ClassState(summary.task, t, self.cfg.baseline_samples)
-        if catching_up:
-            cls.catching[summary.node] = max(t, cls.catching.get(summary.node, t))
-        else:
-            cls.catching.pop(summary.node, None)
         who = (summary.task_id, summary.node)
         if t <= cls.received.get(who, float("-inf")):
             return []  # a summary stage 1 produced again after a restart (they come in ts order)
@@ -207,22 +198,26 @@ class ClassStage:
         heappush(cls.heap, (t, *who))
         if t > cls.newest:
             cls.newest = t
-            if cls.catching:  # a node that went silent while catching up: past the skew, forgotten
-                for node in [n for n, ts in cls.catching.items() if ts <= t - self.skew]:
-                    del cls.catching[node]
-        out: list[AlertTransition] = []
         if t < cls.max_ts:
             cls.late += 1
-            out = self._apply(cls, summary)
-        else:
-            item = _order(summary)
-            buf = cls.buffer
-            if not buf or item[:3] > buf[-1][:3]:
-                buf.append(item)
-            else:
-                insort(buf, item, key=_content)
-        floor = self._slowest(cls)  # every live contributor is within the lateness (or skew)
+            return self._apply(cls, summary) + self._release(cls, gate)
+        item = _order(summary)
         buf = cls.buffer
+        if not buf or item[:3] > buf[-1][:3]:
+            buf.append(item)
+        else:
+            insort(buf, item, key=_content)
+        return self._release(cls, gate)
+
+    def release(self, task_class: str, gate: float) -> list[AlertTransition]:
+        """The gate moved on: apply what it and the class's contributors now allow."""
+        cls = self._classes.get(task_class)
+        return [] if cls is None else self._release(cls, gate)
+
+    def _release(self, cls: ClassState, gate: float) -> list[AlertTransition]:
+        floor = min(self._slowest(cls), gate)  # every live contributor is within the lateness
+        buf = cls.buffer
+        out: list[AlertTransition] = []
         while buf and buf[0][0] <= floor:
             out += self._apply(cls, buf.popleft()[-1])
         return out
@@ -238,14 +233,13 @@ class ClassStage:
 
     def _slowest(self, cls: ClassState) -> float:
         """Newest ts of the class's slowest live contributor (inf: none); forgets the others.
-        Live: less than ``summary_lateness`` behind the class's newest, ``max_source_skew`` for a
-        node still catching up."""
-        heap, received, catching = cls.heap, cls.received, cls.catching
-        dead, dead_catching = cls.newest - self.lateness, cls.newest - self.skew
+        Live: less than ``summary_lateness`` behind the class's newest."""
+        heap, received = cls.heap, cls.received
+        dead = cls.newest - self.lateness
         while heap:
             ts, tid, node = heap[0]
             got = received.get((tid, node))
-            if got == ts and ts > (dead_catching if node in catching else dead):
+            if got == ts and ts > dead:
                 return ts
             heappop(heap)
             if got == ts:

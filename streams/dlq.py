@@ -57,12 +57,14 @@ class Inbound:
 
 @dataclass(frozen=True)
 class Outbound:
-    """One record to produce: raw key and value bytes for ``topic``, and Kafka headers."""
+    """One record to produce: raw key and value bytes for ``topic``, Kafka headers, and the
+    partition when it is not the key's."""
 
     topic: str
     key: bytes | None
     value: bytes
     headers: tuple[tuple[str, bytes], ...] = ()
+    partition: int | None = None
 
 
 class HasLimits(Protocol):

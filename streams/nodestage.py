@@ -326,6 +326,12 @@ class NodeStage:
     def nodes(self) -> list[str]:
         return sorted(self._nodes)
 
+    def position(self, node: str) -> tuple[float, float] | None:
+        """``(released, newest)``: the ts of the last record the node's buffer released (its
+        summaries up to there are made) and of its newest record; None for a node not held."""
+        st = self._nodes.get(node)
+        return None if st is None else (st.released, st.max_ts)
+
     def dump(self, node: str) -> bytes:
         """The node's state (JSON), then a line per record in its reorder buffer: ``<arrival>
         S<Snap>`` or ``<arrival> R<record JSON>``. The buffer (the allowed lateness of input) is

@@ -3,9 +3,11 @@
 Stage 1 (key node) reads ``gpu.samples``, ``gpu.events`` and ``task.metrics``
 (all keyed by node, so co-partitioned), runs :class:`gpuwarden.streams.engine.NodeStage`,
 and produces transitions to ``alerts`` (key fingerprint) and task summaries to
-``task.summaries`` (key task class: the repartition for stage 2). Stage 2 (key
-task class) reads ``task.summaries`` and runs :class:`gpuwarden.streams.engine.ClassStage`
-for the per-class baselines. Each stage keeps a faust Table (compacted changelog)
+``task.summaries`` (key task class: the repartition for stage 2), each batch's summaries
+followed by progress reports to every partition (:mod:`gpuwarden.streams.progress`). Stage 2
+(key task class) reads ``task.summaries`` and runs :class:`gpuwarden.streams.engine.ClassStage`
+for the per-class baselines, releasing a class's summaries once every stage-1 partition has
+passed them. Each stage keeps a faust Table (compacted changelog)
 of per-key envelopes (see :mod:`gpuwarden.streams.keyed`), written for the keys that changed
 every ``engine.checkpoint_interval`` of wall time; input events are acknowledged
 (so committed by faust) only after the checkpoint that covers them is on the broker.
@@ -37,8 +39,10 @@ from faust.types import TP, EventT, Message, StreamT
 from gpuwarden.config import KafkaConfig, LimitsConfig
 from gpuwarden.contract import (
     AlertTransition,
+    ContractError,
     GpuEvent,
     NodeSnapshot,
+    StageProgress,
     TaskMetric,
     TaskSummary,
     Topics,
@@ -48,9 +52,11 @@ from gpuwarden.deadletter import UnsentLog
 from gpuwarden.kafka import broker_credentials
 from gpuwarden.streams.backlog import Backlog
 from gpuwarden.streams.config import EngineConfig
-from gpuwarden.streams.dlq import Consumed, Limits, Outbound
+from gpuwarden.streams.dlq import Consumed, Limits, Outbound, decode_inbound, to_dlq
 from gpuwarden.streams.engine import StageOutput
 from gpuwarden.streams.keyed import KeyedRunner, Settle, Source
+from gpuwarden.streams.progress import HEADERS as PROGRESS_HEADERS
+from gpuwarden.streams.progress import Gate, Reporter, is_progress, partition_watermark
 from gpuwarden.streams.runtime import HeapTrim
 
 log = logging.getLogger("gpuwarden.streams")
@@ -70,10 +76,6 @@ HOLD_MAX = 20000
 MAX_RECORD_BYTES = 16 << 20
 #: The workers' outputs (dead letters holding base64 JSON: ~4x smaller) are compressed.
 COMPRESSION = "zstd"
-#: Kafka header stage 1 puts on a task summary it made while the node's inputs were behind
-#: (catching up); stage 2 then waits for that node beyond ``summary_lateness``.
-CATCHING_UP = "gw-catching-up"
-_STAMP = ((CATCHING_UP, b"1"),)
 #: Per-partition fetch size. A batch's records are merged by their Kafka timestamps,
 #: but one topic's fetch can run ahead of another's while catching up on a backlog;
 #: small fetches bound how far (see docs/streams-faust.md).
@@ -103,6 +105,7 @@ class NodeStageT(Protocol):
 
     def process(self, record: Any, behind: frozenset[int] | set[int], out: StageOutput, /) -> Any: ...
     def advance(self, node: str, behind: frozenset[int], out: StageOutput, /) -> bool: ...
+    def position(self, node: str, /) -> tuple[float, float] | None: ...
     def dump(self, key: str, /) -> bytes: ...
     def load(self, key: str, data: bytes, /) -> None: ...
     def drop(self, key: str, /) -> None: ...
@@ -111,7 +114,8 @@ class NodeStageT(Protocol):
 class ClassStageT(Protocol):
     """Stage 2's interface (``gpuwarden.streams.engine.ClassStage``)."""
 
-    def process(self, summary: TaskSummary, catching_up: bool = False, /) -> list[AlertTransition]: ...
+    def process(self, summary: TaskSummary, gate: float, /) -> list[AlertTransition]: ...
+    def release(self, task_class: str, gate: float, /) -> list[AlertTransition]: ...
     def dump(self, key: str, /) -> bytes: ...
     def load(self, key: str, data: bytes, /) -> None: ...
     def drop(self, key: str, /) -> None: ...
@@ -211,6 +215,12 @@ class Topology:
         self.trim = HeapTrim()
         self.reported: dict[str, int] = {}
         self.reported_at = float("-inf")
+        self.reporter = Reporter(float(settings.engine.summary_interval))
+        self.reported_all_at = float("-inf")  # when partitions no batch brought were last reported
+        self.lateness = float(settings.engine.summary_lateness)
+        self.max_source_skew = float(settings.engine.max_source_skew)
+        self.gates: dict[int, Gate] = {}  # task.summaries partition -> the watermark read on it
+        self.class_at: dict[str, int] = {}  # task class -> its task.summaries partition
 
         self.node_runner = KeyedRunner(node_stage, {
             topics.samples: Source(NodeSnapshot, _node_of, Topics.dlq(topics.samples)),
@@ -265,6 +275,13 @@ class Topology:
                 del self.nodes_at[p]
         for waiting in self.held.values():
             waiting.clear()
+        kept = {tp.partition for tp in assigned
+                if tp.topic == self.topics.summaries and f"{tp.topic}:{tp.partition}" in retained}
+        for p in set(self.gates) - kept:
+            del self.gates[p]
+        for c in [c for c, p in self.class_at.items() if p not in kept]:
+            del self.class_at[c]
+        self.reporter.forget()
         await self._seek_fresh({tp for tp in assigned if tp.topic in self.inputs.topics})
 
     async def _seek_fresh(self, inputs: set[TP]) -> None:
@@ -303,8 +320,10 @@ class Topology:
                        if self.backlog.behind_at_end(p) and TP(self.topics.samples, p) in assigned}
             if waiting:
                 await self._find_behind({}, waiting)
-                await self._apply(self.node_runner, self.node_table, [], [], fence,
-                                  self._settle_nodes(waiting))
+                if not await self._apply(self.node_runner, self.node_table, [], [], fence,
+                                         self._settle_nodes(waiting)):
+                    return
+            await self._report_others(waiting, assigned)
 
     # -- one batch ---------------------------------------------------------------------------
 
@@ -335,6 +354,7 @@ class Topology:
                 recs = fetched[tp] = []
             recs.append(msg)
             (class_events if msg.topic == summaries_topic else node_events).append(event)
+        partitions: set[int] = set()
         if node_events:
             node_lists = [recs for tp, recs in fetched.items() if tp.topic in ranks]
             partitions = {tp.partition for tp in fetched if tp.topic in ranks}
@@ -344,9 +364,14 @@ class Topology:
             if not await self._apply(self.node_runner, self.node_table, node_events, merged, fence,
                                      self._settle_nodes(partitions)):
                 return
+        await self._report_others(partitions, assigned)
         if class_events:
-            await self._apply(self.class_runner, self.class_table, class_events,
-                              [e.message for e in class_events], fence)
+            summaries, progress = [], []
+            for e in class_events:
+                (progress if is_progress(e.message.headers) else summaries).append(e.message)
+            # The progress reports are held with the summaries and read by the settle step.
+            await self._apply(self.class_runner, self.class_table, class_events, summaries, fence,
+                              self._open_gates(progress))
         self._report_counts()
 
     async def _apply(self, runner: KeyedRunner, table: faust.Table, events: list[EventT],
@@ -411,7 +436,7 @@ class Topology:
         sent = []
         for o in out:
             try:
-                sent.append((o, await outputs[o.topic].send(key=o.key, value=o.value,
+                sent.append((o, await outputs[o.topic].send(key=o.key, value=o.value, partition=o.partition,
                                                             headers=list(o.headers) or None, force=True)))
             except KafkaError as e:  # refused before sending (too large for the producer)
                 self._refused(o, e)
@@ -489,25 +514,55 @@ class Topology:
             behind = self.backlog.behind(msg.topic, msg.partition, msg.offset, msg.key)
             self.node_stage.process(record, behind, scratch)
             self.nodes_at[msg.partition].add(record.node)
-            return self._node_outbound(scratch, bool(behind))
+            return self._node_outbound(scratch)
         finally:
             scratch.transitions.clear()
             scratch.summaries.clear()
 
-    def _node_outbound(self, out: StageOutput, catching_up: bool) -> list[Outbound]:
-        """Transitions and summaries to produce; summaries made while the node's inputs were
-        behind carry the catching-up stamp."""
+    def _node_outbound(self, out: StageOutput) -> list[Outbound]:
+        """Transitions and summaries to produce."""
         if not out.transitions and not out.summaries:
             return []
-        stamp = _STAMP if catching_up else ()
         topics = self.topics
         return [*(Outbound(topics.alerts, t.fingerprint.encode(), encode(t)) for t in out.transitions),
-                *(Outbound(topics.summaries, s.task.encode(), encode(s), stamp) for s in out.summaries)]
+                *(Outbound(topics.summaries, s.task.encode(), encode(s)) for s in out.summaries)]
+
+    def _progress_out(self, partitions: Iterable[int]) -> list[Outbound]:
+        """Progress reports for these stage-1 partitions that are due, each to every
+        ``task.summaries`` partition (behind the summaries already sent there)."""
+        sends: list[Outbound] = []
+        wall = asyncio.get_running_loop().time()
+        for p in sorted(partitions):
+            nodes = [self.node_stage.position(n) for n in sorted(self.nodes_at.get(p, ()))
+                     if self.node_runner.synced(n)]
+            catching = bool(self.backlog.behind_at_end(p))
+            progress = StageProgress(partition=p, catching_up=catching, nodes=len(nodes),
+                                     watermark=partition_watermark((n for n in nodes if n), catching,
+                                                                   self.lateness))
+            if self.reporter.due(progress, wall):
+                value, key = encode(progress), f"progress:{p}".encode()
+                sends += [Outbound(self.topics.summaries, key, value, PROGRESS_HEADERS, s)
+                          for s in range(self.partitions)]
+        return sends
+
+    async def _report_others(self, done: set[int], assigned: set[TP]) -> None:
+        """Every ``reporter.resend_s``: the stage-1 partitions of ours that no batch brought
+        (empty ones among them: they must say so, or stage 2 waits for them) are judged again
+        and reported."""
+        wall = asyncio.get_running_loop().time()
+        if wall - self.reported_all_at < self.reporter.resend_s:
+            return
+        self.reported_all_at = wall
+        others = {tp.partition for tp in assigned if tp.topic == self.topics.samples} - done
+        if others:
+            await self._find_behind({}, others)
+            await self._send_all(self._progress_out(others))
 
     def _settle_nodes(self, partitions: Iterable[int]) -> Settle:
         """After a batch: the nodes of its partitions release what their inputs' final state
-        allows. A node held back by an input behind at its last record would otherwise wait for
-        its next record (a sample period live, forever at the end of a replayed topic)."""
+        allows (a node held back by an input behind at its last record would otherwise wait for
+        its next record: a sample period live, forever at the end of a replayed topic); then the
+        partitions' progress, behind their summaries."""
         def settle() -> tuple[list[str], list[Outbound]]:
             changed: list[str] = []
             sends: list[Outbound] = []
@@ -516,14 +571,42 @@ class Topology:
                 for node in sorted(self.nodes_at.get(p, ())):
                     if self.node_runner.synced(node) and self.node_stage.advance(node, behind, out):
                         changed.append(node)
-                sends += self._node_outbound(out, bool(behind))
-            return changed, sends
+                sends += self._node_outbound(out)
+            return changed, sends + self._progress_out(partitions)
         return settle
 
+    def _gate(self, partition: int) -> Gate:
+        g = self.gates.get(partition)
+        if g is None:
+            g = self.gates[partition] = Gate(self.partitions, self.lateness, self.max_source_skew)
+        return g
+
     def _emit_class(self, summary: TaskSummary, msg: Consumed) -> list[Outbound]:
-        catching_up = any(k == CATCHING_UP for k, _ in getattr(msg, "headers", None) or ())
+        self.class_at[summary.task] = msg.partition
         return [Outbound(self.topics.alerts, t.fingerprint.encode(), encode(t))
-                for t in self.class_stage.process(summary, catching_up)]
+                for t in self.class_stage.process(summary, self._gate(msg.partition).value)]
+
+    def _open_gates(self, progress: list[Message]) -> Settle:
+        """After a batch's summaries (judged against the gates as they stood before it): its
+        progress reports move the gates on, and the classes behind a gate that moved release
+        what it now allows."""
+        def settle() -> tuple[list[str], list[Outbound]]:
+            moved: set[int] = set()
+            sends: list[Outbound] = []
+            for r in progress:
+                try:
+                    report = decode_inbound(r, StageProgress, self.limits, key_of=None)
+                except ContractError as e:
+                    sends.append(to_dlq(r, str(e), max_bytes=self.limits.max_bytes))
+                    continue
+                if self._gate(r.partition).update(report):
+                    moved.add(r.partition)
+            changed = [c for c, p in sorted(self.class_at.items()) if p in moved and self.class_runner.synced(c)]
+            for c in changed:
+                sends += [Outbound(self.topics.alerts, t.fingerprint.encode(), encode(t))
+                          for t in self.class_stage.release(c, self.gates[self.class_at[c]].value)]
+            return changed, sends
+        return settle
 
 
 def _node_of(record: Any) -> str:

@@ -5,8 +5,10 @@ The workers start once every record is on the broker (the normal state after an 
 deploy). Partitions hold different numbers of nodes, so stage 1 gets through some nodes' backlog
 hours of event time before others', and their summaries reach stage 2 that far apart. With the
 default ``engine.summary_lateness`` (5 min) stage 2 took the lagging nodes for gone and applied
-their summaries late: ``version-skew`` flapped (issue #15, defect 3). Stage 1 now marks the
-summaries it makes while its inputs are behind, and stage 2 waits for such contributors.
+their summaries late: ``version-skew`` flapped (issue #15, defect 3). Stage 1 now reports each
+input partition's progress to stage 2, which releases a class's summaries only once every
+partition has passed them (docs/engine.md, "The stage-1 watermark"); with two workers the
+start-up rebalance moves partitions mid-read too.
 """
 
 from __future__ import annotations
@@ -17,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from gpuwarden.contract import TaskSummary, Topics, decode, encode
+from gpuwarden.contract import Topics, encode
 from gpuwarden.kafka import produce_records
 from gpuwarden.producers.simulator import Simulator
 from gpuwarden.streams.engine import Engine
 from tests.kafka_support import create_topic
 from tests.streams_kafka.records import T0, settings_for, transition_ids
-from tests.streams_kafka.workers import read_to_end, wait_for, workers, write_config
+from tests.streams_kafka.workers import read_summaries, read_to_end, wait_for, workers, write_config
 
 pytestmark = pytest.mark.kafka
 
@@ -31,15 +33,7 @@ PARTITIONS = 4
 SPAN_S = 2 * 3600.0
 
 
-#: Open (issue #15): with two workers the group rebalances while they catch up, and in 1 of the
-#: 7 runs so far (the full suite in a clean clone, both cores busy) version-skew flapped once
-#: (2 extra transitions). Stage 2 waits only for nodes it has already heard from, and a moved
-#: node's gap is not stamped (docs/engine.md, "Catching up"); per-partition progress from
-#: stage 1 to stage 2 is the fix still to build. Alone it passed 6 of 6.
-TWO_WORKERS_OPEN = pytest.mark.xfail(strict=False, reason="issue #15: stage 2 across a rebalance while catching up")
-
-
-@pytest.mark.parametrize("n_workers", [1, pytest.param(2, marks=TWO_WORKERS_OPEN)])
+@pytest.mark.parametrize("n_workers", [1, 2])
 async def test_two_hour_backlog_from_scratch_gives_the_in_process_transitions(
     kafka_bootstrap: str, tmp_path: Path, n_workers: int, reliability_report
 ) -> None:
@@ -61,8 +55,8 @@ async def test_two_hour_backlog_from_scratch_gives_the_in_process_transitions(
 
     async def done() -> bool:
         assert all(w.alive() for w in started), [w.tail() for w in started]
-        sums = await read_to_end(kafka_bootstrap, topics.summaries, PARTITIONS)
-        return len({(s.node, s.task_id, s.ts) for s in (decode(r.value, TaskSummary) for r in sums)}) \
+        sums = await read_summaries(kafka_bootstrap, topics.summaries, PARTITIONS)
+        return len({(s.node, s.task_id, s.ts) for s in sums}) \
             >= engine.summaries and expected <= set(await alerts())
 
     ids = [f"w{i + 1}" for i in range(n_workers)]

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from gpuwarden.contract import TaskSummary, Topics, decode, encode
+from gpuwarden.contract import Topics, encode
 from gpuwarden.kafka import produce_records as send_records
 from gpuwarden.producers.simulator import Simulator
 from gpuwarden.streams.engine import Engine, StageOutput
@@ -30,13 +30,12 @@ from gpuwarden.streams.topology import app_id
 from tests.kafka_support import create_topic
 from tests.streams_kafka.records import settings_for, transition_ids
 from tests.streams_kafka.test_failover import CHUNK_S
-from tests.streams_kafka.workers import Worker, group_members, read_to_end, wait_for, write_config
+from tests.streams_kafka.workers import Worker, group_members, read_summaries, read_to_end, wait_for, write_config
 
 pytestmark = pytest.mark.kafka
 
 PARTITIONS = 4
 KILLS = 2
-FIRST_KILL = 6  # chunk index
 SPAN_S = 2 * 3600.0
 PACE_S = 1.0  # wall time per 5-min chunk: ~30 s of production, both rebalances of a kill within it
 
@@ -49,9 +48,10 @@ def chunks(records: list[Any]) -> list[list[Any]]:
     return [sorted(c, key=lambda r: r.ts) for _, c in sorted(out.items())]
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize(("seed", "early"), [(1, ()), (2, ()), (3, ()), (2, (2, 3))],
+                         ids=["seed1", "seed2", "seed3", "early"])
 async def test_random_kills_lose_no_transition_of_either_stage(
-    kafka_bootstrap: str, tmp_path: Path, seed: int, reliability_report
+    kafka_bootstrap: str, tmp_path: Path, seed: int, early: tuple[int, ...], reliability_report
 ) -> None:
     rng = random.Random(seed)
     # Event time runs ~300x faster than wall time: the lateness bounds cover a takeover.
@@ -72,12 +72,11 @@ async def test_random_kills_lose_no_transition_of_either_stage(
         node_stage.process(r, out=stage1)
     expected_summaries = {encode(s) for s in stage1.summaries}
     parts = chunks(records)
-    # From the 7th chunk on (~7 s in): checkpoints exist by then that know every node's tasks. A
-    # class cannot wait for a node it has never had a summary from; both workers killed before
-    # any checkpoint made the restart a backlog read where half the nodes were unknown to their
-    # classes and came late (seed 2 with chunks 2 and 3: version-skew resolved and fired again),
-    # the open limit in docs/engine.md ("Catching up").
-    kill_at = sorted(rng.sample(range(FIRST_KILL, len(parts) - 2), KILLS))
+    # From the first chunk on: before the watermark (issue #15) a class could not wait for a node
+    # it had never had a summary from, and both workers killed before any checkpoint (seed 2,
+    # chunks 2 and 3: the early case) made the restart a backlog read where half the nodes came
+    # late to their classes (version-skew resolved and fired again).
+    kill_at = sorted(early or rng.sample(range(len(parts) - 2), KILLS))
     config = write_config(tmp_path / "gpuwarden.yaml", settings)
     killed: list[str] = []
 
@@ -96,8 +95,7 @@ async def test_random_kills_lose_no_transition_of_either_stage(
         return transition_ids([r.value for r in await read_to_end(kafka_bootstrap, topics.alerts, PARTITIONS)])
 
     async def summaries() -> set[bytes]:
-        return {encode(decode(r.value, TaskSummary))
-                for r in await read_to_end(kafka_bootstrap, topics.summaries, PARTITIONS)}
+        return {encode(s) for s in await read_summaries(kafka_bootstrap, topics.summaries, PARTITIONS)}
 
     async def all_alerts() -> bool:
         return expected <= set(await alerts()) and expected_summaries <= await summaries()

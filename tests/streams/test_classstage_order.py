@@ -7,17 +7,17 @@ faust topology does after a worker takeover: from ``TAKEOVER`` on, one node's su
 
 from __future__ import annotations
 
-import json
 from functools import cache
 
 import pytest
 
-from gpuwarden.contract import AlertTransition, TaskSummary, encode
+from gpuwarden.contract import AlertTransition, StageProgress, TaskSummary, encode
 from gpuwarden.producers.simulator import Simulator
 from gpuwarden.streams.classstage import ClassStage
 from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.engine import Engine, StageOutput
 from gpuwarden.streams.nodestage import NodeStage
+from gpuwarden.streams.progress import Gate
 from gpuwarden.streams.rules import load_rules
 
 T0 = 1_700_000_000.0
@@ -51,11 +51,16 @@ def _delayed(sums: tuple[TaskSummary, ...], node: str) -> list[TaskSummary]:
 
 
 def _run(sums: list[TaskSummary] | tuple[TaskSummary, ...], lateness: float,
-         cut: int | None = None, catching: str = "") -> tuple[list[AlertTransition], ClassStage]:
+         cut: int | None = None, gated: str = "") -> tuple[list[AlertTransition], ClassStage]:
     """Stage 2 over ``sums`` then flush; with ``cut``: dump every class after that many, load into
-    a fresh stage and go on there. ``catching``: a node whose summaries come stamped as made while
-    catching up (stage 1 in faust reading its backlog)."""
+    a fresh stage and go on there. ``gated``: behind the watermark faust gives it, each node being
+    one stage-1 partition that reports progress after each of its summaries; this node is taken
+    over at ``TAKEOVER`` (its new worker reports it as catching up, then sends its summaries late)."""
     stage = ClassStage(RULES, _config(lateness))
+    nodes = sorted({s.node for s in sums})
+    gate = Gate(len(nodes), lateness, EngineConfig().max_source_skew) if gated else None
+    marks: dict[str, float] = {}
+    took_over = False
     out = []
     for i, s in enumerate(sums):
         if i == cut:
@@ -64,7 +69,21 @@ def _run(sums: list[TaskSummary] | tuple[TaskSummary, ...], lateness: float,
                 fresh.load(c, stage.dump(c))
                 assert fresh.dump(c) == stage.dump(c)
             stage = fresh
-        out += stage.process(s, s.node == catching)
+        if gate is None:
+            out += stage.process(s)
+            continue
+        if s.ts >= TAKEOVER and not took_over:  # the worker that takes the node over reports first
+            took_over = True
+            gate.update(StageProgress(partition=nodes.index(gated), watermark=marks.get(gated), nodes=1,
+                                      catching_up=True))
+        out += stage.process(s, gate.value)
+        # The node's summaries dated before this one have all come (a node's come in order).
+        marks[s.node] = s.ts - 1e-3
+        progress = StageProgress(partition=nodes.index(s.node), watermark=marks[s.node], nodes=1,
+                                 catching_up=s.node == gated and took_over)
+        if gate.update(progress):
+            for c in stage.classes():
+                out += stage.release(c, gate.value)
     out += stage.flush()
     return out, stage
 
@@ -106,46 +125,39 @@ def test_without_the_hold_the_lagging_order_changes_results(scenario: str, nodes
 
 
 @pytest.mark.parametrize(("scenario", "nodes"), RUNS)
-def test_a_node_catching_up_holds_its_classes_past_the_default_lateness(scenario: str, nodes: int) -> None:
-    """Issue #15, defect 3: with the default bound (5 min) a node 1 h behind gave other
-    transitions; stamped as catching up it holds its classes and they match in-order."""
+def test_a_partition_catching_up_holds_its_classes_through_the_gate(scenario: str, nodes: int) -> None:
+    """Issue #15, defects 3 and 4: with the default bound (5 min) a node 1 h behind gave other
+    transitions; behind the stage-1 watermark (its partition reports that it is catching up) the
+    classes wait for it and match in-order, across a checkpoint too."""
     sums, node = _summaries(scenario, nodes), f"node-{nodes - 1:02d}"
     default = EngineConfig().summary_lateness
     in_order, _ = _run(sums, default)
-    unstamped, _ = _run(_delayed(sums, node), default)
-    assert _bytes(unstamped) != _bytes(in_order)
-    stamped, stage = _run(_delayed(sums, node), default, catching=node)
-    assert in_order and _bytes(stamped) == _bytes(in_order)
+    ungated, _ = _run(_delayed(sums, node), default)
+    assert _bytes(ungated) != _bytes(in_order)
+    gated, stage = _run(_delayed(sums, node), default, gated=node)
+    assert in_order and _bytes(gated) == _bytes(in_order)
     assert stage.counters() == {"late": 0}
     cut = next(i for i, s in enumerate(_delayed(sums, node)) if s.ts >= TAKEOVER + LAG + 600)
-    resumed, _ = _run(_delayed(sums, node), default, cut=cut, catching=node)
-    assert _bytes(resumed) == _bytes(in_order)  # the stamp's effect survives a checkpoint
+    resumed, _ = _run(_delayed(sums, node), default, cut=cut, gated=node)
+    assert _bytes(resumed) == _bytes(in_order)
 
 
-def test_a_node_caught_up_again_is_under_the_lateness_bound() -> None:
-    """Its next summary made with inputs caught up ends the exemption: a task of it that then
-    goes silent stops holding the class after ``summary_lateness``, as in-process."""
-    stage = ClassStage(RULES, EngineConfig(summary_lateness=300))
-    buffered = lambda: [(s.ts, s.node) for *_, s in stage._classes["train"].buffer]  # noqa: E731
-    for who in (("k", "c"), ("m", "c")):
-        stage.process(_summary(60, *who), catching_up=True)
-    stage.process(_summary(60, "j", "a"))
-    stage.process(_summary(1000, "j", "a"))
-    stage.process(_summary(1000, "k", "c"), catching_up=True)
-    assert buffered() == [(1000.0, "a"), (1000.0, "c")]  # m on c, silent since 60, still holds it
-    stage.process(_summary(1060, "k", "c"))  # c caught up: m is past the bound, forgotten
-    assert buffered() == [(1060.0, "c")]
-
-
-def test_class_state_written_before_the_stamp_loads() -> None:
+def test_a_node_not_heard_from_yet_is_waited_for_behind_the_gate() -> None:
+    """The contributors' rule alone releases a class's head once every node it knows has passed
+    it: a node it has not heard from yet (its partition read later) then came late. The gate
+    holds the head until that partition reports."""
     stage = ClassStage(RULES, EngineConfig())
-    stage.process(_summary(60, "j", "a"), catching_up=True)
-    doc = json.loads(stage.dump("train"))
-    slots = doc["s"]
-    del slots["catching"]
-    fresh = ClassStage(RULES, EngineConfig())
-    fresh.load("train", json.dumps(doc).encode())
-    assert fresh._classes["train"].catching == {}
+    gate = Gate(2, 300.0, 6 * 3600.0)
+    gate.update(StageProgress(partition=0, watermark=120, nodes=1, catching_up=False))
+    assert stage.process(_summary(60, "j", "a"), gate.value) == []
+    stage.process(_summary(120, "j", "a"), gate.value)
+    buffered = lambda: [(s.ts, s.node) for *_, s in stage._classes["train"].buffer]  # noqa: E731
+    assert buffered() == [(60.0, "a"), (120.0, "a")]  # partition 1 not heard from: held
+    stage.process(_summary(60, "k", "b"), gate.value)  # partition 1's first, later
+    assert not gate.update(StageProgress(partition=1, watermark=None, nodes=1, catching_up=True))
+    assert gate.update(StageProgress(partition=1, watermark=60, nodes=1, catching_up=True))
+    stage.release("train", gate.value)
+    assert buffered() == [(120.0, "a")] and stage.counters() == {"late": 0}
 
 
 @pytest.mark.parametrize(("scenario", "nodes"), RUNS)

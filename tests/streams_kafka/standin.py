@@ -48,6 +48,9 @@ class StandinNodeStage:
     def advance(self, node: str, behind: object, out: object) -> bool:
         return False  # no reorder buffer: every record is applied as it comes
 
+    def position(self, node: str) -> tuple[float, float] | None:
+        return None  # no reorder buffer: nothing held back
+
     def dump(self, node: str) -> bytes:
         return json.dumps(self.state[node]).encode()
 
@@ -63,9 +66,12 @@ class StandinClassStage:
         self.after = after
         self.counts: dict[str, int] = {}
 
-    def process(self, summary: TaskSummary, catching_up: bool = False) -> list[AlertTransition]:
+    def process(self, summary: TaskSummary, gate: float = float("inf")) -> list[AlertTransition]:
         n = self.counts[summary.task] = self.counts.get(summary.task, 0) + 1
         return [_alert(f"class:{summary.task}", "class", summary.ts)] if n == self.after else []
+
+    def release(self, task_class: str, gate: float) -> list[AlertTransition]:
+        return []  # applies each summary as it comes
 
     def dump(self, task_class: str) -> bytes:
         return str(self.counts[task_class]).encode()

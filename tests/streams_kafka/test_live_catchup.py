@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from gpuwarden.contract import TaskMetric, TaskSummary, Topics, decode, encode, record_key
+from gpuwarden.contract import TaskMetric, Topics, encode, record_key
 from gpuwarden.producers.simulator import Simulator
 from gpuwarden.streams.engine import Engine
 from gpuwarden.streams.topology import app_id
 from tests.kafka_support import create_topic
 from tests.streams_kafka.records import settings_for, transition_ids
-from tests.streams_kafka.workers import group_members, read_to_end, wait_for, workers, write_config
+from tests.streams_kafka.workers import group_members, read_summaries, read_to_end, wait_for, workers, write_config
 
 pytestmark = pytest.mark.kafka
 
@@ -47,8 +47,7 @@ async def test_records_produced_while_the_worker_catches_up_are_not_dropped(
     assert engine.summaries > 200 and expected_alerts, "the scenario must give the test something to lose"
 
     async def summaries() -> list[tuple[str, str, float]]:
-        got = await read_to_end(kafka_bootstrap, topics.summaries, PARTITIONS)
-        return [(s.node, s.task, s.ts) for s in (decode(r.value, TaskSummary) for r in got)]
+        return [(s.node, s.task, s.ts) for s in await read_summaries(kafka_bootstrap, topics.summaries, PARTITIONS)]
 
     async def all_summaries() -> bool:
         return len(await summaries()) >= engine.summaries

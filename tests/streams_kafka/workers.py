@@ -16,6 +16,8 @@ import yaml
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from gpuwarden.contract import TaskSummary, decode
+from gpuwarden.streams.progress import is_progress
 from tests.kafka_support import REPO_ROOT
 
 
@@ -112,3 +114,9 @@ async def read_to_end(bootstrap: str, topic: str, partitions: int,
         return out
     finally:
         await consumer.stop()
+
+
+async def read_summaries(bootstrap: str, topic: str, partitions: int) -> list[TaskSummary]:
+    """The task summaries in ``topic`` now, without stage 1's progress reports between them."""
+    return [decode(r.value, TaskSummary) for r in await read_to_end(bootstrap, topic, partitions)
+            if not is_progress(r.headers)]

@@ -1,0 +1,129 @@
+"""Stage 1 → stage 2 progress: a watermark over stage 1's input partitions (faust only).
+
+Stage 2 applies a task class's summaries in content order (ts, node, task id) and must not
+apply one before every summary that sorts ahead of it has arrived. In one process that is
+easy (summaries come in the order stage 1 makes them); in faust a class's summaries come from
+every stage-1 partition, read by different workers at different speeds (a backlog, a worker
+taking over another's partitions), and a node stage 2 has not heard from yet could still send
+one dated earlier. So each stage-1 partition reports how far it has got: after the summaries
+of a batch, stage 1 sends a :class:`gpuwarden.contract.StageProgress` to *every*
+``task.summaries`` partition, behind those summaries on the same partitions. A stage-2 worker
+that has read partition ``p``'s report with watermark ``w`` has read every summary from ``p``
+dated ``<= w``; its :class:`Gate` is the minimum over all stage-1 partitions, and a class's
+head is released only once the gate has passed it.
+
+Bounds, so a dead input cannot hold stage 2 forever: a partition that reports no nodes and no
+backlog is empty (not waited for); a caught-up partition holds the gate at most
+``summary_lateness`` behind the newest report (its nodes went silent), one still catching up
+(or never heard from) at most ``max_source_skew`` behind. Within a partition, a caught-up node more than
+``summary_lateness`` behind the partition's newest does not hold the partition's watermark.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gpuwarden.contract import StageProgress
+
+#: Kafka header on progress records in ``task.summaries`` (summaries themselves carry none).
+HEADER = "gw-progress"
+HEADERS = ((HEADER, b"1"),)
+
+
+def is_progress(headers: Iterable[tuple[str, bytes]] | None) -> bool:
+    """Whether a ``task.summaries`` record (by its Kafka headers) is a progress report."""
+    return any(k == HEADER for k, _ in headers or ())
+
+
+def partition_watermark(positions: Iterable[tuple[float, float]], catching_up: bool,
+                        lateness: float) -> float | None:
+    """How far one input partition's stage 1 has made summaries: the minimum over its nodes of
+    the last record each released (a node's summaries up to there are made), from
+    ``(released, newest)`` per node. Caught up, a node more than ``lateness`` behind the
+    partition's newest is left out (gone silent). None: no node has released anything."""
+    positions = list(positions)
+    if not positions:
+        return None
+    newest = max(n for _, n in positions)
+    floor = min(r for r, n in positions if catching_up or n >= newest - lateness)
+    return None if floor == -math.inf else floor
+
+
+class Reporter:
+    """Stage 1: decides when a partition's progress is worth sending. A report goes out when
+    it changes what stage 2 may release (the summary interval the watermark is in, the
+    catching-up flag, empty or not), and every ``resend_s`` of wall time regardless, so a
+    stage-2 worker that took over (and lost what it had heard) hears from every partition."""
+
+    def __init__(self, interval_s: float, resend_s: float = 2.0) -> None:
+        self.interval_s = interval_s
+        self.resend_s = resend_s
+        self._sent: dict[int, tuple[tuple, float]] = {}  # partition -> (what, wall)
+
+    def due(self, progress: StageProgress, wall: float) -> bool:
+        w = progress.watermark
+        what = (None if w is None else math.floor(w / self.interval_s), progress.catching_up, progress.nodes > 0)
+        last = self._sent.get(progress.partition)
+        if last is not None and last[0] == what and wall - last[1] < self.resend_s:
+            return False
+        self._sent[progress.partition] = (what, wall)
+        return True
+
+    def forget(self) -> None:
+        """Partitions moved: report every partition afresh."""
+        self._sent.clear()
+
+
+@dataclass
+class _Heard:
+    watermark: float  # -inf: no node read yet
+    catching_up: bool
+    empty: bool
+
+
+class Gate:
+    """Stage 2, one per ``task.summaries`` partition: the watermark over stage 1's ``sources``
+    input partitions, from the progress reports read on that partition."""
+
+    def __init__(self, sources: int, lateness: float, skew: float) -> None:
+        self.sources = sources
+        self.lateness = lateness
+        self.skew = skew
+        self._heard: dict[int, _Heard] = {}
+        self.value = -math.inf
+
+    def update(self, progress: StageProgress) -> bool:
+        """Take one report; True if the gate moved on. Watermarks only rise: a worker that took a
+        partition over restarts from its last checkpoint and reports lower, but what it makes
+        again up to the higher mark was made (and read) before."""
+        w = -math.inf if progress.watermark is None else progress.watermark
+        old = self._heard.get(progress.partition)
+        if old is not None:
+            w = max(w, old.watermark)
+        self._heard[progress.partition] = _Heard(w, progress.catching_up,
+                                                 progress.nodes == 0 and not progress.catching_up)
+        before, self.value = self.value, self._floor()
+        return self.value > before
+
+    def _floor(self) -> float:
+        """The minimum over the partitions of their watermarks, each held no further back than
+        its bound behind the newest (so a silent or dead partition delays, never stops)."""
+        heard = self._heard
+        marks = [h.watermark for h in heard.values() if not h.empty]
+        newest = max(marks, default=-math.inf)
+        if newest == -math.inf:
+            # Nothing read anywhere yet: wait, unless every partition said it is empty.
+            return math.inf if len(heard) == self.sources and not marks else -math.inf
+        floor = math.inf
+        for p in range(self.sources):
+            h = heard.get(p)
+            if h is None:
+                w, bound = -math.inf, self.skew  # not heard from yet: as if catching up
+            elif h.empty:
+                continue
+            else:
+                w, bound = h.watermark, self.skew if h.catching_up else self.lateness
+            floor = min(floor, max(w, newest - bound))
+        return floor
