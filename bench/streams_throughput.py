@@ -47,14 +47,16 @@ import tempfile
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager, nullcontext
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
+
+from tests.streams_kafka.workers import checkout, cpu_s  # noqa: E402
 
 PARTITIONS = 4
 #: GPU-samples per second of one worker's CPU time, end to end through faust (issue #17).
@@ -159,17 +161,6 @@ def line_time(line: str) -> float:
     return time.mktime(time.strptime(stamp[:19], "%Y-%m-%d %H:%M:%S")) + int(stamp[20:23]) / 1000.0
 
 
-def cpu_s(pid: int) -> float:
-    """CPU seconds the process has run so far, all its threads (scheduler nanoseconds)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (FileNotFoundError, ProcessLookupError):
-            pass  # a thread that ended meanwhile
-    return total / 1e9
-
-
 def worker(cmd: list[str], log: Path, tree: Path | None = None) -> subprocess.Popen:
     """``cmd`` with this checkout's code, or ``tree``'s (a worktree of another revision)."""
     out = log.open("wb")
@@ -177,28 +168,6 @@ def worker(cmd: list[str], log: Path, tree: Path | None = None) -> subprocess.Po
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
     return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=tree or REPO, env=env)
-
-
-@contextmanager
-def checkout(rev: str) -> Iterator[Path | None]:
-    """A temporary worktree of ``rev`` whose packages import from it (the rooms' folders linked
-    under ``gpuwarden/`` as the installed namespace has them); None if git cannot make one."""
-    with tempfile.TemporaryDirectory(prefix="streams-bench-before-") as d:
-        tree = Path(d) / "tree"
-        made = subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), rev],
-                              capture_output=True, text=True)
-        if made.returncode != 0:
-            print(f"  (no 'before' runs: git worktree add {rev}: {made.stderr.strip()})", flush=True)
-            yield None
-            return
-        try:
-            for room in ("producers", "streams", "notifiers"):
-                if not (tree / "gpuwarden" / room).exists():
-                    (tree / "gpuwarden" / room).symlink_to(tree / room, target_is_directory=True)
-            yield tree
-        finally:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)],
-                           capture_output=True)
 
 
 def stop(proc: subprocess.Popen) -> None:

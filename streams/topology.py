@@ -266,7 +266,8 @@ class Topology:
         partitions this worker kept stay in memory; the others re-sync from the restored
         changelog. Held events of the old assignment are read again."""
         assigned = self.app.consumer.assignment()
-        retained = frozenset(f"{tp.topic}:{tp.partition}" for tp in assigned & self.previous)
+        kept = assigned & self.previous
+        retained = frozenset(f"{tp.topic}:{tp.partition}" for tp in kept)
         self.previous = set(assigned)
         for runner in (self.node_runner, self.class_runner):
             runner.reassigned(retained)
@@ -275,11 +276,10 @@ class Topology:
                 del self.nodes_at[p]
         for waiting in self.held.values():
             waiting.clear()
-        kept = {tp.partition for tp in assigned
-                if tp.topic == self.topics.summaries and f"{tp.topic}:{tp.partition}" in retained}
-        for p in set(self.gates) - kept:
+        kept_summaries = {tp.partition for tp in kept if tp.topic == self.topics.summaries}
+        for p in set(self.gates) - kept_summaries:
             del self.gates[p]
-        for c in [c for c, p in self.class_at.items() if p not in kept]:
+        for c in [c for c, p in self.class_at.items() if p not in kept_summaries]:
             del self.class_at[c]
         self.reporter.forget()
         await self._seek_fresh({tp for tp in assigned if tp.topic in self.inputs.topics})
