@@ -14,25 +14,37 @@ import asyncio
 import ssl
 from collections.abc import Iterable
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gpuwarden.config import KafkaConfig
+
+if TYPE_CHECKING:
+    import faust
 
 #: aiokafka connection kwargs; the rest are client-specific (acks, group_id, …).
 _CONN_KEYS = ("client_id", "security_protocol", "sasl_mechanism", "sasl_plain_username",
               "sasl_plain_password", "ssl_context")
 
 
+class HasKafka(Protocol):
+    """Settings with a ``kafka`` section (any composition of the rooms' settings)."""
+
+    @property
+    def kafka(self) -> KafkaConfig: ...
+
+
 class KafkaConnectError(Exception):
     """The cluster could not be reached or refused us; says which and why, never the password."""
 
 
-def ssl_context(kafka: Any) -> ssl.SSLContext | None:
+def ssl_context(kafka: KafkaConfig) -> ssl.SSLContext | None:
     """A verifying TLS context (``ssl_cafile`` or the system CAs) for SSL/SASL_SSL, else None."""
     if kafka.security_protocol not in ("SSL", "SASL_SSL"):
         return None
     return ssl.create_default_context(cafile=str(kafka.ssl_cafile) if kafka.ssl_cafile else None)
 
 
-def kafka_kwargs(kafka: Any) -> dict[str, Any]:
+def kafka_kwargs(kafka: KafkaConfig) -> dict[str, Any]:
     """aiokafka kwargs for a ``KafkaConfig``: bootstrap, client id, SASL and TLS where configured."""
     kw: dict[str, Any] = {"bootstrap_servers": kafka.bootstrap, "client_id": kafka.client_id,
                           "security_protocol": kafka.security_protocol}
@@ -47,12 +59,12 @@ def kafka_kwargs(kafka: Any) -> dict[str, Any]:
     return kw
 
 
-def client_kwargs(settings: Any) -> dict[str, Any]:
+def client_kwargs(settings: HasKafka) -> dict[str, Any]:
     """aiokafka kwargs for ``settings.kafka`` (producers, consumers, admin clients)."""
     return kafka_kwargs(settings.kafka)
 
 
-def broker_credentials(kafka: Any) -> Any:
+def broker_credentials(kafka: KafkaConfig) -> faust.SSLCredentials | faust.SASLCredentials | None:
     """faust ``broker_credentials`` for a ``KafkaConfig`` (None for PLAINTEXT)."""
     import faust
 
