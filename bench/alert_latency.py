@@ -32,7 +32,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the fakes live under tests/
 
-from gpuwarden.config import validate_settings  # noqa: E402
+from gpuwarden.app.settings import validate_settings  # noqa: E402
 from gpuwarden.contract import GpuEvent, GpuSample, NodeSnapshot  # noqa: E402
 from gpuwarden.spool import Spool  # noqa: E402
 from gpuwarden.notifiers.pipeline import Notifier  # noqa: E402

@@ -38,7 +38,7 @@ SUMMARY="$OUT/h200-live-summary.txt"
 (sleep 10; GPUWARDEN_TASK=h200-leak-probe GPUWARDEN_SOCKET="$W/agent.sock" \
   exec $PY bench/h200_load.py --seconds 110 --leak-mib-per-step 32 --checkpoint-every 30) >"$W/load.log" 2>&1 &
 LOAD=$!
-$PY -m gpuwarden.cli run --config "$CFG" --rules tests/fixtures/h200/live-leak.rules.yaml --json \
+$PY -m gpuwarden.app.cli run --config "$CFG" --rules tests/fixtures/h200/live-leak.rules.yaml --json \
   --record "$OUT/h200-live-input.jsonl" --duration 140 >"$OUT/h200-live-alerts.jsonl" 2>"$W/run.stderr"
 echo "run exit $?" >>"$SUMMARY"
 wait "$LOAD"
@@ -57,7 +57,7 @@ import resource, subprocess, sys
 cfg = sys.argv[1]
 def cpu(seconds):
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-m", "gpuwarden.cli", "agent", "--config", cfg, "--output",
+    subprocess.run([sys.executable, "-m", "gpuwarden.app.cli", "agent", "--config", cfg, "--output",
                     "/dev/null", "--duration", str(seconds)], check=False)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -65,7 +65,7 @@ short, long = cpu(5), cpu(35)
 print(f"agent CPU: 5 s run {short:.3f} s, 35 s run {long:.3f} s; steady state "
       f"{(long - short) / 30 * 1000:.2f} ms CPU per 1 s tick")
 PYEOF
-$PY -m cProfile -o "$W/agent.prof" -m gpuwarden.cli agent --config "$CFG" --output /dev/null --duration 30 \
+$PY -m cProfile -o "$W/agent.prof" -m gpuwarden.app.cli agent --config "$CFG" --output /dev/null --duration 30 \
   2>>"$SUMMARY"
 $PY - "$W/agent.prof" >"$OUT/agent-profile.txt" 2>&1 <<'PYEOF'
 import pstats, sys

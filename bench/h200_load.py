@@ -11,7 +11,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from gpuwarden.producers.tasksdk import Task  # noqa: E402
+from gpuwarden.sdk import Task  # noqa: E402
 
 
 def main() -> None:

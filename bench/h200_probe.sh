@@ -33,7 +33,7 @@ YAML
 } >>"$SUMMARY"
 
 echo "== doctor" >>"$SUMMARY"
-$PY -m gpuwarden.cli doctor --config "$CFG" >>"$SUMMARY" 2>&1
+$PY -m gpuwarden.app.cli doctor --config "$CFG" >>"$SUMMARY" 2>&1
 echo "doctor exit $?" >>"$SUMMARY"
 
 LOAD=""
@@ -49,7 +49,7 @@ import resource, subprocess, sys, time
 cfg, out = sys.argv[1], sys.argv[2]
 t = time.monotonic()
 with open(f"{out}/agent.stderr", "w") as err:
-    rc = subprocess.run([sys.executable, "-m", "gpuwarden.cli", "agent", "--config", cfg, "--duration", "60s",
+    rc = subprocess.run([sys.executable, "-m", "gpuwarden.app.cli", "agent", "--config", cfg, "--duration", "60s",
                          "--output", f"{out}/h200-agent.jsonl"], stderr=err).returncode
 wall = time.monotonic() - t
 ru = resource.getrusage(resource.RUSAGE_CHILDREN)

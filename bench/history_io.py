@@ -22,12 +22,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuwarden.contract import Topics, encode, record_key  # noqa: E402
-from gpuwarden.history import HistoryFile, export_history, import_to_spool  # noqa: E402
+from gpuwarden.history.portable import HistoryFile, export_history, import_to_spool  # noqa: E402
 from gpuwarden.kafka import produce_records  # noqa: E402
 from gpuwarden.spool import Spool  # noqa: E402
 from gpuwarden.producers.simulator import Simulator  # noqa: E402
 from gpuwarden.streams.engine import Engine  # noqa: E402
-from gpuwarden.streams.replay_sources import input_topics, read_file, read_kafka, read_spool  # noqa: E402
+from gpuwarden.history.sources import input_topics, read_file, read_kafka, read_spool  # noqa: E402
 
 
 def timed(fn: Callable[[], int]) -> tuple[int, float]:

@@ -25,7 +25,7 @@ from aiokafka import AIOKafkaProducer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the fakes live under tests/
 
-from gpuwarden.config import validate_settings  # noqa: E402
+from gpuwarden.app.settings import validate_settings  # noqa: E402
 from gpuwarden.contract import AlertTransition, Topics, encode  # noqa: E402
 from gpuwarden.notifiers.worker import Stats, run_notify  # noqa: E402
 from tests.fakes.http import FakeFeishu  # noqa: E402

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpuwarden.cli import main  # noqa: E402
+from gpuwarden.app.cli import main  # noqa: E402
 from tests.streams.scenario_table import CASES, START, case_run, expected_rules, onset_ts  # noqa: E402
 
 

@@ -30,7 +30,7 @@ BENCHMARKS: list[tuple[str, str, list[str], bool]] = [
     ("agent_overhead", "Agent CPU per GPU-tick (vs nvidia-smi polling, in-process NVML)", [], False),
     ("tasksdk_cost", "Task SDK cost per call", [], False),
     ("engine_throughput", "Engine GPU-samples/s per core", [], False),
-    ("snapshot_decode", "Node snapshot decode: node_snapshot/2 columns vs /1 rows", [], False),
+    ("snapshot_decode", "Node snapshot decode: node_snapshot/2 columns vs the row form", [], False),
     ("streams_throughput", "End-to-end faust throughput on Kafka vs a naive one-record-per-GPU agent", [], True),
     ("alert_latency", "Alert latency: hardware event → fake chat server (vs a bare POST)", ["100"], False),
     ("memory_footprint", "Memory per tracked GPU series and per task-class baseline (vs raw samples)", [], False),
@@ -41,6 +41,8 @@ BENCHMARKS: list[tuple[str, str, list[str], bool]] = [
     ("notify_latency", "Kafka alert → fake Feishu latency", [], True),
     ("history_io", "History: replay sources, export/import vs the engine", [], False),
     ("scale_run", "Scale run: 10,000 simulated GPUs at 1 Hz, 5 min, real Kafka, two stream workers", [], True),
+    ("scheduler_collector", "Scheduler collector per poll with 10,000 jobs queued (vs the squeue --json call)", [], False),
+    ("inference_scrape", "Agent scrape of a vLLM endpoint with 10 models (vs the HTTP request alone)", [], False),
 ]
 
 

@@ -56,7 +56,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
-from tests.streams_kafka.workers import checkout, cpu_s  # noqa: E402
+from tests.streams_kafka.workers import checkout, cli_module, cpu_s  # noqa: E402
 
 PARTITIONS = 4
 #: GPU-samples per second of one worker's CPU time, end to end through faust (issue #17).
@@ -186,7 +186,7 @@ async def backlog_worker(bootstrap: str, records: list[Any], tmp: Path,
     on them; stopped, and its topics deleted, on the way out."""
     import yaml
 
-    from gpuwarden.config import validate_settings
+    from gpuwarden.app.settings import validate_settings
     from gpuwarden.contract import Topics, encode, record_key
     from gpuwarden.streams.engine import Engine
 
@@ -201,7 +201,7 @@ async def backlog_worker(bootstrap: str, records: list[Any], tmp: Path,
     config = tmp / "gpuwarden.yaml"
     config.write_text(yaml.safe_dump(settings.model_dump(mode="json", include={"kafka", "limits", "engine"})))
     log = tmp / "streams.log"
-    proc = worker([sys.executable, "-m", "gpuwarden.cli", "-v", "streams", "--config", str(config),
+    proc = worker([sys.executable, "-m", cli_module(tree), "-v", "streams", "--config", str(config),
                    "--worker-id", "bench", "--data-dir", str(tmp / "streams")], log, tree)
     try:
         yield Backlog(proc, log, settings, topics, probe.summaries)

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from gpuwarden.producers.taskrecv import TaskReceiver
-from gpuwarden.producers.tasksdk import Task
+from gpuwarden.sdk import Task
 
 
 def per_call(fn, n: int) -> float:

@@ -4,17 +4,20 @@ Where the file comes from: ``--config``, else ``$GPUWARDEN_CONFIG``, else
 ``./gpuwarden.yaml``, else the built-in defaults (which work: standalone, simulated
 GPUs where there is no NVML, a spool under ``./var``).
 
-Each room owns its section model (``gpuwarden.producers.config``, ``gpuwarden.streams.config``,
-``gpuwarden.notifiers.config``); this module composes them, loads the file and turns
-validation errors into ``file: key.path: what was expected`` lines.
+This module holds the primitives every layer uses: the section base model, secret
+references, the shared sections (Kafka, spool, limits), reading the file and turning
+validation errors into ``file: key.path: what was expected`` lines. Each room owns its
+own section (``gpuwarden.producers.config``, ``gpuwarden.streams.config``, ...); the
+composition root (``gpuwarden.app.settings``) assembles them into one model.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import stat
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
@@ -28,6 +31,9 @@ from gpuwarden.contract import (
 from gpuwarden.units import Duration, Size
 
 
+Language = Literal["en", "zh-CN"]
+
+
 class ConfigError(Exception):
     """Bad configuration: names the file, the key path and what was expected."""
 
@@ -38,7 +44,8 @@ class ConfigError(Exception):
 
 
 class Section(BaseModel):
-    """Base of every config section; unknown keys are kept and reported as warnings."""
+    """Base of every config section. Unknown keys are collected (not rejected by pydantic) so
+    :func:`validate` can name them all, each with the nearest known key."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True, validate_default=True)
 
@@ -106,41 +113,19 @@ class LimitsConfig(Section):
     with a reset clock must not raise or resolve alerts in 1970."""
 
 
-def _sections() -> dict[str, type[BaseModel]]:
-    # Imported here so each room can import gpuwarden.config's helpers without a cycle.
-    from gpuwarden.accounting import AccountingConfig
-    from gpuwarden.notifiers.config import NotifyConfig
-    from gpuwarden.producers.config import AgentConfig
-    from gpuwarden.streams.config import EngineConfig
+class CommonSettings(Protocol):
+    """The sections every room may read. A room's functions take its own Protocol (this plus its
+    section) or just the section they need, never the composed model: the composition root
+    (``gpuwarden.app.settings``) assembles that, and it satisfies every room's Protocol."""
 
-    return {"agent": AgentConfig, "engine": EngineConfig, "notify": NotifyConfig,
-            "accounting": AccountingConfig}
-
-
-def _settings_model() -> type[BaseModel]:
-    from pydantic import create_model
-
-    rooms = {name: (model, Field(default_factory=model)) for name, model in _sections().items()}
-    return create_model(  # type: ignore[call-overload]
-        "Settings",
-        __base__=Section,
-        site=(str, "default"),
-        language=(Literal["en", "zh-CN"], "en"),
-        kafka=(KafkaConfig, Field(default_factory=KafkaConfig)),
-        spool=(SpoolConfig, Field(default_factory=SpoolConfig)),
-        limits=(LimitsConfig, Field(default_factory=LimitsConfig)),
-        **rooms,
-    )
+    site: str
+    language: Language
+    kafka: KafkaConfig
+    spool: SpoolConfig
+    limits: LimitsConfig
 
 
-_MODEL: type[BaseModel] | None = None
-
-
-def settings_model() -> type[BaseModel]:
-    global _MODEL
-    if _MODEL is None:
-        _MODEL = _settings_model()
-    return _MODEL
+M = TypeVar("M", bound=BaseModel)
 
 
 def config_path(explicit: str | os.PathLike[str] | None = None) -> Path | None:
@@ -154,30 +139,41 @@ def config_path(explicit: str | os.PathLike[str] | None = None) -> Path | None:
     return local if local.exists() else None
 
 
-def load_settings(path: str | os.PathLike[str] | None = None, *, resolve: bool = True) -> Any:
-    """Load and validate settings; raises :class:`ConfigError` on any problem."""
+def read_config(path: str | os.PathLike[str] | None = None) -> tuple[str, dict[str, Any]]:
+    """(source, mapping) of the file :func:`config_path` picks; ``("<defaults>", {})`` for none."""
     p = config_path(path)
-    source = str(p) if p else "<defaults>"
-    data: Any = {}
-    if p is not None:
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except OSError as e:
-            raise ConfigError(source, [f"cannot read ({e.strerror})"]) from None
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-            raise ConfigError(source, [f"{where}not valid YAML ({getattr(e, 'problem', e)})"]) from None
-        if not isinstance(data, dict):
-            raise ConfigError(source, ["expected a mapping of sections at the top level"])
-    return validate_settings(data, source)
-
-
-def validate_settings(data: dict[str, Any], source: str = "<config>") -> Any:
+    if p is None:
+        return "<defaults>", {}
+    source = str(p)
     try:
-        return settings_model().model_validate(data)
+        data = yaml.safe_load(p.read_text()) or {}
+    except OSError as e:
+        raise ConfigError(source, [f"cannot read ({e.strerror})"]) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ConfigError(source, [f"{where}not valid YAML ({getattr(e, 'problem', e)})"]) from None
+    if not isinstance(data, dict):
+        raise ConfigError(source, ["expected a mapping of sections at the top level"])
+    return source, data
+
+
+def validate(model: type[M], data: dict[str, Any], source: str = "<config>") -> M:
+    """``model`` from ``data``; raises :class:`ConfigError` naming ``source`` and each key path,
+    unknown keys included (a typo such as ``notfiy:`` would otherwise send every alert nowhere)."""
+    try:
+        settings = model.model_validate(data)
     except ValidationError as e:
         raise ConfigError(source, validation_problems(e)) from None
+    unknown = unknown_keys(settings)
+    if unknown:
+        raise ConfigError(source, unknown)
+    return settings
+
+
+def unknown_keys(settings: BaseModel) -> list[str]:
+    """``key.path: unknown key (did you mean 'x'?)`` for every key no section defines."""
+    return _walk(settings)[0]
 
 
 def validation_problems(err: ValidationError) -> list[str]:
@@ -196,13 +192,26 @@ def _expected(e: dict[str, Any]) -> str:
 
 
 def config_warnings(settings: BaseModel) -> list[str]:
-    """Unknown keys (likely typos) and world-readable secret files."""
+    """World-readable secret files (unknown keys are errors: :func:`validate`)."""
+    return _walk(settings)[1]
+
+
+def _unknown(obj: BaseModel, key: str, loc: tuple[Any, ...]) -> str:
+    fields = type(obj).model_fields
+    known = [*fields, *(f.alias for f in fields.values() if f.alias)]
+    near = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+    return f"{field_path((*loc, key))}: unknown key" + (f" (did you mean {near[0]!r}?)" if near else "")
+
+
+def _walk(settings: BaseModel) -> tuple[list[str], list[str]]:
+    """(unknown keys, world-readable secret files), each as ``key.path: what``."""
+    unknown: list[str] = []
     found: list[str] = []
 
     def walk(obj: Any, loc: tuple[Any, ...]) -> None:
         if isinstance(obj, BaseModel):
             for k in (obj.model_extra or {}):
-                found.append(f"{field_path((*loc, k))}: unknown key (ignored)")
+                unknown.append(_unknown(obj, k, loc))
             if isinstance(obj, SecretRef):
                 found.extend(f"{field_path(loc)}: {w}" for w in obj.warnings())
             for name in type(obj).model_fields:
@@ -215,4 +224,4 @@ def config_warnings(settings: BaseModel) -> list[str]:
                 walk(v, (*loc, k))
 
     walk(settings, ())
-    return found
+    return unknown, found

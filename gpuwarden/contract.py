@@ -242,8 +242,7 @@ class NodeSnapshot(_SnapshotHead):
 
     ``gpus`` and ``processes`` are column tables (:class:`_Columns`): ``snap.gpus.util_gpu[i]``
     is GPU row ``i``; ``snap.gpus.rows()`` gives :class:`GpuSample` objects; :meth:`of` builds
-    one from rows. ``node_snapshot/1`` records (rows as JSON objects)
-    are still read: :func:`decode` upgrades them."""
+    one from rows."""
 
     schema_: Literal["node_snapshot/2"] = Field(default="node_snapshot/2", alias="schema")
     gpus: GpuColumns = Field(default_factory=lambda: GpuColumns.of([]))  # type: ignore[valid-type]
@@ -255,19 +254,6 @@ class NodeSnapshot(_SnapshotHead):
         agent builds one. Not an ``__init__`` or a validator that takes rows: either makes
         pydantic hand every decoded table to Python first (54 µs per 8-GPU record, not 35)."""
         return cls(gpus=GpuColumns.of(list(gpus)), processes=ProcessColumns.of(list(processes)), **head)
-
-
-class NodeSnapshotV1(_SnapshotHead):
-    """``node_snapshot/1``, read only: GPUs and processes as arrays of row objects."""
-
-    schema_: Literal["node_snapshot/1"] = Field(default="node_snapshot/1", alias="schema")
-    gpus: list[GpuSample] = Field(default_factory=list, max_length=64)
-    processes: list[GpuProcess] = Field(default_factory=list, max_length=4096)
-
-    def upgrade(self) -> NodeSnapshot:
-        head = {name: getattr(self, name) for name in _SnapshotHead.model_fields if name != "schema_"}
-        return NodeSnapshot.model_construct(**head, gpus=GpuColumns.of(self.gpus),
-                                            processes=ProcessColumns.of(self.processes))
 
 
 # --------------------------------------------------------------------------- gpu.events
@@ -331,6 +317,8 @@ class TaskMetricKind(StrEnum):
     THROUGHPUT = "throughput"
     TTFT = "ttft"
     LATENCY = "latency"
+    MODEL = "model"
+    """What the task trains: its parameter count (and shape), for model FLOPs (MFU)."""
 
 
 class TaskMetric(_TimedRecord):
@@ -358,6 +346,10 @@ class TaskMetric(_TimedRecord):
     latency_s: NonNegFloat | None = None
     exit_code: int | None = None
     message: Text = ""
+    model_params: NonNegFloat | None = Field(default=None, description="parameters (kind model)")
+    model_layers: NonNegInt | None = None
+    model_hidden: NonNegInt | None = Field(default=None, description="hidden size (d_model)")
+    model_seq_len: NonNegInt | None = None
 
 
 # --------------------------------------------------------------------------- task.summaries
@@ -394,6 +386,157 @@ class StageProgress(Wire):
         description="every summary from that partition with ts <= this was sent before; None: no node read yet")
     catching_up: bool = Field(description="its inputs are behind (a backlog): wait for it up to max_source_skew")
     nodes: NonNegInt = Field(description="nodes stage 1 holds for it; 0 and caught up: nothing to wait for")
+
+
+# --------------------------------------------------------------------------- scheduler.jobs
+
+
+class JobState(StrEnum):
+    """A job's state, one vocabulary for Slurm and Kubernetes (the scheduler's own word is
+    kept in ``reason`` where it says more)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    PREEMPTED = "preempted"
+    NODE_FAIL = "node_fail"
+    OUT_OF_MEMORY = "out_of_memory"
+    UNKNOWN = "unknown"
+
+
+class SchedulerJob(_TimedRecord):
+    """scheduler.jobs, key cluster: one job as the scheduler showed it at ``ts`` (one poll).
+    A poll's jobs and nodes are followed by its :class:`SchedulerPoll`, so a reader knows the
+    whole queue at that moment (a job missing from it has left the scheduler's view)."""
+
+    schema_: Literal["scheduler_job/1"] = Field(default="scheduler_job/1", alias="schema")
+    cluster: Label
+    scheduler: Literal["slurm", "kubernetes"]
+    job_id: Label
+    name: Label = ""
+    user: Label = ""
+    account: Label = Field(default="", description="Slurm account, or the pod's namespace")
+    queue: Label = Field(default="", description="Slurm partition, or the pod's scheduler queue")
+    state: JobState
+    reason: Label = Field(default="", description="why it waits or ended: Resources, Priority, Unschedulable, ...")
+    submit_time: Timestamp | None = None
+    eligible_time: Timestamp | None = None
+    start_time: Timestamp | None = None
+    end_time: Timestamp | None = Field(default=None, description="when it ended; None while it has not")
+    gpus: NonNegInt = Field(default=0, description="GPUs requested, all nodes together")
+    gpu_type: Label = ""
+    nodes: list[Label] = Field(default_factory=list, max_length=4096)
+    gpu_indices: dict[Label, list[NonNegInt]] = Field(
+        default_factory=dict, max_length=4096, description="allocated GPU indices per node")
+    restarts: NonNegInt = Field(default=0, description="requeues (Slurm) or container restarts (Kubernetes)")
+    exit_code: int | None = None
+
+
+class NodeCapacity(_TimedRecord):
+    """scheduler.jobs, key cluster: one node's GPUs as the scheduler counted them at ``ts``."""
+
+    schema_: Literal["node_capacity/1"] = Field(default="node_capacity/1", alias="schema")
+    cluster: Label
+    scheduler: Literal["slurm", "kubernetes"]
+    node: Label
+    partitions: list[Label] = Field(default_factory=list, max_length=256)
+    state: Label = Field(default="", description="the scheduler's word: idle, mixed, allocated, drain, down, ...")
+    gpu_type: Label = ""
+    gpus_total: NonNegInt = 0
+    gpus_allocated: NonNegInt = 0
+
+
+class SchedulerPoll(_TimedRecord):
+    """scheduler.jobs, key cluster: the end of one poll (``ts`` as its records'), with how many
+    jobs and nodes it sent; ``error`` when the scheduler did not answer (then none were sent)."""
+
+    schema_: Literal["scheduler_poll/1"] = Field(default="scheduler_poll/1", alias="schema")
+    cluster: Label
+    scheduler: Literal["slurm", "kubernetes"]
+    jobs: NonNegInt = 0
+    nodes: NonNegInt = 0
+    error: Text = ""
+
+
+# --------------------------------------------------------------------------- inference.metrics
+
+
+class HistogramDelta(Wire):
+    """One latency histogram series over one scrape interval: what was observed between the
+    previous scrape and this one, per bucket (not cumulative, as the server exposes it), so a
+    reader sums records over any window without knowing the server's start."""
+
+    name: Label = Field(description="what it measures, in our words: ttft, itl, e2e, queue")
+    metric: Label = Field(description="the serving engine's own metric name")
+    labels: dict[Label, Label] = Field(default_factory=dict, max_length=32)
+    bounds: list[float] = Field(max_length=256, description="finite upper bounds (le), ascending, seconds")
+    counts: list[NonNegInt] = Field(
+        max_length=257, description="observations per bucket in the interval; one more than bounds: the last is above the highest bound")
+    count: NonNegInt
+    sum: NonNegFloat = Field(description="sum of the interval's observations, seconds")
+    reset: bool = Field(default=False, description="the server restarted in the interval: counts since its start")
+
+    @model_validator(mode="after")
+    def _shape(self) -> "HistogramDelta":
+        if len(self.counts) != len(self.bounds) + 1:
+            raise ValueError(f"counts: {len(self.counts)} values for {len(self.bounds)} bounds (want bounds + 1)")
+        if any(lo >= hi for lo, hi in zip(self.bounds, self.bounds[1:])):
+            raise ValueError("bounds: not strictly ascending")
+        if sum(self.counts) != self.count:
+            raise ValueError(f"count: {self.count}, but the buckets hold {sum(self.counts)}")
+        return self
+
+
+class CounterDelta(Wire):
+    """One counter series over one scrape interval (tokens, requests by outcome, preemptions)."""
+
+    name: Label = Field(description="prompt_tokens, generation_tokens, preemptions, requests (finished, not "
+                                    "failed), requests_failed (finished as failures)")
+    metric: Label
+    labels: dict[Label, Label] = Field(default_factory=dict, max_length=32)
+    delta: NonNegFloat
+    reset: bool = Field(default=False, description="the server restarted in the interval: counted since its start")
+
+
+class GaugeValue(Wire):
+    """One gauge series at scrape time (requests running/waiting, KV-cache usage 0-1)."""
+
+    name: Label = Field(description="requests_running, requests_waiting, kv_cache_usage")
+    metric: Label
+    labels: dict[Label, Label] = Field(default_factory=dict, max_length=32)
+    value: float
+
+
+class InferenceMetrics(_TimedRecord):
+    """inference.metrics, key ``node``: one model of one serving process (vLLM, SGLang) over one
+    scrape interval, ``start_ts`` to ``ts`` (the agent's clock at the two scrapes). Deltas, not
+    the server's cumulative totals, so a restarted server (counters from zero) never reads as a
+    negative rate or a burst; ``reset`` marks the interval where that happened."""
+
+    schema_: Literal["inference_metrics/1"] = Field(default="inference_metrics/1", alias="schema")
+    node: Label
+    seq: NonNegInt
+    boot_id: Label
+    start_ts: Timestamp
+    engine: Literal["vllm", "sglang"]
+    service: Label
+    model: Label
+    url: Text
+    pid: NonNegInt | None = Field(default=None, description="the serving process, when the agent found it")
+    gpu_indices: list[NonNegInt] = Field(default_factory=list, max_length=64)
+    histograms: list[HistogramDelta] = Field(default_factory=list, max_length=256)
+    counters: list[CounterDelta] = Field(default_factory=list, max_length=1024)
+    gauges: list[GaugeValue] = Field(default_factory=list, max_length=1024)
+
+    @model_validator(mode="after")
+    def _interval(self) -> "InferenceMetrics":
+        if self.start_ts > self.ts:
+            raise ValueError(f"start_ts: {self.start_ts} is after ts {self.ts}")
+        return self
 
 
 # --------------------------------------------------------------------------- alerts
@@ -524,11 +667,14 @@ DEAD_LETTER_KEY_PREFIX = 1 << 10
 Record = Annotated[
     Union[
         NodeSnapshot,
-        NodeSnapshotV1,
         GpuEvent,
         TaskMetric,
         TaskSummary,
         StageProgress,
+        SchedulerJob,
+        NodeCapacity,
+        SchedulerPoll,
+        InferenceMetrics,
         AlertTransition,
         Silence,
         Ack,
@@ -538,7 +684,6 @@ Record = Annotated[
     Field(discriminator="schema_"),
 ]
 _RECORD = TypeAdapter(Record)
-_SNAPSHOT = TypeAdapter(Annotated[Union[NodeSnapshot, NodeSnapshotV1], Field(discriminator="schema_")])
 _CONTROL = TypeAdapter(ControlRecord)
 
 
@@ -640,18 +785,14 @@ def decode(
                                     "max_past_skew_s": max_past_skew_s}
     try:
         if model is None:
-            record = _RECORD.validate_json(data, context=ctx)
-        elif model is NodeSnapshot:
-            record = _SNAPSHOT.validate_json(data, context=ctx)
-        else:
-            return model.model_validate_json(data, context=ctx)
+            return _RECORD.validate_json(data, context=ctx)
+        return model.model_validate_json(data, context=ctx)
     except ValidationError as e:
         version = _version_error(e)
         if version is not None:
             raise version from None
         msg, fields = describe(e)
         raise ContractError(msg, fields) from None
-    return record.upgrade() if isinstance(record, NodeSnapshotV1) else record
 
 
 def decode_control(data: bytes | str) -> Silence | Ack | OnCallOverride:
@@ -699,6 +840,8 @@ class Topics:
         "events": "gpu.events",
         "metrics": "task.metrics",
         "summaries": "task.summaries",
+        "jobs": "scheduler.jobs",
+        "inference": "inference.metrics",
         "alerts": "alerts",
         "control": "control",
     }
@@ -709,6 +852,8 @@ class Topics:
         self.events = prefix + self.BASE["events"]
         self.metrics = prefix + self.BASE["metrics"]
         self.summaries = prefix + self.BASE["summaries"]
+        self.jobs = prefix + self.BASE["jobs"]
+        self.inference = prefix + self.BASE["inference"]
         self.alerts = prefix + self.BASE["alerts"]
         self.control = prefix + self.BASE["control"]
 
@@ -717,7 +862,8 @@ class Topics:
         return topic + ".dlq"
 
     def all(self) -> list[str]:
-        return [self.samples, self.events, self.metrics, self.summaries, self.alerts, self.control]
+        return [self.samples, self.events, self.metrics, self.summaries, self.jobs, self.inference, self.alerts,
+                self.control]
 
     def for_record(self, record: BaseModel) -> str:
         """The topic a contract record belongs on."""
@@ -727,6 +873,10 @@ class Topics:
             TaskMetric: self.metrics,
             TaskSummary: self.summaries,
             StageProgress: self.summaries,
+            SchedulerJob: self.jobs,
+            NodeCapacity: self.jobs,
+            SchedulerPoll: self.jobs,
+            InferenceMetrics: self.inference,
             AlertTransition: self.alerts,
             Silence: self.control,
             Ack: self.control,
@@ -736,12 +886,14 @@ class Topics:
 
 def record_key(record: BaseModel) -> str:
     """The partition key the design gives each record kind."""
-    if isinstance(record, (NodeSnapshot, GpuEvent, TaskMetric)):
+    if isinstance(record, (NodeSnapshot, GpuEvent, TaskMetric, InferenceMetrics)):
         return record.node
     if isinstance(record, TaskSummary):
         return record.task
     if isinstance(record, StageProgress):
         return f"progress:{record.partition}"
+    if isinstance(record, (SchedulerJob, NodeCapacity, SchedulerPoll)):
+        return record.cluster
     if isinstance(record, AlertTransition):
         return record.fingerprint
     if isinstance(record, Silence):

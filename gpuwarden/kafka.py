@@ -14,9 +14,9 @@ import asyncio
 import ssl
 from collections.abc import Iterable
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from gpuwarden.config import KafkaConfig
+from gpuwarden.config import CommonSettings, KafkaConfig
 
 if TYPE_CHECKING:
     import faust
@@ -24,13 +24,6 @@ if TYPE_CHECKING:
 #: aiokafka connection kwargs; the rest are client-specific (acks, group_id, …).
 _CONN_KEYS = ("client_id", "security_protocol", "sasl_mechanism", "sasl_plain_username",
               "sasl_plain_password", "ssl_context")
-
-
-class HasKafka(Protocol):
-    """Settings with a ``kafka`` section (any composition of the rooms' settings)."""
-
-    @property
-    def kafka(self) -> KafkaConfig: ...
 
 
 class KafkaConnectError(Exception):
@@ -59,7 +52,7 @@ def kafka_kwargs(kafka: KafkaConfig) -> dict[str, Any]:
     return kw
 
 
-def client_kwargs(settings: HasKafka) -> dict[str, Any]:
+def client_kwargs(settings: CommonSettings) -> dict[str, Any]:
     """aiokafka kwargs for ``settings.kafka`` (producers, consumers, admin clients)."""
     return kafka_kwargs(settings.kafka)
 

@@ -19,9 +19,10 @@ from types import ModuleType
 from urllib.parse import unquote, urlsplit
 
 from gpuwarden.contract import Tier
+from gpuwarden.notifiers.channel import Channel, RateLimit, SendContext
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.receivers import AppriseConfig
-from gpuwarden.notifiers.render import is_resolved, render_text, top_tier, truncate_utf8
+from gpuwarden.notifiers.render import Locale, is_resolved, render_text, top_tier, truncate_utf8
 from gpuwarden.notifiers.verdict import Ok, Retry, Verdict, reveal
 
 INSTALL_HINT = "pip install 'gpuwarden[apprise]'"
@@ -40,20 +41,6 @@ def _apprise() -> ModuleType:
     return importlib.import_module("apprise")
 
 
-def problems(names_and_configs: list[tuple[str, AppriseConfig]]) -> list[str]:
-    """Why these receivers cannot run here: the extra is missing, or Apprise rejects the URL."""
-    if not names_and_configs:
-        return []
-    names = ", ".join(name for name, _ in names_and_configs)
-    try:
-        lib = _apprise()
-    except ImportError:
-        return [f"receivers {names}: the apprise channel needs the apprise extra ({INSTALL_HINT})"]
-    return [f"receivers {name}: apprise does not accept the URL in {cfg.url.env or cfg.url.file} "
-            "(unknown schema or malformed)"
-            for name, cfg in names_and_configs if not lib.Apprise().add(reveal(cfg.url))]
-
-
 def url_secrets(cfg: AppriseConfig) -> list[str]:
     """Token-like pieces of the URL, which Apprise and urllib3 log apart from the whole URL."""
     parts = urlsplit(reveal(cfg.url))
@@ -63,11 +50,6 @@ def url_secrets(cfg: AppriseConfig) -> list[str]:
     if "." not in host and host.split(":")[0] != "localhost":  # tgram://{bot_token}/…: the "host" is a token
         pieces += [host, *host.split(":")]
     return [unquote(p) for p in pieces if _token_like(p)] + ([unquote(parts.password)] if parts.password else [])
-
-
-def rate_limits(cfg: AppriseConfig) -> list[tuple[int, float]]:
-    """Configured: the target can be anything, so the default (20/min) is conservative."""
-    return [(cfg.rate_limit, cfg.rate_window)]
 
 
 def notify_type(n: Notification) -> str:
@@ -87,13 +69,44 @@ def _notify_blocking(url: str, title: str, body: str, kind: str, timeout_s: floa
     return bool(ap.notify(body=body, title=title, notify_type=kind, body_format=lib.NotifyFormat.MARKDOWN))
 
 
-async def send(cfg: AppriseConfig, n: Notification, language: str, timeout_s: float) -> Verdict:
-    """Rendered title and markdown body to the Apprise URL, in a worker thread, within ``timeout_s``."""
-    title, body = render_text(n, language)
-    call = asyncio.to_thread(_notify_blocking, reveal(cfg.url), title, truncate_utf8(body, TEXT_LIMIT),
-                             notify_type(n), timeout_s)
-    try:
-        ok = await asyncio.wait_for(call, timeout_s)
-    except TimeoutError:
-        return Retry(None, f"apprise: no answer within {timeout_s:g}s")
-    return Ok() if ok else Retry(None, "apprise: notification not accepted (the apprise log says why)")
+class AppriseChannel(Channel[AppriseConfig]):
+    """Any Apprise URL: limits configured per receiver, the URL's pieces redacted, the extra checked at start."""
+
+    text_limit = TEXT_LIMIT
+    loggers = LOGGERS
+
+    def rate_limits(self, cfg: AppriseConfig) -> list[RateLimit]:
+        """Configured: the target can be anything, so the default (20/min) is conservative."""
+        return [(cfg.rate_limit, cfg.rate_window)]
+
+    def secrets(self, cfg: AppriseConfig) -> list[str]:
+        """The URL, and its token-like pieces, which Apprise and urllib3 log apart from the whole URL."""
+        return super().secrets(cfg) + url_secrets(cfg)
+
+    def problems(self, receivers: list[tuple[str, AppriseConfig]]) -> list[str]:
+        """Why these receivers cannot run here: the extra is missing, or Apprise rejects the URL."""
+        if not receivers:
+            return []
+        names = ", ".join(name for name, _ in receivers)
+        try:
+            lib = _apprise()
+        except ImportError:
+            return [f"receivers {names}: the apprise channel needs the apprise extra ({INSTALL_HINT})"]
+        return [f"receivers {name}: apprise does not accept the URL in {cfg.url.env or cfg.url.file} "
+                "(unknown schema or malformed)"
+                for name, cfg in receivers if not lib.Apprise().add(reveal(cfg.url))]
+
+    async def send(self, cfg: AppriseConfig, n: Notification, locale: Locale, ctx: SendContext) -> Verdict:
+        """Rendered title and markdown body to the Apprise URL, in a worker thread, within ``ctx.timeout_s``."""
+        title, body = render_text(n, locale)
+        timeout_s = ctx.timeout_s
+        call = asyncio.to_thread(_notify_blocking, reveal(cfg.url), title, truncate_utf8(body, TEXT_LIMIT),
+                                 notify_type(n), timeout_s)
+        try:
+            ok = await asyncio.wait_for(call, timeout_s)
+        except TimeoutError:
+            return Retry(None, f"apprise: no answer within {timeout_s:g}s")
+        return Ok() if ok else Retry(None, "apprise: notification not accepted (the apprise log says why)")
+
+
+CHANNEL = AppriseChannel()

@@ -7,17 +7,18 @@ pages the on-call AND posts to the team chat at once (no group_wait).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, field_validator, model_validator
 
-from gpuwarden.config import Section
-from gpuwarden.contract import Matcher
-from gpuwarden.units import Duration
-from gpuwarden.notifiers.receivers import Receiver, fallback_problems
+from gpuwarden.config import KafkaConfig, LimitsConfig, SecretRef, Section, SpoolConfig
+from gpuwarden.contract import Matcher, Tier
+from gpuwarden.units import Duration, Size
+from gpuwarden.notifiers.receivers import BasicAuth, Receiver, fallback_problems
 
 _MATCHER = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(=~|!~|!=|=)\s*(.*?)\s*$")
 
@@ -168,6 +169,51 @@ class OwnersConfig(Section):
     default: str | None = None
 
 
+def _severity_tiers() -> dict[str, Tier]:
+    return {"critical": Tier.CRITICAL, "warning": Tier.ATTENTION, "info": Tier.INFO}
+
+
+def is_loopback(host: str) -> bool:
+    """``127.0.0.1``, ``::1``, ``localhost``: only this machine can connect."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class AlertmanagerWebhookConfig(Section):
+    """``gpuwarden notify`` serves Alertmanager's webhook (version 4) and routes its alerts like its own."""
+
+    bind: str = "127.0.0.1"
+    port: int = Field(default=9095, ge=0, le=65535)
+    """0: any free port (the address is logged at start)."""
+    token: SecretRef | None = None
+    """Bearer token Alertmanager sends (its ``http_config.authorization.credentials_file``)."""
+    basic_auth: BasicAuth | None = None
+    max_body_bytes: Size = Field(default=1 << 20, ge=1024)
+    """Larger requests are refused with 413 before they are read."""
+    severity_tiers: dict[str, Tier] = Field(default_factory=_severity_tiers)
+    """The ``severity`` label's value (case-insensitive) → gpuwarden's tier."""
+    default_tier: Tier = Tier.ATTENTION
+    """The tier of an alert without a ``severity`` label or with one not in ``severity_tiers``."""
+
+    @field_validator("severity_tiers")
+    @classmethod
+    def _lower(cls, v: dict[str, Tier]) -> dict[str, Tier]:
+        return {k.lower(): t for k, t in v.items()}
+
+    @model_validator(mode="after")
+    def _auth_off_loopback(self) -> AlertmanagerWebhookConfig:
+        if self.token is not None and self.basic_auth is not None:
+            raise ValueError("expected either 'token' or 'basic_auth', not both")
+        if not is_loopback(self.bind) and self.token is None and self.basic_auth is None:
+            raise ValueError(f"expected 'token' or 'basic_auth' when bind is not a loopback address "
+                             f"(got {self.bind!r}): anyone who reaches the port could post alerts")
+        return self
+
+
 class NotifyConfig(Section):
     language: Literal["en", "zh-CN"] | None = None
     timezone: str = "UTC"
@@ -187,6 +233,8 @@ class NotifyConfig(Section):
     """``gpuwarden notify`` skips alert records older than this (a fresh group reads history first)."""
     tick_interval: Duration = 1.0
     """How often the worker runs timers (group flushes, repeats, escalation, spool drain)."""
+    alertmanager_webhook: AlertmanagerWebhookConfig | None = None
+    """When set, ``gpuwarden notify`` also serves Alertmanager's webhook (docs/alertmanager.md)."""
     drain_on_exit: Duration = 30.0
     """Wall time ``gpuwarden run`` waits at its end for the receivers' queues to empty (a signal cuts
     it short); what is left stays in the spool and goes out at the next start."""
@@ -243,3 +291,17 @@ def default_route() -> RouteConfig:
                             group_by=[GROUP_BY_ALL], group_wait=0.0, group_interval=60.0,
                             repeat_interval=3600.0, mention_oncall=True)],
     )
+
+
+class NotifierSettings(Protocol):
+    """What the notifier reads of the composed settings: its own section and the foundation's shared ones.
+
+    The settings model is assembled from every room's section at load time; this names the part the
+    notifier's commands and :class:`~gpuwarden.notifiers.pipeline.Notifier` depend on.
+    """
+
+    language: str
+    notify: NotifyConfig
+    kafka: KafkaConfig
+    spool: SpoolConfig
+    limits: LimitsConfig

@@ -1,4 +1,4 @@
-"""Control state (silences, acknowledgements, on-call overrides) and the CLI that writes it.
+"""Control state: silences, acknowledgements and on-call overrides, and its store in the spool.
 
 The state is a map keyed by :func:`gpuwarden.contract.record_key`, the last
 write per key winning, which is exactly what a compacted Kafka topic keeps.
@@ -6,37 +6,19 @@ It lives in the ``control`` topic (``notify.control: kafka``, cluster mode)
 or in the spool's key/value store (``notify.control: spool``, the default,
 for standalone ``gpuwarden run``). A tombstone or an ``ends_at`` in the past
 ends a silence; ``silence expire`` writes ``ends_at = now`` so the history of
-who silenced what stays readable.
+who silenced what stays readable. The commands that write it are in
+:mod:`gpuwarden.notifiers.control_cli`, the topic's plumbing in
+:mod:`gpuwarden.notifiers.kafka`.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import getpass
 import logging
-import os
-import sys
-import time
-import uuid
-from typing import Any
 
-from gpuwarden.contract import (
-    Ack,
-    AlertState,
-    AlertTransition,
-    ContractError,
-    OnCallOverride,
-    Silence,
-    Topics,
-    decode,
-    decode_control,
-    encode,
-    record_key,
-)
+from gpuwarden.contract import (Ack, AlertTransition, ContractError, OnCallOverride, Silence, decode_control, encode,
+                                record_key)
 from gpuwarden.spool import Spool
-from gpuwarden.notifiers.config import parse_matcher
-from gpuwarden.notifiers.matchers import alert_labels, matches_all, show
+from gpuwarden.notifiers.matchers import alert_labels, matches_all
 from gpuwarden.notifiers.oncall import Cover
 
 ControlRecord = Silence | Ack | OnCallOverride
@@ -139,122 +121,3 @@ def load_spool(spool: Spool, state: ControlState | None = None) -> tuple[Control
 
 def write_spool(spool: Spool, record: ControlRecord) -> None:
     spool.kv_put(KV_NS, record_key(record), encode(record))
-
-
-def _open_spool(settings: Any) -> Spool:
-    return Spool(settings.spool.path, settings.spool.max_bytes, settings.spool.max_age)
-
-
-async def _read(settings: Any) -> ControlState:
-    if settings.notify.control == "kafka":
-        from gpuwarden.notifiers.kafka import read_control
-
-        return await read_control(settings)
-    with _open_spool(settings) as spool:
-        state, problems = load_spool(spool)
-    warn_each(problems)
-    return state
-
-
-async def _write(settings: Any, record: ControlRecord) -> None:
-    if settings.notify.control == "kafka":
-        from gpuwarden.notifiers.kafka import write_control
-
-        await write_control(settings, record)
-    else:
-        with _open_spool(settings) as spool:
-            write_spool(spool, record)
-
-
-# ----------------------------------------------------------------------- CLI
-
-
-def _who(args: argparse.Namespace) -> str:
-    if args.by:
-        return args.by
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return os.environ.get("USER", "unknown")
-
-
-def _fmt_time(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(ts))
-
-
-def cmd_silence(args: argparse.Namespace, settings: Any) -> int:
-    """``gpuwarden silence add|list|expire``; writes where ``notify.control`` says."""
-    return asyncio.run(_silence(args, settings))
-
-
-async def _silence(args: argparse.Namespace, settings: Any) -> int:
-    now = time.time()
-    if args.silence_command == "add":
-        try:
-            matchers = [parse_matcher(m) for m in args.matchers]
-        except ValueError as e:
-            print(f"gpuwarden silence add: {e}", file=sys.stderr)
-            return 2
-        s = Silence(id=uuid.uuid4().hex[:12], matchers=matchers, starts_at=now,
-                    ends_at=now + args.duration, created_by=_who(args), comment=args.comment)
-        await _write(settings, s)
-        print(f"{s.id}  until {_fmt_time(s.ends_at)}  {' '.join(show(m) for m in matchers)}")
-        return 0
-    state = await _read(settings)
-    if args.silence_command == "list":
-        for s in state.silences(now):
-            print(f"{s.id}  until {_fmt_time(s.ends_at)}  by {s.created_by}  "
-                  f"{' '.join(show(m) for m in s.matchers)}  {s.comment}".rstrip())
-        return 0
-    found = state.records.get(f"silence:{args.id}")
-    if not isinstance(found, Silence) or found.ends_at <= now:
-        print(f"gpuwarden silence expire: no active silence {args.id!r}", file=sys.stderr)
-        return 1
-    await _write(settings, found.model_copy(update={"ends_at": now}))
-    print(f"{args.id}  expired")
-    return 0
-
-
-def open_alerts(settings: Any, spool: Spool) -> dict[str, AlertTransition] | None:
-    """Firing alerts by fingerprint, as this spool knows them: the alert history ``gpuwarden run``
-    keeps, else the router state a ``gpuwarden notify`` on this host saves; None when it has neither."""
-    from gpuwarden.notifiers.pipeline import STATE_KEY, STATE_NS
-    from gpuwarden.notifiers.router import firing_in_state
-
-    latest: dict[str, AlertTransition] = {}
-    for rec in spool.read(Topics(settings.kafka.topic_prefix).alerts):
-        try:
-            t = decode(rec.value, AlertTransition)
-        except ContractError:
-            continue
-        latest[t.fingerprint] = t
-    if latest:
-        return {fp: t for fp, t in latest.items() if t.state == AlertState.FIRING}
-    state = spool.kv_get(STATE_NS, STATE_KEY)
-    return None if state is None else firing_in_state(state)
-
-
-def cmd_ack(args: argparse.Namespace, settings: Any) -> int:
-    """``gpuwarden ack FINGERPRINT``: stops repeats and escalation of that alert's current episode.
-
-    The fingerprint (or a unique prefix, as messages show it) must be of an open alert: exit 1
-    naming the open ones otherwise. A spool with no alert history or notifier state (the CLI on
-    another host than ``gpuwarden notify``) cannot tell: the ack is written and that is said."""
-    fp = args.fingerprint
-    with _open_spool(settings) as spool:
-        firing = open_alerts(settings, spool)
-    if firing is None:
-        print(f"gpuwarden ack: no alert history or notifier state in {settings.spool.path}; "
-              f"{fp} not checked against the open alerts", file=sys.stderr)
-    else:
-        hits = [f for f in firing if f == fp] or [f for f in firing if f.startswith(fp)]
-        if len(hits) != 1:
-            listed = "; ".join(f"{f} ({firing[f].rule}: {firing[f].summary})" for f in sorted(firing)[:20])
-            why = f"{fp!r} matches {len(hits)} open alerts" if hits else f"no open alert {fp!r}"
-            print(f"gpuwarden ack: {why}; open: {listed or 'none'}", file=sys.stderr)
-            return 1
-        fp = hits[0]
-    a = Ack(fingerprint=fp, by=_who(args), at=time.time(), comment=args.comment)
-    asyncio.run(_write(settings, a))
-    print(f"acknowledged {a.fingerprint} by {a.by}")
-    return 0

@@ -28,15 +28,15 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from types import ModuleType
-from typing import Literal
+from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 import httpx
 
 from gpuwarden.contract import Tier
 from gpuwarden.spool import Spool
-from gpuwarden.notifiers import apprise_channel, dingtalk, email, feishu, pagerduty, slack, webhook, wecom
+from gpuwarden.notifiers import alertmanager, apprise_channel, dingtalk, email, feishu, pagerduty, slack, webhook, wecom
+from gpuwarden.notifiers.channel import Channel, SendContext
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.outbox import (Delivered, DeliveryLog, decode_notification, encode_notification,
                               outbox_topic)
@@ -44,14 +44,17 @@ from gpuwarden.notifiers.ratelimit import Limiter
 from gpuwarden.notifiers.receivers import Receiver, fallback_problems
 from gpuwarden.notifiers.redact import LOGGERS as REDACTED_LOGGERS, install as install_redaction, redact
 from gpuwarden.notifiers.localise import localise
-from gpuwarden.notifiers.render import Lang, is_resolved, render_text, top_tier
+from gpuwarden.notifiers.render import Locale, is_resolved, render_text, top_tier
 from gpuwarden.notifiers.verdict import Ok, Permanent, Retry, Verdict
 
 log = logging.getLogger("gpuwarden.notifiers.delivery")
 
-CHANNELS: dict[str, ModuleType] = {
-    "slack": slack, "feishu": feishu, "dingtalk": dingtalk, "wecom": wecom,
-    "pagerduty": pagerduty, "webhook": webhook, "email": email, "apprise": apprise_channel,
+#: Every channel by its receiver section's name: the only place delivery learns of a platform.
+CHANNELS: dict[str, Channel[Any]] = {
+    "slack": slack.CHANNEL, "feishu": feishu.CHANNEL, "dingtalk": dingtalk.CHANNEL, "wecom": wecom.CHANNEL,
+    "pagerduty": pagerduty.CHANNEL, "webhook": webhook.CHANNEL, "alertmanager": alertmanager.CHANNEL,
+    "email": email.CHANNEL,
+    "apprise": apprise_channel.CHANNEL,
 }
 MAX_DIGEST = 1000  # notifications merged into one digest at most (the text limit usually binds first)
 
@@ -75,18 +78,12 @@ def notification_id(n: Notification) -> str:
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32]
 
 
-def rate_limits(r: Receiver) -> list[tuple[int, float]]:
-    """The platform's documented limits; an apprise receiver's are configured (its target can be anything)."""
-    module = CHANNELS[r.kind]
-    return module.rate_limits(r.channel) if module is apprise_channel else module.RATE_LIMITS
-
-
 def not_sent(r: Receiver, n: Notification) -> str | None:
     """Why ``r`` does not get ``n`` at all, or None. An ``ack`` goes only to channels that can say it
-    (``SENDS_ACK``: PagerDuty's ``acknowledge``); chat would render it as one more firing message."""
+    (``sends_ack``: PagerDuty's ``acknowledge``); chat would render it as one more firing message."""
     if is_resolved(n) and not r.channel.send_resolved:
         return "not sent: send_resolved is false"
-    if n.reason == "ack" and not getattr(CHANNELS[r.kind], "SENDS_ACK", False):
+    if n.reason == "ack" and not CHANNELS[r.kind].sends_ack:
         return f"not sent: {r.kind} has no acknowledge message"
     return None
 
@@ -117,11 +114,11 @@ class Delivery:
         if problems := fallback_problems(receivers):
             raise ValueError("; ".join(problems))
         # Resolve every secret now: a missing one fails at start, and redaction knows them all.
-        install_redaction(ref.resolve().get_secret_value() for r in receivers for ref in r.secrets())
-        appr = [(r.name, r.apprise) for r in receivers if r.apprise is not None]
-        install_redaction([s for _, cfg in appr for s in apprise_channel.url_secrets(cfg)],
-                          loggers=(*REDACTED_LOGGERS, *apprise_channel.LOGGERS))
-        if problems := apprise_channel.problems(appr):
+        install_redaction([s for r in receivers for s in CHANNELS[r.kind].secrets(r.channel)],
+                          loggers=(*REDACTED_LOGGERS, *(name for c in CHANNELS.values() for name in c.loggers)))
+        problems = [p for kind, c in CHANNELS.items()
+                    for p in c.problems([(r.name, r.channel) for r in receivers if r.kind == kind])]
+        if problems:
             raise ValueError("; ".join(problems))
         self.receivers = {r.name: r for r in receivers}
         self._own_spool = spool is None
@@ -129,12 +126,12 @@ class Delivery:
         self.language, self.tz = language, ZoneInfo(timezone)
         self.clock, self.sleep, self.rng = clock, sleep, rng
         self.max_attempts, self.backoff_s, self.max_backoff_s = max_attempts, backoff_s, max_backoff_s
-        self.timeout_s = timeout_s
         self._own_client = client is None
         self.client = client or httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)))
+        self.context = SendContext(self.client, clock, timeout_s)
         self.log = log or DeliveryLog(self.spool)
         self.delivered = Delivered(self.spool)
-        self.limiters = {r.name: Limiter(rate_limits(r), clock) for r in receivers}
+        self.limiters = {r.name: Limiter(CHANNELS[r.kind].rate_limits(r.channel), clock) for r in receivers}
         self._locks = {r.name: asyncio.Lock() for r in receivers}
         self._failures: dict[str, int] = {}  # receiver → failed sends in a row (present = down)
         self._not_before: dict[str, float] = {}  # receiver → wall time of its next allowed attempt
@@ -227,35 +224,20 @@ class Delivery:
             await self.sleep(delay)
 
     async def _send_once(self, r: Receiver, n: Notification) -> Verdict:
-        module = CHANNELS[r.kind]
-        lang = self._lang(r)
-        n = localise(n, lang)
-        parts = [replace(n, alerts=[a]) for a in n.alerts] if getattr(module, "ONE_ALERT_PER_REQUEST", False) else [n]
+        channel = CHANNELS[r.kind]
+        locale = self._locale(r)
+        n = localise(n, locale.language)
+        parts = [replace(n, alerts=[a]) for a in n.alerts] if channel.one_alert_per_request else [n]
         for part in parts:
             limiter = self.limiters[r.name]
             while (wait := limiter.wait_s()) > 0:  # wall clock: this wait always ends
                 await self.sleep(wait)
             limiter.try_take()
-            if module is email:
-                verdict = await email.send(r.channel, part, lang, self.clock())
-            elif module is apprise_channel:
-                verdict = await apprise_channel.send(r.channel, part, lang, self.timeout_s)
-            else:
-                verdict = await self._post(module, r, part, lang)
+            verdict = await channel.send(r.channel, part, locale, self.context)
             limiter.answered()
             if not isinstance(verdict, Ok):
                 return verdict
         return Ok()
-
-    async def _post(self, module: ModuleType, r: Receiver, n: Notification, lang: str) -> Verdict:
-        req = module.build_request(r.channel, n, lang, self.clock())
-        try:
-            resp = await self.client.post(req.url, content=req.body, headers=req.headers)
-        except httpx.TimeoutException as e:
-            return Retry(None, f"timeout ({type(e).__name__})")
-        except httpx.HTTPError as e:  # the URL (with its token) may be in the message: redact
-            return Retry(None, redact(f"{type(e).__name__}: {e}"))
-        return module.classify(resp.status_code, resp.headers, resp.content)
 
     def _backoff(self, attempt: int, after_s: float | None) -> float:
         """Exponential in the failures so far, jittered (half to full step), capped; never under Retry-After."""
@@ -370,13 +352,13 @@ class Delivery:
     def _fits(self, r: Receiver, items: list[Notification]) -> bool:
         if len(items) > MAX_DIGEST:
             return False
-        lang = self._lang(r)
-        _, body = render_text(localise(digest(r.name, items), lang), lang)
-        return len(body.encode()) <= CHANNELS[r.kind].TEXT_LIMIT
+        locale = self._locale(r)
+        _, body = render_text(localise(digest(r.name, items), locale.language), locale)
+        return len(body.encode()) <= CHANNELS[r.kind].text_limit
 
-    def _lang(self, r: Receiver) -> Lang:
+    def _locale(self, r: Receiver) -> Locale:
         """The receiver's language (or the default), with the zone its times are shown in."""
-        return Lang(r.language or self.language, self.tz)
+        return Locale(r.language or self.language, self.tz)
 
     # ------------------------------------------------------------------ bookkeeping
 

@@ -13,12 +13,12 @@ import hmac
 from urllib.parse import quote_plus
 
 from gpuwarden.contract import Tier
+from gpuwarden.notifiers.http_channel import HttpChannel
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.receivers import DingTalkConfig
-from gpuwarden.notifiers.render import is_resolved, render_text, top_tier, truncate_utf8
+from gpuwarden.notifiers.render import Locale, is_resolved, render_text, top_tier, truncate_utf8
 from gpuwarden.notifiers.verdict import HttpRequest, Verdict, body_code_verdict, json_request, reveal
 
-RATE_LIMITS = [(20, 60.0)]  # 20 messages per minute per robot
 TEXT_LIMIT = 18_000  # markdown size limit is not documented officially; stay well under 20 KB
 RATE_LIMITED, SECURITY_CHECK_FAILED = 130101, 310000
 RATE_LIMIT_WAIT_S = 60.0
@@ -30,8 +30,8 @@ def sign(timestamp_ms: int, secret: str) -> str:
     return quote_plus(base64.b64encode(mac).decode())
 
 
-def payload(cfg: DingTalkConfig, n: Notification, language: str) -> dict:
-    title, body = render_text(n, language)
+def payload(cfg: DingTalkConfig, n: Notification, locale: Locale) -> dict:
+    title, body = render_text(n, locale)
     mobiles = [*cfg.at_mobiles, *n.mentions]
     at_all = cfg.at_all_on_critical and top_tier(n) == Tier.CRITICAL and not is_resolved(n)
     # DingTalk only notifies mobiles that also appear as "@mobile" in the text.
@@ -39,21 +39,24 @@ def payload(cfg: DingTalkConfig, n: Notification, language: str) -> dict:
     text = truncate_utf8(f"### {title}\n\n{body}", TEXT_LIMIT) + (f"\n\n{tail}" if tail else "")
     at = {"atMobiles": mobiles, "atUserIds": cfg.at_user_ids, "isAtAll": at_all}
     if cfg.msgtype == "actionCard":
-        view = "View" if language == "en" else "查看"
+        view = "View" if locale.language == "en" else "查看"
         card = {"title": title, "text": text, "singleTitle": view, "singleURL": cfg.action_url}
         return {"msgtype": "actionCard", "actionCard": card, "at": at}
     return {"msgtype": "markdown", "markdown": {"title": title, "text": text}, "at": at}
 
 
-def build_request(cfg: DingTalkConfig, n: Notification, language: str, now: float) -> HttpRequest:
+def build_request(cfg: DingTalkConfig, n: Notification, locale: Locale, now: float) -> HttpRequest:
     url = reveal(cfg.url)
     if cfg.secret is not None:
         ts = int(now * 1000)
         url += f"{'&' if '?' in url else '?'}timestamp={ts}&sign={sign(ts, reveal(cfg.secret))}"
-    return json_request(url, payload(cfg, n, language))
+    return json_request(url, payload(cfg, n, locale))
 
 
 def classify(status: int, headers: object, body: bytes) -> Verdict:
     """errcode 0 ok; 130101 rate limit (retry); 310000 security check failed: permanent."""
     return body_code_verdict(status, headers, body, platform="DingTalk", code_keys=("errcode",),
                              msg_keys=("errmsg",), retry={RATE_LIMITED: RATE_LIMIT_WAIT_S})
+
+
+CHANNEL = HttpChannel(build_request, classify, limits=((20, 60.0),), text_limit=TEXT_LIMIT)  # 20/min per robot

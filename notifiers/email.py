@@ -8,17 +8,14 @@ import ssl
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 
+from gpuwarden.notifiers.channel import Channel, RateLimit, SendContext
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.receivers import EmailConfig
-from gpuwarden.notifiers.render import render_text
+from gpuwarden.notifiers.render import Locale, render_text
 from gpuwarden.notifiers.verdict import Ok, Permanent, Retry, Verdict, reveal
 
-RATE_LIMITS: list[tuple[int, float]] = []
-TEXT_LIMIT = 1_000_000
-
-
-def build_message(cfg: EmailConfig, n: Notification, language: str, now: float) -> EmailMessage:
-    title, body = render_text(n, language)
+def build_message(cfg: EmailConfig, n: Notification, locale: Locale, now: float) -> EmailMessage:
+    title, body = render_text(n, locale)
     msg = EmailMessage()
     msg["Subject"] = title
     msg["From"] = cfg.sender
@@ -57,5 +54,16 @@ def _send_blocking(cfg: EmailConfig, msg: EmailMessage) -> Verdict:
         return Retry(None, f"SMTP {cfg.host}:{cfg.port} unreachable: {type(e).__name__}: {e}")
 
 
-async def send(cfg: EmailConfig, n: Notification, language: str, now: float) -> Verdict:
-    return await asyncio.to_thread(_send_blocking, cfg, build_message(cfg, n, language, now))
+class EmailChannel(Channel[EmailConfig]):
+    """SMTP has no platform limit; ``cfg.timeout_s`` bounds each connection."""
+
+    text_limit = 1_000_000
+
+    def rate_limits(self, cfg: EmailConfig) -> list[RateLimit]:
+        return []
+
+    async def send(self, cfg: EmailConfig, n: Notification, locale: Locale, ctx: SendContext) -> Verdict:
+        return await asyncio.to_thread(_send_blocking, cfg, build_message(cfg, n, locale, ctx.clock()))
+
+
+CHANNEL = EmailChannel()

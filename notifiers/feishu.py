@@ -12,12 +12,12 @@ import hashlib
 import hmac
 
 from gpuwarden.contract import Tier
+from gpuwarden.notifiers.http_channel import HttpChannel
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.receivers import FeishuConfig
-from gpuwarden.notifiers.render import is_resolved, render_text, top_tier, truncate_utf8
+from gpuwarden.notifiers.render import Locale, is_resolved, render_text, top_tier, truncate_utf8
 from gpuwarden.notifiers.verdict import HttpRequest, Verdict, body_code_verdict, json_request, reveal
 
-RATE_LIMITS = [(5, 1.0), (100, 60.0)]  # per bot: 5/s and 100/min
 TEXT_LIMIT = 18_000  # the body must stay under 20 KB
 RATE_LIMITED, BAD_SIGNATURE, BAD_REQUEST = 11232, 19021, 9499
 
@@ -29,8 +29,8 @@ def sign(timestamp: int, secret: str) -> str:
     return base64.b64encode(hmac.new(key, b"", hashlib.sha256).digest()).decode()
 
 
-def card(cfg: FeishuConfig, n: Notification, language: str) -> dict:
-    title, body = render_text(n, language)
+def card(cfg: FeishuConfig, n: Notification, locale: Locale) -> dict:
+    title, body = render_text(n, locale)
     ats = [*cfg.at_user_ids, *n.mentions]
     if cfg.at_all_on_critical and top_tier(n) == Tier.CRITICAL and not is_resolved(n):
         ats.append("all")
@@ -44,8 +44,8 @@ def card(cfg: FeishuConfig, n: Notification, language: str) -> dict:
     }
 
 
-def build_request(cfg: FeishuConfig, n: Notification, language: str, now: float) -> HttpRequest:
-    payload: dict = {"msg_type": "interactive", "card": card(cfg, n, language)}
+def build_request(cfg: FeishuConfig, n: Notification, locale: Locale, now: float) -> HttpRequest:
+    payload: dict = {"msg_type": "interactive", "card": card(cfg, n, locale)}
     if cfg.secret is not None:
         ts = int(now)
         payload = {"timestamp": str(ts), "sign": sign(ts, reveal(cfg.secret)), **payload}
@@ -56,3 +56,6 @@ def classify(status: int, headers: object, body: bytes) -> Verdict:
     """code 0 ok; 11232 rate limit (retry); 19021 bad signature, 9499 bad request: permanent."""
     return body_code_verdict(status, headers, body, platform="Feishu", code_keys=("code", "StatusCode"),
                              msg_keys=("msg", "StatusMessage"), retry={RATE_LIMITED: None})
+
+
+CHANNEL = HttpChannel(build_request, classify, limits=((5, 1.0), (100, 60.0)), text_limit=TEXT_LIMIT)  # per bot

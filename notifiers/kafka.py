@@ -3,38 +3,47 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
+from gpuwarden.config import KafkaConfig
 from gpuwarden.contract import ContractError, Topics, encode, record_key
-from gpuwarden.kafka import client_kwargs
+from gpuwarden.kafka import kafka_kwargs
+from gpuwarden.notifiers.control import ControlRecord, ControlState, warn_each
 
 READ_TIMEOUT_S = 15.0
 
 
-async def ensure_control_topic(settings: Any) -> str:
-    """Create the compacted control topic if it is missing; returns its name."""
-    topic = Topics(settings.kafka.topic_prefix).control
-    admin = AIOKafkaAdminClient(**client_kwargs(settings))
+async def ensure_control_topic(kafka: KafkaConfig) -> list[TopicPartition]:
+    """Create the compacted control topic if it is missing; returns its partitions once the broker
+    reports them (a topic just created has none for a moment)."""
+    topic = Topics(kafka.topic_prefix).control
+    admin = AIOKafkaAdminClient(**kafka_kwargs(kafka))
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(
-            topic, num_partitions=1, replication_factor=settings.kafka.replication_factor,
-            topic_configs={"cleanup.policy": "compact"})])
-    except TopicAlreadyExistsError:
-        pass
+        try:
+            await admin.create_topics([NewTopic(
+                topic, num_partitions=1, replication_factor=kafka.replication_factor,
+                topic_configs={"cleanup.policy": "compact"})])
+        except TopicAlreadyExistsError:
+            pass
+        for _ in range(50):
+            (found,) = await admin.describe_topics([topic])
+            if found["error_code"] == 0 and found["partitions"]:
+                return [TopicPartition(topic, p["partition"]) for p in sorted(found["partitions"],
+                                                                              key=lambda p: p["partition"])]
+            await asyncio.sleep(0.1)
     finally:
         await admin.close()
-    return topic
+    raise TimeoutError(f"no metadata for topic {topic}")
 
 
-async def write_control(settings: Any, record: Any) -> None:
+async def write_control(kafka: KafkaConfig, record: ControlRecord) -> None:
     """Produce one control record keyed by ``record_key`` and wait for the ack."""
-    topic = await ensure_control_topic(settings)
-    producer = AIOKafkaProducer(**client_kwargs(settings), acks="all")
+    topic = (await ensure_control_topic(kafka))[0].topic
+    producer = AIOKafkaProducer(**kafka_kwargs(kafka), acks="all")
     await producer.start()
     try:
         await producer.send_and_wait(topic, encode(record), key=record_key(record).encode())
@@ -42,22 +51,21 @@ async def write_control(settings: Any, record: Any) -> None:
         await producer.stop()
 
 
-async def read_control(settings: Any) -> Any:
+async def read_control(kafka: KafkaConfig) -> ControlState:
     """The control state as of now: the topic read from the beginning to its end offsets."""
-    from gpuwarden.notifiers.control import ControlState, warn_each
-
-    topic = await ensure_control_topic(settings)
+    parts = await ensure_control_topic(kafka)
     state = ControlState()
-    consumer = AIOKafkaConsumer(**client_kwargs(settings), enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(**kafka_kwargs(kafka), enable_auto_commit=False)
     await consumer.start()
     try:
-        warn_each(await catch_up(consumer, await assign_from_beginning(consumer, topic), state))
+        await assign_from_beginning(consumer, parts)
+        warn_each(await catch_up(consumer, parts, state))
     finally:
         await consumer.stop()
     return state
 
 
-async def catch_up(consumer: AIOKafkaConsumer, parts: list[TopicPartition], state: Any) -> list[str]:
+async def catch_up(consumer: AIOKafkaConsumer, parts: list[TopicPartition], state: ControlState) -> list[str]:
     """Apply records until the end offsets seen now; returns a line per bad record."""
     ends = await consumer.end_offsets(parts)
     loop = asyncio.get_running_loop()
@@ -70,27 +78,19 @@ async def catch_up(consumer: AIOKafkaConsumer, parts: list[TopicPartition], stat
     return problems
 
 
-def poll(batch: dict[TopicPartition, list[Any]], state: Any) -> list[str]:
+def poll(batch: dict[TopicPartition, list[ConsumerRecord]], state: ControlState) -> list[str]:
     """Apply a fetched batch of control records; returns a line per bad record."""
     return [p for records in batch.values() for r in records
             if (p := apply_record(state, r.key, r.value)) is not None]
 
 
-async def assign_from_beginning(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
-    """Assign every partition of ``topic`` (no consumer group) and rewind to the start."""
-    for _ in range(50):
-        found = consumer.partitions_for_topic(topic)
-        if found:
-            parts = [TopicPartition(topic, p) for p in sorted(found)]
-            consumer.assign(parts)
-            await consumer.seek_to_beginning(*parts)
-            return parts
-        await consumer._client.force_metadata_update()  # noqa: SLF001 (no public metadata refresh)
-        await asyncio.sleep(0.1)
-    raise TimeoutError(f"no metadata for topic {topic}")
+async def assign_from_beginning(consumer: AIOKafkaConsumer, parts: list[TopicPartition]) -> None:
+    """Assign ``parts`` (no consumer group: every worker reads all of them) and rewind to the start."""
+    consumer.assign(parts)
+    await consumer.seek_to_beginning(*parts)
 
 
-def apply_record(state: Any, key: bytes | None, value: bytes | None) -> str | None:
+def apply_record(state: ControlState, key: bytes | None, value: bytes | None) -> str | None:
     """Apply one control-topic record; returns a problem line instead of raising on a bad one."""
     if key is None:
         return "control record without a key (ignored)"

@@ -20,23 +20,29 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from gpuwarden.contract import AlertTransition, Topics, encode
 from gpuwarden.spool import Spool
 from gpuwarden.notifiers.control import ControlRecord, ControlState, load_spool, warn_each
+from gpuwarden.notifiers.delivery import Delivery
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.router import Router
+from gpuwarden.notifiers.settings import NotifierSettings
 
 log = logging.getLogger("gpuwarden.notify")
 STATE_NS, STATE_KEY = "notify", "router"
 
 
+#: A config without receivers: every alert is recorded, none is sent (a typo'd section used to
+#: look like this and pass unnoticed, issue #18 defect 8).
+NOWHERE = "no receiver configured (notify.receivers is empty): alerts are recorded in the spool but sent nowhere"
+
+
 class Notifier:
     """Record, route, deliver; ``tick`` runs the timers (group flushes, repeats, escalation, spool drain)."""
 
-    def __init__(self, settings: Any, *, spool: Spool | None, clock: Callable[[], float] = time.time,
-                 delivery: Any = None, record_history: bool = True) -> None:
+    def __init__(self, settings: NotifierSettings, *, spool: Spool | None, clock: Callable[[], float] = time.time,
+                 delivery: Delivery | None = None, record_history: bool = True) -> None:
         """``record_history``: append each transition to the spool's ``alerts`` log (standalone);
         the Kafka worker passes False, the ``alerts`` topic being the history there."""
         self.config = settings.notify
@@ -53,20 +59,26 @@ class Notifier:
         """Router state changed since it was last saved."""
         self._restore_state()
         if delivery is None:
-            from gpuwarden.notifiers.delivery import Delivery
-
             delivery = Delivery(self.config.receivers, spool=spool,
                                 language=self.config.language or settings.language, timezone=self.config.timezone)
         self.delivery = delivery
+        self.nowhere = None if self.config.receivers else NOWHERE
+        """Said at start and in the live view when no receiver is configured."""
+        if self.nowhere:
+            log.warning("%s", self.nowhere)
         self.sent = 0
         """Notifications handed to delivery."""
 
     async def handle(self, transition: AlertTransition) -> None:
         if self.record_history:
-            assert self.spool is not None
-            self.spool.append(self.alerts_topic, encode(transition), key=transition.fingerprint, ts=transition.ts)
+            self.record(transition)
         self._dirty = True
         self._submit(self.router.on_transition(transition, self.clock()))
+
+    def record(self, transition: AlertTransition) -> None:
+        """Append to the spool's ``alerts`` log: the history that ``gpuwarden ack``, export and retros read."""
+        assert self.spool is not None
+        self.spool.append(self.alerts_topic, encode(transition), key=transition.fingerprint, ts=transition.ts)
 
     async def tick(self, now: float | None = None) -> None:
         now = self.clock() if now is None else now

@@ -81,6 +81,34 @@ class WebhookConfig(Section):
     send_resolved: bool = True
 
 
+class BasicAuth(Section):
+    """HTTP basic auth; the password is a secret like every other."""
+
+    username: str = Field(min_length=1)
+    password: SecretRef
+
+
+class AlertmanagerConfig(Section):
+    """Prometheus Alertmanager's API: alerts are POSTed to ``<url>/api/v2/alerts`` (``PostableAlerts``)."""
+
+    url: str = Field(pattern=r"^https?://", description="Alertmanager's base URL, e.g. http://alertmanager:9093")
+    bearer_token: SecretRef | None = None
+    basic_auth: BasicAuth | None = None
+    firing_ttl: Duration = Field(default=5 * 3600.0, gt=0)
+    """A firing alert's ``endsAt`` is sent this far ahead: Alertmanager resolves an alert by itself
+    once ``endsAt`` passes, and gpuwarden re-sends a firing alert only at its route's repeat_interval
+    (4 h by default), so keep this above the longest repeat_interval of the routes reaching it."""
+    generator_url: str = ""
+    """Sent as every alert's ``generatorURL`` (e.g. the gpuwarden dashboard); empty: left out."""
+    send_resolved: bool = True
+
+    @model_validator(mode="after")
+    def _one_auth(self) -> AlertmanagerConfig:
+        if self.bearer_token is not None and self.basic_auth is not None:
+            raise ValueError("expected either 'bearer_token' or 'basic_auth', not both")
+        return self
+
+
 class EmailConfig(Section):
     """Email over SMTP."""
 
@@ -112,9 +140,9 @@ class AppriseConfig(Section):
 
 ChannelConfig = (
     SlackConfig | FeishuConfig | DingTalkConfig | WeComConfig
-    | PagerDutyConfig | WebhookConfig | EmailConfig | AppriseConfig
+    | PagerDutyConfig | WebhookConfig | AlertmanagerConfig | EmailConfig | AppriseConfig
 )
-CHANNELS = ("slack", "feishu", "dingtalk", "wecom", "pagerduty", "webhook", "email", "apprise")
+CHANNELS = ("slack", "feishu", "dingtalk", "wecom", "pagerduty", "webhook", "alertmanager", "email", "apprise")
 
 
 class Receiver(Section):
@@ -127,6 +155,7 @@ class Receiver(Section):
     wecom: WeComConfig | None = None
     pagerduty: PagerDutyConfig | None = None
     webhook: WebhookConfig | None = None
+    alertmanager: AlertmanagerConfig | None = None
     email: EmailConfig | None = None
     apprise: AppriseConfig | None = None
     fallback: list[Name] = Field(default_factory=list)
@@ -152,11 +181,6 @@ class Receiver(Section):
     @property
     def channel(self) -> ChannelConfig:
         return getattr(self, self.kind)
-
-    def secrets(self) -> list[SecretRef]:
-        """Every SecretRef of this receiver, so redaction knows what to hide."""
-        cfg = self.channel
-        return [v for v in (getattr(cfg, f) for f in type(cfg).model_fields) if isinstance(v, SecretRef)]
 
 
 def fallback_problems(receivers: list[Receiver]) -> list[str]:

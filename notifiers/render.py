@@ -7,6 +7,7 @@ once here so every platform tells the same story.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 
 from gpuwarden.contract import AlertState, AlertTransition, Evidence, Tier
@@ -52,24 +53,19 @@ def is_resolved(n: Notification) -> bool:
     return bool(n.alerts) and all(a.state == AlertState.RESOLVED for a in n.alerts)
 
 
-class Lang(str):
-    """A language code (``en``, ``zh-CN``) that also carries the zone messages show times in.
+@dataclass(frozen=True, slots=True)
+class Locale:
+    """Who reads a message: the language of its words and the zone its times are shown in."""
 
-    It is a ``str``, so every channel keeps taking ``language: str``; a plain code shows UTC.
-    """
-
-    tz: tzinfo
-
-    def __new__(cls, code: str, tz: tzinfo) -> Lang:
-        lang = super().__new__(cls, code)
-        lang.tz = tz
-        return lang
+    language: str
+    """``en`` or ``zh-CN`` (anything else reads as English)."""
+    tz: tzinfo = UTC
 
 
-def human_time(t: float, language: str) -> str:
+def human_time(t: float, locale: Locale) -> str:
     """A time in the reader's zone, written the way people there write it."""
-    d = datetime.fromtimestamp(t, language.tz if isinstance(language, Lang) else UTC)
-    if language == "zh-CN":
+    d = datetime.fromtimestamp(t, locale.tz)
+    if locale.language == "zh-CN":
         return f"{d.year}年{d.month}月{d.day}日 {d:%H:%M:%S} {d.tzname()}"
     return f"{d:%Y-%m-%d %H:%M:%S} {d.tzname()}"
 
@@ -106,24 +102,24 @@ def _labels(a: AlertTransition) -> str:
     return " · ".join(f"{k}={a.labels[k]}" for k in keys if a.labels.get(k))
 
 
-def alert_line(a: AlertTransition, language: str) -> str:
+def alert_line(a: AlertTransition, locale: Locale) -> str:
     """One compact line per alert: used for digests and long groups."""
-    w = words(language)
+    w = words(locale.language)
     return f"- [{w[a.state.value]}] {a.summary} ({_labels(a) or a.rule}) `{a.fingerprint[:16]}`"
 
 
-def alert_block(a: AlertTransition, language: str) -> str:
+def alert_block(a: AlertTransition, locale: Locale) -> str:
     """An alert in full: summary, labels, evidence, when, and what to do."""
-    w = words(language)
+    w = words(locale.language)
     head = f"**[{w[a.tier.value]} · {w[a.state.value]}] {a.summary}**"
     lines = [head]
     if lab := _labels(a):
         lines.append(lab)
     if ev := evidence_parts(a.evidence, w):
         lines.append(f"{w['evidence']}: " + "; ".join(ev))
-    when = f"{w['since']} {human_time(a.started_at, language)}"
+    when = f"{w['since']} {human_time(a.started_at, locale)}"
     if a.ended_at is not None:
-        when += f", {w['ended']} {human_time(a.ended_at, language)}"
+        when += f", {w['ended']} {human_time(a.ended_at, locale)}"
     lines.append(when)
     if a.action and a.state == AlertState.FIRING:
         lines.append(f"{w['action']}: {a.action}")
@@ -131,10 +127,10 @@ def alert_block(a: AlertTransition, language: str) -> str:
     return "\n".join(lines)
 
 
-def render_title(n: Notification, language: str) -> str:
-    w = words(language)
+def render_title(n: Notification, locale: Locale) -> str:
+    w = words(locale.language)
     if n.reason == "test":
-        return "gpuwarden test" if language == "en" else "gpuwarden 测试"
+        return "gpuwarden test" if locale.language == "en" else "gpuwarden 测试"
     tier = w[top_tier(n).value]
     firing = sum(a.state == AlertState.FIRING for a in n.alerts)
     if 0 < firing < len(n.alerts):  # a mixed message says what its body says: "3 firing, 2 resolved"
@@ -146,10 +142,10 @@ def render_title(n: Notification, language: str) -> str:
     return f"[{tier}] {state}: {first}{more}"
 
 
-def render_text(n: Notification, language: str) -> tuple[str, str]:
+def render_text(n: Notification, locale: Locale) -> tuple[str, str]:
     """(title, markdown body) with the evidence and the recommended action of each alert."""
-    w = words(language)
-    title = render_title(n, language)
+    w = words(locale.language)
+    title = render_title(n, locale)
     if n.reason == "test":
         return title, w["test"]
     firing = sum(a.state == AlertState.FIRING for a in n.alerts)
@@ -160,9 +156,9 @@ def render_text(n: Notification, language: str) -> tuple[str, str]:
         parts.append(w["escalation"].format(n=n.escalation_level))
     if n.mentions:
         parts.append(" ".join(f"@{m}" for m in n.mentions))
-    sections = ["\n".join(parts), *(alert_block(a, language) for a in n.alerts[:DETAILED_ALERTS])]
+    sections = ["\n".join(parts), *(alert_block(a, locale) for a in n.alerts[:DETAILED_ALERTS])]
     if rest := n.alerts[DETAILED_ALERTS:]:
-        sections.append("\n".join(alert_line(a, language) for a in rest))
+        sections.append("\n".join(alert_line(a, locale) for a in rest))
     return title, "\n\n".join(sections)
 
 

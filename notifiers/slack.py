@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from gpuwarden.notifiers.http_channel import HttpChannel
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.receivers import SlackConfig
-from gpuwarden.notifiers.render import alert_block, alert_line, render_text, truncate_utf8, DETAILED_ALERTS
+from gpuwarden.notifiers.render import DETAILED_ALERTS, Locale, alert_block, alert_line, render_text, truncate_utf8
 from gpuwarden.notifiers.verdict import HttpRequest, Ok, Permanent, Verdict, http_status_verdict, json_request, reveal
 
-RATE_LIMITS = [(1, 1.0)]  # 1 message per second per webhook
 TEXT_LIMIT = 30_000
 MAX_BLOCKS = 50
 SECTION_CHARS = 3000  # a section block's text limit
@@ -22,16 +22,16 @@ def _section(text: str) -> dict:
     return {"type": "section", "text": {"type": "mrkdwn", "text": _mrkdwn(text)[:SECTION_CHARS]}}
 
 
-def blocks(n: Notification, language: str) -> list[dict]:
+def blocks(n: Notification, locale: Locale) -> list[dict]:
     """Header, intro, one section per detailed alert, the rest as line sections: never over 50 blocks."""
-    title, body = render_text(n, language)
+    title, body = render_text(n, locale)
     intro = body.split("\n\n", 1)[0]
     out: list[dict] = [{"type": "header", "text": {"type": "plain_text", "text": title[:HEADER_CHARS]}},
                        _section(intro)]
-    out += [_section(alert_block(a, language)) for a in n.alerts[:DETAILED_ALERTS]]
+    out += [_section(alert_block(a, locale)) for a in n.alerts[:DETAILED_ALERTS]]
     chunk = ""
     for a in n.alerts[DETAILED_ALERTS:]:
-        line = alert_line(a, language)
+        line = alert_line(a, locale)
         if len(chunk) + len(line) + 1 > SECTION_CHARS:
             out.append(_section(chunk))
             chunk = ""
@@ -45,10 +45,10 @@ def blocks(n: Notification, language: str) -> list[dict]:
     return out
 
 
-def build_request(cfg: SlackConfig, n: Notification, language: str, now: float) -> HttpRequest:
-    title, body = render_text(n, language)
+def build_request(cfg: SlackConfig, n: Notification, locale: Locale, now: float) -> HttpRequest:
+    title, body = render_text(n, locale)
     text = truncate_utf8(f"{title}\n{_mrkdwn(body)}", TEXT_LIMIT)
-    return json_request(reveal(cfg.url), {"text": text, "blocks": blocks(n, language)})
+    return json_request(reveal(cfg.url), {"text": text, "blocks": blocks(n, locale)})
 
 
 def classify(status: int, headers: object, body: bytes) -> Verdict:
@@ -57,3 +57,6 @@ def classify(status: int, headers: object, body: bytes) -> Verdict:
         return v
     text = body.decode("utf-8", "replace").strip()
     return Ok() if status == 200 and text in ("ok", "") else Permanent(f"HTTP {status}: {text[:300]}")
+
+
+CHANNEL = HttpChannel(build_request, classify, limits=((1, 1.0),), text_limit=TEXT_LIMIT)  # 1 message/s per webhook

@@ -1,17 +1,23 @@
 """What a channel says about one platform response, and the request it builds.
 
-Channels are pure: ``build_request`` turns a notification into bytes and
-``classify`` turns the platform's answer into one of these verdicts. Delivery
-acts on the verdict (retry, wait, fall back) without knowing the platform.
+Every channel's ``send`` ends in one of these verdicts; for the HTTP platforms
+(:class:`~gpuwarden.notifiers.http_channel.HttpChannel`) a pure
+``build_request`` turns a notification into bytes and a pure ``classify``
+turns the platform's answer into the verdict. Delivery acts on it (retry,
+wait, fall back) without knowing the platform.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from gpuwarden.config import SecretRef
+
+if TYPE_CHECKING:
+    from gpuwarden.notifiers.receivers import BasicAuth
 
 
 class HttpRequest(NamedTuple):
@@ -65,9 +71,25 @@ def http_status_verdict(status: int, headers: object, body: bytes) -> Verdict | 
     return None
 
 
+def status_verdict(status: int, headers: object, body: bytes) -> Verdict:
+    """For platforms whose HTTP status says it all: 2xx ok, 429 and 5xx retry, the rest permanent."""
+    if (v := http_status_verdict(status, headers, body)) is not None:
+        return v
+    return Ok() if 200 <= status < 300 else Permanent(f"HTTP {status}: {body[:300].decode('utf-8', 'replace')}")
+
+
 def reveal(ref: SecretRef) -> str:
     """The secret's value, for building a request; never log what this returns."""
     return ref.resolve().get_secret_value()
+
+
+def authorization(token: SecretRef | None, basic: BasicAuth | None = None) -> str | None:
+    """The ``Authorization`` value for a bearer token or basic auth (None: neither); never log it."""
+    if token is not None:
+        return f"Bearer {reveal(token)}"
+    if basic is not None:
+        return "Basic " + base64.b64encode(f"{basic.username}:{reveal(basic.password)}".encode()).decode()
+    return None
 
 
 def json_request(url: str, payload: object, headers: dict[str, str] | None = None) -> HttpRequest:

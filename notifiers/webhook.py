@@ -5,17 +5,17 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from gpuwarden.contract import AlertState, AlertTransition
+from gpuwarden.notifiers.http_channel import HttpChannel
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.receivers import WebhookConfig
-from gpuwarden.notifiers.render import evidence_parts, is_resolved, words
-from gpuwarden.notifiers.verdict import HttpRequest, Ok, Permanent, Verdict, http_status_verdict, json_request, reveal
+from gpuwarden.notifiers.render import Locale, evidence_parts, is_resolved, words
+from gpuwarden.notifiers.verdict import HttpRequest, authorization, json_request, reveal, status_verdict
 
-RATE_LIMITS: list[tuple[int, float]] = []  # no platform limit
-TEXT_LIMIT = 1_000_000
 ZERO_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's "not ended"
 
 
-def _rfc3339(t: float | None) -> str:
+def rfc3339(t: float | None) -> str:
+    """Epoch seconds as Go's ``time.Time`` JSON (UTC, ``Z``); None is Go's zero time."""
     return ZERO_TIME if t is None else datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
 
 
@@ -23,18 +23,23 @@ def am_labels(a: AlertTransition) -> dict[str, str]:
     return {"alertname": a.rule, "severity": a.tier.value, **a.labels}
 
 
-def am_alert(a: AlertTransition, language: str) -> dict:
+def am_annotations(a: AlertTransition, locale: Locale) -> dict[str, str]:
+    """summary, action and the evidence in words: what Alertmanager's templates show."""
     annotations = {"summary": a.summary}
     if a.action:
         annotations["action"] = a.action
-    if ev := evidence_parts(a.evidence, words(language)):
+    if ev := evidence_parts(a.evidence, words(locale.language)):
         annotations["evidence"] = "; ".join(ev)
+    return annotations
+
+
+def am_alert(a: AlertTransition, locale: Locale) -> dict:
     return {
         "status": a.state.value,
         "labels": am_labels(a),
-        "annotations": annotations,
-        "startsAt": _rfc3339(a.started_at),
-        "endsAt": _rfc3339(a.ended_at if a.state == AlertState.RESOLVED else None),
+        "annotations": am_annotations(a, locale),
+        "startsAt": rfc3339(a.started_at),
+        "endsAt": rfc3339(a.ended_at if a.state == AlertState.RESOLVED else None),
         "generatorURL": "",
         "fingerprint": a.fingerprint,
     }
@@ -46,8 +51,8 @@ def _common(dicts: list[dict[str, str]]) -> dict[str, str]:
     return {k: v for k, v in dicts[0].items() if all(d.get(k) == v for d in dicts[1:])}
 
 
-def payload(cfg: WebhookConfig, n: Notification, language: str) -> dict:
-    alerts = [am_alert(a, language) for a in n.alerts]
+def payload(cfg: WebhookConfig, n: Notification, locale: Locale) -> dict:
+    alerts = [am_alert(a, locale) for a in n.alerts]
     kept = alerts[: cfg.max_alerts] if cfg.max_alerts else alerts
     common = _common([a["labels"] for a in alerts])
     return {
@@ -65,12 +70,9 @@ def payload(cfg: WebhookConfig, n: Notification, language: str) -> dict:
     }
 
 
-def build_request(cfg: WebhookConfig, n: Notification, language: str, now: float) -> HttpRequest:
-    headers = {"Authorization": f"Bearer {reveal(cfg.bearer_token)}"} if cfg.bearer_token else {}
-    return json_request(reveal(cfg.url), payload(cfg, n, language), headers)
+def build_request(cfg: WebhookConfig, n: Notification, locale: Locale, now: float) -> HttpRequest:
+    auth = authorization(cfg.bearer_token)
+    return json_request(reveal(cfg.url), payload(cfg, n, locale), {"Authorization": auth} if auth else {})
 
 
-def classify(status: int, headers: object, body: bytes) -> Verdict:
-    if (v := http_status_verdict(status, headers, body)) is not None:
-        return v
-    return Ok() if 200 <= status < 300 else Permanent(f"HTTP {status}")
+CHANNEL = HttpChannel(build_request, status_verdict, limits=(), text_limit=1_000_000)  # no platform limit

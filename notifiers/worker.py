@@ -12,24 +12,30 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
+import socket
 import sys
 import time
 from dataclasses import replace
-from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
 from aiokafka.errors import KafkaError
 
 from gpuwarden.contract import AlertState, AlertTransition, ContractError, Tier, Topics, decode
 from gpuwarden.deadletter import UnsentLog, letter
-from gpuwarden.kafka import client_kwargs, start_client
+from gpuwarden.kafka import kafka_kwargs, start_client
 from gpuwarden.spool import Spool
-from gpuwarden.notifiers.kafka import assign_from_beginning, catch_up, ensure_control_topic, poll
+from gpuwarden.notifiers import am_server
+from gpuwarden.notifiers.config import NotifyConfig
 from gpuwarden.notifiers.control import warn_each
+from gpuwarden.notifiers.delivery import CHANNELS, Delivery
+from gpuwarden.notifiers.kafka import assign_from_beginning, catch_up, ensure_control_topic, poll
 from gpuwarden.notifiers.message import Notification
+from gpuwarden.notifiers.outbox import DeliveryLog
 from gpuwarden.notifiers.pipeline import Notifier
+from gpuwarden.notifiers.settings import NotifierSettings
 
 log = logging.getLogger("gpuwarden.notify")
 MIN_WAIT_MS = 5  # a poll never spins: even a past-due timer waits this long for records
@@ -41,18 +47,68 @@ DLQ_REQUEST_BYTES = 16 << 20
 
 class Stats:
     def __init__(self) -> None:
-        self.consumed = self.dead_letters = self.stale = 0
+        self.consumed = self.dead_letters = self.stale = self.from_alertmanager = 0
         self.unsent: UnsentLog | None = None  # dead letters the broker refused
 
 
-async def run_notify(settings: Any, *, stop: asyncio.Event, delivery: Any = None,
-                     stats: Stats | None = None) -> Stats:
-    """Consume until ``stop`` is set; ``delivery`` may be injected (tests, benchmarks)."""
-    cfg, topics = settings.notify, Topics(settings.kafka.topic_prefix)
+async def run_notify(settings: NotifierSettings, *, stop: asyncio.Event, delivery: Delivery | None = None,
+                     stats: Stats | None = None, kafka: bool = True) -> Stats:
+    """Consume until ``stop`` is set, and serve Alertmanager's webhook when ``notify.alertmanager_webhook``
+    is set; ``kafka=False``: the webhook only. ``delivery`` may be injected (tests, benchmarks)."""
     stats = stats or Stats()
     spool = Spool(settings.spool.path, settings.spool.max_bytes, settings.spool.max_age)
     notifier = Notifier(settings, spool=spool, delivery=delivery, record_history=False)
-    kw = client_kwargs(settings)
+    webhook = settings.notify.alertmanager_webhook
+    sock: socket.socket | None = None
+    served: asyncio.Task[None] | None = None
+    try:
+        if webhook is not None:
+            sock = am_server.listen(webhook.bind, webhook.port)  # before Kafka: a taken port fails at once
+            print(f"gpuwarden notify: Alertmanager webhook at {am_server.webhook_url(sock)}", file=sys.stderr,
+                  flush=True)
+            served = asyncio.create_task(am_server.serve(sock, am_server.app(webhook, _sink(notifier, stats)), stop))
+            served.add_done_callback(lambda _: stop.set())  # a server that fails ends the worker, said loudly
+        await (_consume(settings, notifier, stats, stop) if kafka else _tick_until(notifier, stop))
+    finally:
+        stop.set()
+        if served is not None:
+            await served
+        if sock is not None:
+            sock.close()
+        await notifier.aclose()
+        spool.close()
+    return stats
+
+
+def _sink(notifier: Notifier, stats: Stats) -> am_server.Sink:
+    """Alertmanager's alerts, recorded in the spool like gpuwarden's own, then routed at once."""
+
+    async def accept(accepted: list[AlertTransition]) -> None:
+        for t in accepted:
+            notifier.record(t)
+            await notifier.handle(t)
+        stats.from_alertmanager += len(accepted)
+        await notifier.tick()  # a group_wait of 0 flushes now, not at the next tick
+        notifier.save_state()
+
+    return accept
+
+
+async def _tick_until(notifier: Notifier, stop: asyncio.Event) -> None:
+    """Timers only (no Kafka): group flushes, repeats, escalation, the spool's control records."""
+    while not stop.is_set():
+        deadline = notifier.next_deadline()
+        wait = notifier.config.tick_interval if deadline is None else \
+            min(notifier.config.tick_interval, deadline - time.time())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), max(MIN_WAIT_MS / 1000, wait))
+        await notifier.tick()
+
+
+async def _consume(settings: NotifierSettings, notifier: Notifier, stats: Stats, stop: asyncio.Event) -> None:
+    """The ``alerts`` topic (and ``control`` in cluster mode) through ``notifier`` until ``stop`` is set."""
+    cfg, topics = settings.notify, Topics(settings.kafka.topic_prefix)
+    kw = kafka_kwargs(settings.kafka)
     alerts = AIOKafkaConsumer(topics.alerts, **kw, group_id=cfg.consumer_group + settings.kafka.topic_prefix,
                               enable_auto_commit=False, auto_offset_reset="earliest")
     producer = AIOKafkaProducer(**kw, compression_type="zstd", max_request_size=DLQ_REQUEST_BYTES)
@@ -63,7 +119,8 @@ async def run_notify(settings: Any, *, stop: asyncio.Event, delivery: Any = None
     try:
         if control is not None:
             await control.start()
-            parts = await assign_from_beginning(control, await ensure_control_topic(settings))
+            parts = await ensure_control_topic(settings.kafka)
+            await assign_from_beginning(control, parts)
             warn_each(await catch_up(control, parts, notifier.control))  # silences apply from the first alert
         while not stop.is_set():
             if control is not None:
@@ -84,12 +141,10 @@ async def run_notify(settings: Any, *, stop: asyncio.Event, delivery: Any = None
         if control is not None:
             await control.stop()
         await producer.stop()
-        await notifier.aclose()
-        spool.close()
-    return stats
 
 
-async def _one(r: Any, notifier: Notifier, producer: AIOKafkaProducer, topics: Topics, settings: Any,
+async def _one(r: ConsumerRecord, notifier: Notifier, producer: AIOKafkaProducer, topics: Topics,
+               settings: NotifierSettings,
                stats: Stats) -> None:
     lim = settings.limits
     try:
@@ -112,28 +167,44 @@ async def _one(r: Any, notifier: Notifier, producer: AIOKafkaProducer, topics: T
     await notifier.handle(t)
 
 
-def cmd_notify(args: argparse.Namespace, settings: Any) -> int:
-    """Run the notifier worker until SIGINT/SIGTERM; ``--log N`` prints the delivery log instead."""
+def cmd_notify(args: argparse.Namespace, settings: NotifierSettings) -> int:
+    """Run the notifier worker until SIGINT/SIGTERM; ``--log N`` prints the delivery log instead;
+    ``--no-kafka`` serves only Alertmanager's webhook (a bridge for sites without gpuwarden's pipeline)."""
     if getattr(args, "log", None) is not None:
         return _print_log(settings, args.log)
-    return asyncio.run(_main(settings))
+    kafka = not getattr(args, "no_kafka", False)
+    if not kafka and (problem := _webhook_only_problem(settings.notify)):
+        print(f"gpuwarden notify --no-kafka: {problem}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_main(settings, kafka))
+    except am_server.ListenError as e:
+        print(f"gpuwarden notify: {e.strerror}", file=sys.stderr)
+        return 1
 
 
-async def _main(settings: Any) -> int:
+def _webhook_only_problem(cfg: NotifyConfig) -> str | None:
+    if cfg.alertmanager_webhook is None:
+        return "expected notify.alertmanager_webhook in the config (there is nothing else to serve)"
+    if cfg.control == "kafka":
+        return "notify.control is kafka: silences and acks live on Kafka; use control: spool"
+    return None
+
+
+async def _main(settings: NotifierSettings, kafka: bool) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    stats = await run_notify(settings, stop=stop)
+    stats = await run_notify(settings, stop=stop, kafka=kafka)
     print(f"consumed {stats.consumed} alert records, {stats.dead_letters} to the dead-letter topic, "
-          f"{stats.stale} older than notify.max_backlog skipped",
+          f"{stats.stale} older than notify.max_backlog skipped; "
+          f"{stats.from_alertmanager} alerts from Alertmanager's webhook",
           file=sys.stderr)
     return 0
 
 
-def _print_log(settings: Any, limit: int) -> int:
-    from gpuwarden.notifiers.outbox import DeliveryLog
-
+def _print_log(settings: NotifierSettings, limit: int) -> int:
     with Spool(settings.spool.path) as spool:
         for e in DeliveryLog(spool).read(limit):
             when = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(e["at"]))
@@ -154,14 +225,12 @@ def sample_notification(receiver: str, now: float, *, resolved: bool = False) ->
                         id=f"test:{receiver}:{now!r}" + (":resolved" if resolved else ""))
 
 
-def cmd_test_notify(args: argparse.Namespace, settings: Any) -> int:
+def cmd_test_notify(args: argparse.Namespace, settings: NotifierSettings) -> int:
     """Send a test message to every configured receiver (or ``--receiver``); exit 1 if any fails."""
     return asyncio.run(_test_notify(settings, args.receiver))
 
 
-async def _test_notify(settings: Any, only: list[str] | None) -> int:
-    from gpuwarden.notifiers.delivery import CHANNELS, Delivery
-
+async def _test_notify(settings: NotifierSettings, only: list[str] | None) -> int:
     receivers = settings.notify.receivers
     unknown = sorted(set(only or []) - {r.name for r in receivers})
     if unknown:
@@ -181,7 +250,7 @@ async def _test_notify(settings: Any, only: list[str] | None) -> int:
             if only and r.name not in only:
                 continue
             out = await delivery.deliver(sample_notification(r.name, now))
-            if out.status == "delivered" and getattr(CHANNELS[r.kind], "OPENS_INCIDENTS", False):
+            if out.status == "delivered" and CHANNELS[r.kind].opens_incidents:
                 closed = await delivery.deliver(sample_notification(r.name, now, resolved=True))
                 out = closed if closed.status != "delivered" else replace(out, detail=f"{out.detail}, then resolved")
             failed += out.status != "delivered"

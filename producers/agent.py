@@ -9,6 +9,7 @@ contract record per line) or, spool first, to Kafka.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import signal
@@ -19,6 +20,7 @@ from typing import Any
 
 from gpuwarden.contract import EventKind, GpuEvent, Topics
 from gpuwarden.kafka import client_kwargs
+from gpuwarden.producers.config import AgentSettings
 from gpuwarden.spool import Spool
 from gpuwarden.units import parse_time
 from gpuwarden.producers.publisher import within_limit
@@ -41,7 +43,7 @@ def parse_start(text: str | None, duration: float | None, now: float) -> float:
 class Sink:
     """Where records go: a JSONL file, or the spool-first Kafka publisher."""
 
-    def __init__(self, output: str | None, settings: Any) -> None:
+    def __init__(self, output: str | None, settings: AgentSettings) -> None:
         self.file = open(output, "w") if output else None  # noqa: SIM115 - closed in close()
         self.publisher = None
         self.spool = None
@@ -77,11 +79,11 @@ class Sink:
             self.spool.close()
 
 
-def _node_name(settings: Any) -> str:
+def _node_name(settings: AgentSettings) -> str:
     return settings.agent.node or socket.gethostname()
 
 
-def build_source(args: Any, settings: Any, start_ts: float) -> tuple[Source, list[Any]]:
+def build_source(args: argparse.Namespace, settings: AgentSettings, start_ts: float) -> tuple[Source, list[Any]]:
     """The simulator or the NVML collector (with its event watchers and the SDK socket)."""
     cfg = settings.agent
     if args.simulate or cfg.source == "simulate":
@@ -109,6 +111,13 @@ def build_source(args: Any, settings: Any, start_ts: float) -> tuple[Source, lis
                               collector.events.add)
         if ev.start():
             extras.append(ev)
+    if cfg.inference.targets:
+        from gpuwarden.producers.inference import InferenceScraper
+
+        scraper = InferenceScraper(cfg.inference, node=collector.node, boot_id=collector.boot_id,
+                                   proc_root=cfg.proc_root, gpu_processes=lambda: collector.processes)
+        scraper.start()
+        extras.append(scraper)
     try:
         receiver = TaskReceiver(str(cfg.socket_path), collector.node, attributor)
         receiver.start()
@@ -119,16 +128,17 @@ def build_source(args: Any, settings: Any, start_ts: float) -> tuple[Source, lis
 
 
 def step_with_extras(source: Source, extras: list[Any]) -> list[Any]:
-    """One tick of the source plus what the task SDK receiver collected since the last."""
+    """One tick of the source plus what the task SDK receiver and the inference scraper
+    collected since the last."""
     records = source.step()
     for x in extras:
         drain = getattr(x, "drain", None)
-        if drain is not None and hasattr(x, "sock"):
+        if drain is not None:
             records.extend(drain())
     return records
 
 
-async def _agent(args: Any, settings: Any) -> int:
+async def _agent(args: argparse.Namespace, settings: AgentSettings) -> int:
     now = time.time()
     live = args.duration is None or not (args.simulate or settings.agent.source == "simulate")
     try:
@@ -166,7 +176,7 @@ async def _agent(args: Any, settings: Any) -> int:
                     metrics.observe(rec)
             await sink.close(drain_s=settings.agent.publish_timeout * 3)
             return EXIT_OK
-        pump = asyncio.create_task(_pump_forever(sink, stop))
+        pump = asyncio.create_task(pump_forever(sink, stop))
         async for records in paced(lambda: step_with_extras(source, extras), source.tick_s, stop,
                                    duration=args.duration):
             records.extend(spool_events.check())
@@ -198,7 +208,8 @@ def _run_span(source: Source, duration: float):
         yield source.step()
 
 
-async def _pump_forever(sink: Sink, stop: asyncio.Event) -> None:
+async def pump_forever(sink: Sink, stop: asyncio.Event) -> None:
+    """Publish what the sink's spool holds until ``stop``; a failure never stops the producer."""
     while not stop.is_set():
         try:
             sent = await sink.flush()
@@ -237,5 +248,5 @@ class _SpoolDrops:
         return [ev]
 
 
-def cmd_agent(args: Any, settings: Any) -> int:
+def cmd_agent(args: argparse.Namespace, settings: AgentSettings) -> int:
     return asyncio.run(_agent(args, settings))

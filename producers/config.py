@@ -1,14 +1,37 @@
-"""The node agent's config section (``agent:``)."""
+"""The producers' config sections (``agent:``, ``scheduler:``) and what their commands read."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import Field
 
-from gpuwarden.config import Section
+from gpuwarden.config import CommonSettings, Section
 from gpuwarden.units import Duration
+
+
+class InferenceTarget(Section):
+    """One serving engine's Prometheus endpoint on this node."""
+
+    url: str = Field(pattern=r"^https?://", description="its /metrics, e.g. http://127.0.0.1:8000/metrics")
+    engine: Literal["vllm", "sglang"]
+    service: str = Field(min_length=1, description="the service it serves: the SLO's and the alerts' name")
+    gpus: list[int] = Field(default_factory=list, description="GPU indices it serves on; else from its process")
+
+
+class InferenceConfig(Section):
+    """``agent.inference``: the serving engines the agent scrapes (wall-clock cadence)."""
+
+    targets: list[InferenceTarget] = Field(default_factory=list)
+    interval: Duration = Field(default=15.0, gt=0, description="wall time between two scrapes of a target")
+    timeout: Duration = Field(default=2.0, gt=0, description="one scrape's HTTP request, connect to last byte")
+    discover: bool = Field(default=False, description=(
+        "also probe http://127.0.0.1:<port>/metrics on the ports that GPU processes and their ancestors "
+        "listen on, once per process and port; off by default: a probe is an HTTP request to a port the "
+        "agent was not told about (a torch.distributed store among them)"))
+    refresh: Duration = Field(default=60.0, gt=0, description="wall time between two looks in /proc for the "
+                              "serving processes (and discovery)")
 
 
 class AgentConfig(Section):
@@ -25,3 +48,23 @@ class AgentConfig(Section):
     metrics_port: int | None = Field(default=None, ge=1, le=65535, description="Prometheus /metrics; off when unset")
     metrics_bind: str = "127.0.0.1"
     publish_timeout: Duration = 10.0
+    inference: InferenceConfig = Field(default_factory=InferenceConfig)
+
+
+class AgentSettings(CommonSettings, Protocol):
+    agent: AgentConfig
+
+
+class SchedulerConfig(Section):
+    """``scheduler:``, read by ``gpuwarden scheduler`` (one collector per cluster)."""
+
+    cluster: str = Field(default="default", min_length=1, description="the cluster's name: the records' key")
+    interval: Duration = Field(default=30.0, gt=0, description="wall time between polls")
+    max_backoff: Duration = Field(default=300.0, gt=0, description="longest wait between polls while failing")
+    command_timeout: Duration = Field(default=30.0, gt=0, description="one squeue/sinfo call or API list")
+    kubeconfig: Path | None = Field(default=None, description="Kubernetes: in-cluster config, else the default kubeconfig, when unset")
+
+
+class SchedulerSettings(CommonSettings, Protocol):
+    scheduler: SchedulerConfig
+    agent: AgentConfig

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-
+import argparse
 import os
 import socket
 from dataclasses import dataclass
 from typing import Any
+
+from gpuwarden.producers.config import AgentSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,13 +79,13 @@ def check_kafka(bootstrap: str, timeout: float = 3.0) -> Check:
     return Check("kafka", True, f"{first} reachable")
 
 
-def run_checks(settings: Any) -> list[Check]:
+def run_checks(settings: AgentSettings) -> list[Check]:
     cfg = settings.agent
     return [*check_nvml(), check_kmsg(str(cfg.kmsg_path)), check_socket(str(cfg.socket_path)),
             check_kafka(settings.kafka.bootstrap)]
 
 
-def cmd_doctor(args: Any, settings: Any) -> int:
+def cmd_doctor(args: argparse.Namespace, settings: AgentSettings) -> int:
     checks = run_checks(settings)
     for c in checks:
         print(f"[{'ok' if c.ok else 'FAIL':>4}] {c.name}: {c.detail}" + (f"\n       fix: {c.fix}" if c.fix else ""))

@@ -69,6 +69,7 @@ class NvmlCollector:
         self.attribute = attributor or Attributor()
         self.gpm_interval_s = gpm_interval_s
         self.seq = 0
+        self.processes: list[GpuProcess] = []
         nv = nvml
         self.driver = self._safe(nv.nvmlSystemGetDriverVersion)
         cuda = self._safe(nv.nvmlSystemGetCudaDriverVersion)
@@ -267,6 +268,7 @@ class NvmlCollector:
                     uid=a.uid, user=a.user, container_id=a.container_id, pod_uid=a.pod_uid,
                     pod_name=a.pod_name, pod_namespace=a.pod_namespace, slurm_job_id=a.slurm_job_id,
                     task=a.task, task_id=a.task_id, project=a.project, command=a.command))
+        self.processes = processes  # the latest GPU processes (the inference scraper's attribution)
         forget = getattr(self.attribute, "forget_except", None)
         if forget is not None:
             forget({p.pid for p in processes})

@@ -9,7 +9,8 @@ of event time has passed since its first summary and it has
 
 Arrival order: a class's summaries come from several nodes, and in faust one
 node's may trail the others' (catching up after a takeover). A per-class reorder
-buffer applies them in content order (ts, node, task id): the head is released
+buffer (``gpuwarden.streams.reorder``, as stage 1's per node) applies them in content
+order (ts, node, task id): the head is released
 once every live contributor (task on a node) has sent a summary at least as new,
 or once it is ``summary_lateness`` behind the class's newest; a contributor that
 far behind is no longer live. So what a class applies does not depend on how its
@@ -28,7 +29,6 @@ In one process the gate is open (infinite): summaries come in the order stage 1 
 from __future__ import annotations
 
 import math
-from bisect import insort
 from collections import deque
 from heapq import heappop, heappush
 from typing import Any
@@ -38,7 +38,9 @@ from gpuwarden.streams import statecodec
 from gpuwarden.streams.baseline import band, median_mad
 from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.evaluate import Context, evaluate, resolve_all
-from gpuwarden.streams.metrics import CLASS_INDEX, CLASS_ROW
+from gpuwarden.streams.columns import CLASS_INDEX
+from gpuwarden.streams.metrics import CLASS_ROW
+from gpuwarden.streams.reorder import ReorderBuffer
 from gpuwarden.streams.rules import RulePack
 from gpuwarden.streams.statecodec import state
 from gpuwarden.streams.windows import BucketWindow
@@ -73,7 +75,7 @@ class ClassState:
         self.jobs: dict = {}
         self.versions: dict = {}  # task_id -> {node: [driver, cuda, ts]}
         self.job_alerts: dict = {}  # task_id -> {fp: AlertSlot}
-        self.buffer: deque = deque()  # sorted (ts, node, task_id, summary) not yet applied
+        self.buffer: ReorderBuffer[TaskSummary] = ReorderBuffer()  # (ts, (node, task_id), summary) not applied
         self.received: dict = {}  # (task_id, node) -> newest ts received, while live
         self.heap: list = []  # (ts, task_id, node), lazily pruned: finds the slowest live contributor
         self.newest = first_ts  # newest received
@@ -134,7 +136,7 @@ class ClassStage:
         """The class's state; buffered summaries as their wire JSON (the heap is rebuilt on load)."""
         cls = self._classes[task_class]
         buf, heap = cls.buffer, cls.heap
-        cls.buffer = [encode(item[-1]).decode() for item in buf]  # type: ignore[assignment]
+        cls.buffer = [encode(s).decode() for _, _, s in buf]  # type: ignore[assignment]
         cls.heap = []
         try:
             return statecodec.dumps(cls)
@@ -147,7 +149,7 @@ class ClassStage:
         except KeyError as e:
             raise ValueError(f"state of task class {task_class!r} lacks {e} (written before the stage-2 "
                              "reorder buffer): start with fresh state") from None
-        cls.buffer = deque(_order(decode(r)) for r in cls.buffer)
+        cls.buffer = ReorderBuffer(_item(decode(r)) for r in cls.buffer)
         cls.heap = sorted((ts, *who) for who, ts in cls.received.items())
         self._classes[task_class] = cls
 
@@ -201,12 +203,7 @@ class ClassStage:
         if t < cls.max_ts:
             cls.late += 1
             return self._apply(cls, summary) + self._release(cls, gate)
-        item = _order(summary)
-        buf = cls.buffer
-        if not buf or item[:3] > buf[-1][:3]:
-            buf.append(item)
-        else:
-            insort(buf, item, key=_content)
+        cls.buffer.add(*_item(summary))
         return self._release(cls, gate)
 
     def release(self, task_class: str, gate: float) -> list[AlertTransition]:
@@ -216,19 +213,17 @@ class ClassStage:
 
     def _release(self, cls: ClassState, gate: float) -> list[AlertTransition]:
         floor = min(self._slowest(cls), gate)  # every live contributor is within the lateness
-        buf = cls.buffer
         out: list[AlertTransition] = []
-        while buf and buf[0][0] <= floor:
-            out += self._apply(cls, buf.popleft()[-1])
+        for _, _, summary in cls.buffer.release(floor):
+            out += self._apply(cls, summary)
         return out
 
     def flush(self) -> list[AlertTransition]:
         """Apply every buffered summary (end of a finite input), classes in name order."""
         out: list[AlertTransition] = []
         for c in self.classes():
-            buf = self._classes[c].buffer
-            while buf:
-                out += self._apply(self._classes[c], buf.popleft()[-1])
+            for _, _, summary in self._classes[c].buffer.drain():
+                out += self._apply(self._classes[c], summary)
         return out
 
     def _slowest(self, cls: ClassState) -> float:
@@ -303,10 +298,6 @@ class ClassStage:
         return out
 
 
-def _order(summary: TaskSummary) -> tuple:
-    """A buffer item: the content key (ts, node, task id), then the summary."""
-    return (summary.ts, summary.node, summary.task_id, summary)
-
-
-def _content(item: tuple) -> tuple:
-    return item[:3]
+def _item(summary: TaskSummary) -> tuple[float, tuple[str, str], TaskSummary]:
+    """A buffer item: ts, the rest of the content key (node, task id), the summary."""
+    return summary.ts, (summary.node, summary.task_id), summary

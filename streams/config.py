@@ -1,12 +1,14 @@
-"""The stream engine's config section (``engine:``)."""
+"""The stream engine's config section (``engine:``) and what the stream commands read."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import Field
 
-from gpuwarden.config import Section
+from gpuwarden.config import CommonSettings, Section
+from gpuwarden.streams.slo import ServiceSlo
 from gpuwarden.units import Duration
 
 
@@ -47,3 +49,10 @@ class EngineConfig(Section):
     job_expiry: Duration = 1800.0
     dedup_window: int = Field(default=4096, ge=16)
     """Recent record ids remembered per node for duplicate detection."""
+    slo: dict[str, ServiceSlo] = Field(default_factory=dict)
+    """Per inference service (``agent.inference.targets[].service``): its objectives and window
+    (docs/inference.md). Validated now; the engine's burn-rate rules that read it come later."""
+
+
+class StreamsSettings(CommonSettings, Protocol):
+    engine: EngineConfig

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from gpuwarden.config import LimitsConfig
+from gpuwarden.config import CommonSettings
 from gpuwarden.contract import (
     DEFAULT_MAX_FUTURE_SKEW_S,
     DEFAULT_MAX_PAST_SKEW_S,
@@ -67,11 +67,6 @@ class Outbound:
     partition: int | None = None
 
 
-class HasLimits(Protocol):
-    @property
-    def limits(self) -> LimitsConfig: ...
-
-
 @dataclass(frozen=True)
 class Limits:
     """The decode limits a worker applies at its boundary (from ``settings.limits``)."""
@@ -81,7 +76,7 @@ class Limits:
     max_past_skew_s: float = DEFAULT_MAX_PAST_SKEW_S
 
     @classmethod
-    def of(cls, settings: HasLimits) -> "Limits":
+    def of(cls, settings: CommonSettings) -> "Limits":
         lim = settings.limits
         return cls(int(lim.max_record_bytes), float(lim.max_future_skew), float(lim.max_past_skew))
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from gpuwarden.contract import DEFAULT_MAX_PAST_SKEW_S, AlertTransition, TaskSummary
@@ -18,15 +17,10 @@ from gpuwarden.streams.alerts import transition
 from gpuwarden.streams.classstage import ClassStage
 from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.nodestage import NodeStage
+from gpuwarden.streams.output import StageOutput
 from gpuwarden.streams.rules import RulePack, load_rules
 
 __all__ = ["ClassStage", "Engine", "NodeStage", "StageOutput"]
-
-
-@dataclass
-class StageOutput:
-    transitions: list[AlertTransition]
-    summaries: list[TaskSummary]  # stage-1 per-window task summaries for stage 2
 
 
 class Engine:

@@ -7,12 +7,12 @@ one entity at one event-time instant and returns the transitions.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
+from gpuwarden.alert_text import LIKELY_CAUSE, fill, template_names
 from gpuwarden.contract import AlertTransition
 from gpuwarden.streams.alerts import AlertSlot, fingerprint, step, transition
-from gpuwarden.streams.rules import Rule, render
+from gpuwarden.streams.rules import Rule
 
 
 class Context:
@@ -73,34 +73,6 @@ def _fp(rule: str, identity: dict[str, str], ident: tuple) -> str:
     return fp
 
 
-LIKELY_CAUSE = " Likely cause: "
-"""Joins a rule's summary and the summary of the cause that matched."""
-
-
-def humanize(seconds: float, units: tuple[str, str, str] = ("s", "min", "h")) -> str:
-    """``45 s``, ``12 min``, ``3.5 h`` (``units``: the words for seconds, minutes, hours)."""
-    seconds = int(round(seconds))
-    if seconds < 120:
-        return f"{seconds} {units[0]}"
-    if seconds < 7200:
-        return f"{seconds // 60} {units[1]}"
-    return f"{seconds / 3600:.1f} {units[2]}"
-
-
-def template_names(labels: dict[str, str], ev: dict[str, Any],
-                   say_duration: Callable[[float], str] = humanize) -> dict[str, Any]:
-    """What a summary/action template may name: labels, evidence values, ``held_for``, ``window``,
-    slope, count, ``baseline_*``. Also rebuilt from a transition to render it in another language."""
-    names: dict[str, Any] = {**labels, **ev["values"], "held_for": say_duration(ev.get("held_for_s") or 0),
-                             "window": say_duration(ev.get("window_s") or 0)}
-    for k in ("slope", "slope_unit", "count"):
-        if ev.get(k) is not None:
-            names[k] = ev[k]
-    if ev.get("baseline"):
-        names.update({f"baseline_{k}": v for k, v in ev["baseline"].items()})
-    return names
-
-
 def _fire(rule: Rule, slot: AlertSlot, ctx: Context, labels: dict[str, str], now: float) -> None:
     """Freeze labels, evidence, summary and action at the firing instant."""
     ev = ctx.evidence()
@@ -115,12 +87,12 @@ def _fire(rule: Rule, slot: AlertSlot, ctx: Context, labels: dict[str, str], now
             break
     merged = {**labels, **spec.labels}
     names = template_names(merged, ev)
-    summary = render(spec.summary, names)
+    summary = fill(spec.summary, names)
     if cause_text:
-        summary += LIKELY_CAUSE + render(cause_text, names)
-        ev["note"] = render(cause_text, names)
+        summary += LIKELY_CAUSE + fill(cause_text, names)
+        ev["note"] = fill(cause_text, names)
     slot.labels, slot.evidence, slot.tier = merged, ev, spec.tier.value
-    slot.summary, slot.action = summary, render(action, names)
+    slot.summary, slot.action = summary, fill(action, names)
 
 
 def evaluate(rules: list[Rule], ctx: Context, now: float, identity: dict[str, str],

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from gpuwarden.streams.columns import CLASS_COLUMNS, GPU_COLUMNS, GPU_DERIVED_COLUMNS, NODE_COLUMNS, TASK_COLUMNS, \
+    TASK_DERIVED_COLUMNS, names
+
 
 class Metric(NamedTuple):
     kind: str  # "series" | "scalar"
@@ -16,19 +19,13 @@ class Metric(NamedTuple):
     doc: str
 
 
-# Order of the raw per-sample GPU row; gpuwarden.streams.nodestage builds rows in this order.
-GPU_RAW = (
-    "util_gpu", "mem_used_gib", "mem_total_gib", "temp_gpu_c", "power_w", "power_limit_w",
-    "clock_sm_mhz", "clock_sm_max_mhz", "hw_slowdown", "hw_thermal", "power_brake", "sw_thermal",
-    "ecc_uncorrected", "remap_pending", "remap_failure", "allocated", "idle_allocated", "present",
-)
-# Appended at bucket close from the bucket means.
-GPU_DERIVED = ("mem_used_frac", "headroom_gib", "power_frac", "clock_frac", "temp_per_w")
-TASK_ROW = ("step_time_s", "data_wait_s", "comm_s", "util_gpu")
-TASK_DERIVED = ("data_wait_share", "comm_share")
-NODE_ROW = ("gpus_present", "gpus_missing")
-CLASS_ROW = ("util_gpu", "mem_peak_frac", "step_time_s", "power_w", "temp_per_w",
-             "data_wait_share", "comm_share")
+# Window row columns, in row order (declared with their sources in gpuwarden.streams.columns).
+GPU_RAW = names(GPU_COLUMNS)
+GPU_DERIVED = names(GPU_DERIVED_COLUMNS)  # appended at bucket close from the bucket means
+TASK_ROW = names(TASK_COLUMNS)
+TASK_DERIVED = names(TASK_DERIVED_COLUMNS)
+NODE_ROW = names(NODE_COLUMNS)
+CLASS_ROW = names(CLASS_COLUMNS)
 
 _UNITS = {
     "util_gpu": "%", "mem_used_gib": "GiB", "mem_total_gib": "GiB", "temp_gpu_c": "°C",
@@ -65,12 +62,3 @@ SCOPES: dict[str, dict[str, Metric]] = {
     },
 }
 
-
-def index(names: tuple[str, ...]) -> dict[str, int]:
-    return {n: i for i, n in enumerate(names)}
-
-
-GPU_INDEX = index(GPU_RAW + GPU_DERIVED)
-TASK_INDEX = index(TASK_ROW + TASK_DERIVED)
-NODE_INDEX = index(NODE_ROW)
-CLASS_INDEX = index(CLASS_ROW)

@@ -9,6 +9,7 @@ the engine pays no parsing or dispatch cost per evaluation.
 
 from __future__ import annotations
 
+import argparse
 import operator
 import re
 import string
@@ -22,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
 
 from gpuwarden.contract import Tier
+from gpuwarden.streams.config import StreamsSettings
 from gpuwarden.units import Duration
 from gpuwarden.streams.metrics import SCOPES
 
@@ -437,26 +439,6 @@ def _event_pred(m: EventMatch) -> Callable[[dict], bool]:
     return pred
 
 
-class _Unknown:
-    """Stands in for a name a template uses but this alert has no value for."""
-
-    def __format__(self, spec: str) -> str:
-        return "?"
-
-
-class _Vars(dict):
-    def __missing__(self, key: str) -> _Unknown:
-        return _Unknown()
-
-
-def render(template: str, values: dict[str, Any]) -> str:
-    """Fill ``{name}`` / ``{name:.1f}`` from labels and evidence; unknown names show as ``?``."""
-    try:
-        return string.Formatter().vformat(template, (), _Vars(values))
-    except (ValueError, TypeError):
-        return template
-
-
 @dataclass
 class Rule:
     """A compiled rule: the spec plus closures for its condition (``test`` decides, ``check``
@@ -575,7 +557,7 @@ def load_rules(path: str | Path | None = None) -> RulePack:
     return compile_rules(load_rule_file(p), str(p))
 
 
-def cmd_check(args: Any, settings: Any = None) -> int:
+def cmd_check(args: argparse.Namespace, settings: StreamsSettings | None = None) -> int:
     """``gpuwarden rules check FILE``: exit 0 valid, 2 with one ``FILE: path: problem`` line each."""
     try:
         pack = load_rules(args.file)

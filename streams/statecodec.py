@@ -74,11 +74,9 @@ def _key(k: Any) -> Any:
     return tuple(k) if isinstance(k, list) else k
 
 
-#: Bumped when the layout of state changes; state of a format not in READS is refused with a
-#: clear error.
-FORMAT = 5  # 3: stage 2's per-class reorder buffer; 4: stage 1 buffers reduced snapshots;
-#            5: stage 1's buffer as lines after the document
-READS = frozenset({3, 4, 5})  # 3 and 4 still load: their buffered snapshots are reduced when loaded
+#: Bumped when the layout of state changes; state of another format is refused with a clear
+#: error (no release has written an older one).
+FORMAT = 6  # 6: stage 1's checkpoint memory, summary totals and driver/CUDA versions by name
 
 
 def dumps(obj: Any) -> bytes:
@@ -96,7 +94,7 @@ def loads_value(data: bytes) -> Any:
 
 def loads(data: bytes) -> Any:
     doc = json.loads(data)
-    if not isinstance(doc, dict) or doc.get("gws") not in READS:
+    if not isinstance(doc, dict) or doc.get("gws") != FORMAT:
         got = doc.get("gws", 1) if isinstance(doc, dict) else 1
-        raise ValueError(f"engine state format {got}, this version reads {sorted(READS)}: start with fresh state")
+        raise ValueError(f"engine state format {got}, this version reads {FORMAT}: start with fresh state")
     return _dec(doc["s"])

@@ -36,7 +36,6 @@ from aiokafka.partitioner import DefaultPartitioner
 from faust.exceptions import ConsumerNotStarted
 from faust.types import TP, EventT, Message, StreamT
 
-from gpuwarden.config import KafkaConfig, LimitsConfig
 from gpuwarden.contract import (
     AlertTransition,
     ContractError,
@@ -51,7 +50,7 @@ from gpuwarden.contract import (
 from gpuwarden.deadletter import UnsentLog
 from gpuwarden.kafka import broker_credentials
 from gpuwarden.streams.backlog import Backlog
-from gpuwarden.streams.config import EngineConfig
+from gpuwarden.streams.config import StreamsSettings
 from gpuwarden.streams.dlq import Consumed, Limits, Outbound, decode_inbound, to_dlq
 from gpuwarden.streams.engine import StageOutput
 from gpuwarden.streams.keyed import KeyedRunner, Settle, Source
@@ -89,17 +88,6 @@ STREAM_BUFFER = 2 * TAKE_MAX
 IDLE_S = 1.0
 
 
-class StreamSettings(Protocol):
-    """What a stream worker reads of the settings (any composition that has these sections)."""
-
-    @property
-    def kafka(self) -> KafkaConfig: ...
-    @property
-    def limits(self) -> LimitsConfig: ...
-    @property
-    def engine(self) -> EngineConfig: ...
-
-
 class NodeStageT(Protocol):
     """Stage 1's interface (``gpuwarden.streams.engine.NodeStage``)."""
 
@@ -121,12 +109,12 @@ class ClassStageT(Protocol):
     def drop(self, key: str, /) -> None: ...
 
 
-def app_id(settings: StreamSettings) -> str:
+def app_id(settings: StreamsSettings) -> str:
     """One consumer group per fleet: workers with the same id share the partitions."""
     return f"{settings.kafka.topic_prefix}{settings.kafka.client_id}-streams"
 
 
-def default_stages(settings: StreamSettings) -> tuple[NodeStageT, ClassStageT]:
+def default_stages(settings: StreamsSettings) -> tuple[NodeStageT, ClassStageT]:
     """The real engine stages, with the rules named in the config (else the default pack)."""
     from gpuwarden.streams.engine import ClassStage, NodeStage
     from gpuwarden.streams.rules import load_rules
@@ -143,7 +131,7 @@ class Topology:
     after the checkpoint that covers them.
     """
 
-    def __init__(self, settings: StreamSettings, *, worker_id: str, data_dir: Path,
+    def __init__(self, settings: StreamsSettings, *, worker_id: str, data_dir: Path,
                  node_stage: NodeStageT | None = None, class_stage: ClassStageT | None = None) -> None:
         if node_stage is None or class_stage is None:
             node_stage, class_stage = default_stages(settings)

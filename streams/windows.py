@@ -16,8 +16,9 @@ import base64
 from array import array
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from math import isnan
+from typing import NamedTuple
 
 from gpuwarden.streams.statecodec import state
 
@@ -39,6 +40,23 @@ def unpack_floats(text: str) -> list[float | None]:
     return [None if isnan(v) else v for v in a]
 
 
+class Keep(NamedTuple):
+    """Buckets a dump keeps per mean column and per max column (a max column with 0 is never
+    read, so not computed)."""
+
+    means: tuple[int, ...]
+    maxes: tuple[int, ...]
+
+
+class ClosedBucket(NamedTuple):
+    """A bucket as ``BucketWindow.close`` closed it: means per column (derived ones appended),
+    maxima per raw column (None where nothing reads it)."""
+
+    end: float
+    means: list[float | None]
+    maxes: list[float | None]
+
+
 @state
 class BucketWindow:
     """Rows of the open bucket plus closed buckets as columns (``t`` ends, ``mean``, ``max``).
@@ -51,28 +69,27 @@ class BucketWindow:
 
     __slots__ = ("rows", "t", "mean", "max", "maxlen", "keep", "_packed")
 
-    def __init__(self, maxlen: int, keep: tuple | None = None) -> None:
+    def __init__(self, maxlen: int, keep: Keep | None = None) -> None:
         self.rows: list = []
         self.t: list[float] = []
         self.mean: list[list] = []
         self.max: list[list] = []
         self.maxlen = maxlen
-        # ((buckets per mean column), (per max column)) a dump keeps; a max column with 0 is
-        # never read, so not computed. None: everything.
+        # None: everything.
         self.keep = keep
         self._packed: tuple | None = None  # (key, packed closed buckets) until the next close
 
     def add(self, row: Sequence[float | None]) -> None:
         self.rows.append(row)
 
-    def close(self, t_end: float, derive=None) -> list | None:
+    def close(self, t_end: float, derive: Callable[[list], list] | None = None) -> ClosedBucket | None:
         """Close the open bucket at ``t_end``; ``derive(means)`` returns values to append."""
         rows = self.rows
         if not rows:
             return None
         n = len(rows)
         cols = list(zip(*rows))
-        wanted = self.keep[1] if self.keep is not None else _ALL
+        wanted = self.keep.maxes if self.keep is not None else _ALL
         try:
             # A column rarely lacks a value, and sum() raises on a None: far cheaper than
             # testing every value for None (a comparison per value) before summing.
@@ -97,7 +114,7 @@ class BucketWindow:
             for c in self.max:
                 del c[0]
         self.rows = []
-        return [t_end, means, maxes]
+        return ClosedBucket(t_end, means, maxes)
 
     def series(self, index: int, since: float, use_max: bool = False) -> tuple[list[float], list[float]]:
         """(times, values) of one metric over closed buckets with ``t_end > since``."""
@@ -130,23 +147,21 @@ class BucketWindow:
         n = len(self.t)
         key = (n, self.t[-1] if n else None, self.keep)
         if self._packed is None or self._packed[0] != key:
-            keep = self.keep or ((n,) * len(self.mean), (n,) * len(self.max))
-            depth = min(n, max((*keep[0], *keep[1], 0)))
+            keep = self.keep or Keep((n,) * len(self.mean), (n,) * len(self.max))
+            depth = min(n, max((*keep.means, *keep.maxes, 0)))
             self._packed = (key, pack_floats(self.t[n - depth:]),
-                            [pack_floats(c[n - min(k, depth):]) for c, k in zip(self.mean, keep[0])],
-                            [pack_floats(c[n - min(k, depth):]) for c, k in zip(self.max, keep[1])])
+                            [pack_floats(c[n - min(k, depth):]) for c, k in zip(self.mean, keep.means)],
+                            [pack_floats(c[n - min(k, depth):]) for c, k in zip(self.max, keep.maxes)])
         _, t, mean, maxes = self._packed
         rows = self.rows
         return {"rows": [len(rows[0]) if rows else 0, pack_floats([v for r in rows for v in r])],
                 "maxlen": self.maxlen, "keep": self.keep, "t": t, "mean": mean, "max": maxes}
 
     def __setstate__(self, s: dict) -> None:
-        rows = s["rows"]
-        if len(rows) == 2 and isinstance(rows[1], str):  # [width, packed]; earlier: a list of rows
-            width, values = rows[0], unpack_floats(rows[1])
-            rows = [tuple(values[i:i + width]) for i in range(0, len(values), width)] if width else []
+        width, values = s["rows"][0], unpack_floats(s["rows"][1])
+        rows = [tuple(values[i:i + width]) for i in range(0, len(values), width)] if width else []
         self.rows, self.maxlen, self._packed = rows, s["maxlen"], None
-        self.keep = None if s["keep"] is None else (tuple(s["keep"][0]), tuple(s["keep"][1]))
+        self.keep = None if s["keep"] is None else Keep(*map(tuple, s["keep"]))
         self.t = unpack_floats(s["t"])
         n = len(self.t)
         self.mean = [_pad(unpack_floats(c), n) for c in s["mean"]]

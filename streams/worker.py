@@ -14,15 +14,15 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuwarden.streams.config import StreamsSettings
+
 if TYPE_CHECKING:
     import faust
-
-    from gpuwarden.streams.topology import StreamSettings
 
 log = logging.getLogger("gpuwarden.streams")
 
 
-def cmd_streams(args: argparse.Namespace, settings: StreamSettings) -> int:
+def cmd_streams(args: argparse.Namespace, settings: StreamsSettings) -> int:
     """Run a worker until SIGINT/SIGTERM."""
     import asyncio
 

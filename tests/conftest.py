@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-pytest_plugins = ["tests.kafka_support"]
+pytest_plugins = ["tests.kafka_support", "tests.slurm_support", "tests.alertmanager_support"]
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gpuwarden.config import validate_settings
+from gpuwarden.app.settings import validate_settings
 from gpuwarden.contract import AlertTransition, Matcher, Silence, Tier
 from gpuwarden.spool import Spool
 from gpuwarden.notifiers.control import write_spool

@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuwarden.config import ConfigError, load_settings
+from gpuwarden.app.settings import load_settings
+from gpuwarden.config import ConfigError
 from gpuwarden.contract import AlertState
 from gpuwarden.spool import Spool
 from gpuwarden.notifiers.delivery import Delivery
+from gpuwarden.notifiers.localise import catalogue
 from gpuwarden.notifiers.pipeline import Notifier
 from gpuwarden.producers.simulator import Simulator
 from gpuwarden.streams.engine import Engine
@@ -29,13 +31,17 @@ def placeholders(template: str) -> set[str]:
 
 
 def test_every_default_rule_has_a_zh_cn_summary_and_action_with_the_same_placeholders() -> None:
-    zh = yaml.safe_load(DEFAULT_RULES.with_name("default_rules.zh-CN.yaml").read_text(encoding="utf-8"))
-    for rule in load_rule_file(DEFAULT_RULES).rules:
-        text = zh.get(rule.name)
-        assert text and CJK.search(text["summary"]) and CJK.search(text["action"]), rule.name
+    zh = catalogue("zh-CN")
+    rules = load_rule_file(DEFAULT_RULES).rules
+    assert set(zh) == {rule.name for rule in rules}
+    for rule in rules:
+        text = zh[rule.name]
+        assert text["en"] == rule.summary, rule.name  # the msgid is the default rule's own template
+        assert CJK.search(text["summary"]) and CJK.search(text["action"]), rule.name
         assert placeholders(text["summary"]) == placeholders(rule.summary), rule.name
         assert len(text.get("causes", [])) == len(rule.causes), rule.name
         for mine, theirs in zip(text.get("causes", []), rule.causes):
+            assert mine["en"] == theirs.summary, rule.name
             assert placeholders(mine["summary"]) == placeholders(theirs.summary), rule.name
             assert CJK.search(mine["action"]), rule.name
 

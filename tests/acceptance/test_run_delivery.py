@@ -58,7 +58,7 @@ class Fleet:
         self.config.write_text(yaml.safe_dump(cfg))
 
     def start(self, *args: str) -> subprocess.Popen:
-        cmd = [sys.executable, "-c", "import sys; from gpuwarden.cli import main; sys.exit(main())",
+        cmd = [sys.executable, "-c", "import sys; from gpuwarden.app.cli import main; sys.exit(main())",
                "run", "--config", str(self.config), "--json", *args]
         self.stderr = self.tmp / "stderr.txt"
         with open(self.stderr, "w") as err:  # a file, not a pipe: a full pipe would block the process

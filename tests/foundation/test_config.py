@@ -8,9 +8,10 @@ import sys
 
 import pytest
 
-from gpuwarden.config import ConfigError, SecretRef, config_warnings, load_settings
+from gpuwarden.app.settings import load_settings
+from gpuwarden.config import ConfigError, SecretRef, config_warnings
 
-GPUWARDEN = [sys.executable, "-m", "gpuwarden.cli"]
+GPUWARDEN = [sys.executable, "-m", "gpuwarden.app.cli"]
 
 
 def test_defaults_load_without_a_file(tmp_path, monkeypatch):
@@ -100,17 +101,32 @@ def test_secret_value_not_echoed_in_errors(tmp_path):
     assert "supersecretvalue" not in r.stderr + r.stdout
 
 
-def test_warnings_for_unknown_keys_and_world_readable_secret(tmp_path):
+def test_unknown_keys_are_errors_naming_the_nearest_key(tmp_path):
+    """Issue #18, defect 8: ``notfiy:`` or ``notify.recievers`` was a warning, ``config check``
+    said ok, and every alert went nowhere."""
+    f = tmp_path / "c.yaml"
+    f.write_text("notfiy:\n  receivers: []\nnotify:\n  recievers: []\nkafka:\n  bootstrapp: x\n  zzzz: 1\n")
+    with pytest.raises(ConfigError) as e:
+        load_settings(f)
+    assert e.value.problems == ["notfiy: unknown key (did you mean 'notify'?)",
+                                "kafka.bootstrapp: unknown key (did you mean 'bootstrap'?)",
+                                "kafka.zzzz: unknown key",
+                                "notify.recievers: unknown key (did you mean 'receivers'?)"]
+    r = subprocess.run([*GPUWARDEN, "config", "check", str(f)], capture_output=True, text=True)
+    assert r.returncode == 2 and f"{f}: notfiy: unknown key (did you mean 'notify'?)" in r.stderr
+    r = subprocess.run([*GPUWARDEN, "report", "--config", str(f), "usage"], capture_output=True, text=True)
+    assert r.returncode == 2 and "notify.recievers" in r.stderr  # every command refuses it at start
+
+
+def test_a_world_readable_secret_file_is_a_warning(tmp_path):
     secret = tmp_path / "secret"
     secret.write_text("x")
     os.chmod(secret, 0o644)
     f = tmp_path / "c.yaml"
-    f.write_text(f"kafka:\n  bootstrapp: typo\n  sasl_password:\n    file: {secret}\n")
-    warnings = config_warnings(load_settings(f))
-    assert any("kafka.bootstrapp: unknown key" in w for w in warnings)
-    assert any("readable by other users" in w for w in warnings)
+    f.write_text(f"kafka:\n  sasl_password:\n    file: {secret}\n")
+    assert any("readable by other users" in w for w in config_warnings(load_settings(f)))
     r = subprocess.run([*GPUWARDEN, "config", "check", str(f)], capture_output=True, text=True)
-    assert r.returncode == 0 and "warning: kafka.bootstrapp" in r.stderr
+    assert r.returncode == 0 and "readable by other users" in r.stderr
 
 
 def test_cli_has_every_subcommand_with_help():

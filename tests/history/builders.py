@@ -37,7 +37,7 @@ def metric(node: str, ts: float, task: str, task_id: str, kind: TaskMetricKind,
 
 def gw(*argv: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """The real ``gpuwarden`` command line in a subprocess (``env`` on top of ours)."""
-    return subprocess.run([sys.executable, "-m", "gpuwarden.cli", *argv], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "gpuwarden.app.cli", *argv], capture_output=True,
                           text=True, timeout=timeout, cwd=REPO, env={**os.environ, **(env or {})})
 
 

@@ -34,7 +34,8 @@ import json
 
 import pytest
 
-from gpuwarden.accounting import compute_usage, digest_notification, to_csv
+from gpuwarden.app.usage import digest_notification
+from gpuwarden.history.accounting import compute_usage, to_csv, to_json
 from gpuwarden.contract import TaskMetricKind, Topics, encode
 from gpuwarden.spool import Spool
 from tests.fakes.http import FakeSlack
@@ -164,3 +165,58 @@ def test_weekly_digest_posts_the_table_to_the_chat_receiver(tmp_path):
     for expected in ("alice", "bob", "carol", "3.2 card-hours", "6.33", "1.50"):
         assert expected in text
     assert slack.path not in r.stderr  # the webhook URL is a secret
+
+
+def test_overlapping_histories_in_one_spool_count_each_moment_once():
+    """Issue #19: two demo runs into one spool gave 167.87 card-hours for 16 GPUs over ~6 h. The
+    same simulated fleet twice, the second run 1 s later (its records between the first's), and
+    every record of the first again (redelivered): the card-hours of one run, not three."""
+    from gpuwarden.producers.simulator import Simulator
+
+    def run(start: float) -> list:
+        return list(Simulator("mixed", nodes=2, gpus=8, seed=1, start_ts=start, tick_s=5.0).run(2 * 3600))
+
+    one = run(1_700_000_000.0)
+    window = {"since": 1_699_990_000.0, "until": 1_700_010_000.0}
+    alone = compute_usage(one, **window).total.card_hours
+    merged = compute_usage([*one, *run(1_700_000_001.0), *one], **window).total.card_hours
+    assert alone > 20
+    assert merged == pytest.approx(alone, rel=0.01)
+
+
+def _llm_hour(gpu_name: str, **model: object) -> list:
+    """8 GPUs of ``gpu_name`` held by one 7B-parameter run for an hour (60 snapshots of 60 s),
+    reporting 20,000 tokens/s at the start and the end."""
+    recs = [snap("n9", T0 + 60 * k, k, [gpu(g, 95, name=gpu_name) for g in range(8)],
+                 [proc(g, "chen", "llama-7b", "run-1", "fm") for g in range(8)], interval_s=60)
+            for k in range(1, 61)]
+    recs += [metric("n9", T0, "llama-7b", "run-1", TaskMetricKind.MODEL, model_params=7e9, **model),
+             metric("n9", T0, "llama-7b", "run-1", TaskMetricKind.THROUGHPUT, throughput=20_000.0,
+                    throughput_unit="tokens/s"),
+             metric("n9", T0 + 3600, "llama-7b", "run-1", TaskMetricKind.THROUGHPUT, throughput=20_000.0,
+                    throughput_unit="tokens/s")]
+    return recs
+
+
+def test_cost_per_million_tokens_and_mfu_as_worked_by_hand():
+    """Worked on paper: 8 GPU-hours at $2 = $16 for 20,000 tokens/s x 3,600 s = 72 M tokens:
+    $0.2222 per million. FLOPs per token 6 x 7e9 = 4.2e10; the tokens needed 72e6 x 4.2e10 =
+    3.024e18 FLOPs; 8 H100 SXM (989 TFLOPS dense BF16) could do 8 x 3,600 x 989e12 = 2.848e19:
+    MFU 10.62 %. With the shape (32 layers, hidden 4,096, sequence 4,096) the attention term adds
+    12 x 32 x 4,096 x 4,096 = 6.442e9 FLOPs per token: MFU 12.25 %."""
+    u = compute_usage(_llm_hour("NVIDIA H100 80GB HBM3"), since=T0, until=T0 + 4000, price_per_gpu_hour=2.0)
+    (row,) = u.rows
+    assert row.card_hours == pytest.approx(8.0) and row.tokens == pytest.approx(72e6)
+    assert row.cost_per_mtok == pytest.approx(16 / 72, rel=1e-9)
+    assert row.mfu == pytest.approx(3.024e18 / 2.848320e19, rel=1e-9)
+    assert round(row.mfu, 4) == 0.1062
+    shaped = compute_usage(_llm_hour("NVIDIA H100 80GB HBM3", model_layers=32, model_hidden=4096,
+                                     model_seq_len=4096), since=T0, until=T0 + 4000).rows[0]
+    assert round(shaped.mfu, 4) == round(72e6 * (4.2e10 + 12 * 32 * 4096 * 4096) / 2.848320e19, 4) == 0.1225
+
+
+def test_mfu_on_a_gpu_model_without_a_known_peak_is_unknown():
+    u = compute_usage(_llm_hour("NVIDIA GeForce RTX 4090"), since=T0, until=T0 + 4000, price_per_gpu_hour=2.0)
+    doc = json.loads(to_json(u))
+    assert doc["rows"][0]["mfu"] == "unknown" and doc["rows"][0]["unknown_gpus"] == ["NVIDIA GeForce RTX 4090"]
+    assert doc["rows"][0]["cost_per_mtok"] == pytest.approx(16 / 72)  # the cost needs no peak

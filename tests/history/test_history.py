@@ -15,11 +15,11 @@ from gpuwarden.contract import (
     AlertState, AlertTransition, EventKind, GpuEvent, Silence, Matcher, Tier, Topics, decode, encode,
     dead_letter, record_key,
 )
-from gpuwarden.history import HistoryError, HistoryFile, export_history, import_to_kafka, import_to_spool
+from gpuwarden.history.portable import HistoryError, HistoryFile, export_history, import_to_kafka, import_to_spool
 from gpuwarden.spool import Spool
 from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.engine import Engine
-from gpuwarden.streams.replay_sources import read_file
+from gpuwarden.history.sources import read_file
 from tests.history.builders import config, gw
 from tests.history.test_accounting import T0, scenario
 from tests.kafka_support import consume_all, unique_topic

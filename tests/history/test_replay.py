@@ -13,7 +13,7 @@ from gpuwarden.contract import decode, encode
 from gpuwarden.kafka import produce_records
 from gpuwarden.streams.compare import compare, replay_both
 from gpuwarden.streams.engine import Engine
-from gpuwarden.streams.replay_sources import (
+from gpuwarden.history.sources import (
     INPUT_KINDS,
     KafkaReadStats,
     ReplayError,
@@ -48,7 +48,7 @@ def test_file_time_range_and_bad_lines(recorded, tmp_path):
     mid = records[len(records) // 2].ts
     damaged = tmp_path / "damaged.jsonl"
     lines = recorded["file"].read_bytes().splitlines(keepends=True)
-    damaged.write_bytes(b"".join(lines[:10]) + b'{"schema":"node_snapshot/1","ts":"soon"}\nnot json\n'
+    damaged.write_bytes(b"".join(lines[:10]) + b'{"schema":"node_snapshot/2","ts":"soon"}\nnot json\n'
                         + b"".join(lines[10:]))
     rejected: list[tuple[str, str]] = []
     got = list(read_file(damaged, since=mid, on_reject=lambda w, why: rejected.append((w, why))))

@@ -14,7 +14,7 @@ from gpuwarden.notifiers import wecom
 from gpuwarden.notifiers.delivery import Delivery
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.receivers import Receiver
-from gpuwarden.notifiers.render import render_text
+from gpuwarden.notifiers.render import Locale, render_text
 from tests.fakes.alerts import FP, alert, note
 from tests.fakes.http import FakeAppriseJson, FakeDingTalk, FakeSlack, FakeWeCom, max_in_window
 
@@ -44,10 +44,10 @@ async def test_apprise_json_delivers_the_rendered_title_and_body(monkeypatch, cl
             await d.aclose()
     assert [o.status for o in outs] == ["delivered", "delivered"] and outs[0].attempts == 1
     first, second = (q.json for q in sink.accepted)
-    title, body = render_text(fired, "zh-CN")
+    title, body = render_text(fired, Locale("zh-CN"))
     assert (first["title"], first["message"], first["type"]) == (title, body, "failure")
     assert "建议操作" in first["message"] and FP.findall(first["message"]) == ["fp00001"]
-    assert second["type"] == "success" and second["title"] == render_text(resolved, "zh-CN")[0]
+    assert second["type"] == "success" and second["title"] == render_text(resolved, Locale("zh-CN"))[0]
 
 
 async def test_apprise_target_down_spools_then_delivers_once_after_recovery(monkeypatch, clock, spool):
@@ -155,7 +155,7 @@ async def test_wecom_markdown_arrives_intact_within_4096_bytes(monkeypatch, cloc
             await d.aclose()
     assert [o.status for o in outs] == ["delivered", "delivered"]
     got = [q.json["markdown"]["content"] for q in fake.accepted]
-    assert got == [wecom.content(r.channel, small, "zh-CN"), wecom.content(r.channel, big, "zh-CN")]
+    assert got == [wecom.content(r.channel, small, Locale("zh-CN")), wecom.content(r.channel, big, Locale("zh-CN"))]
     assert all(len(c.encode()) <= 4096 and c.endswith("<@zhangsan>") for c in got)
     assert len(got[1].encode()) > 4000  # the big one was cut near the limit, not far below it
     assert "建议操作" in got[0] and FP.findall(got[0]) == ["fp00001"]

@@ -11,6 +11,7 @@ import pytest
 
 from gpuwarden.notifiers import dingtalk, feishu
 from gpuwarden.notifiers.receivers import Receiver
+from gpuwarden.notifiers.render import Locale
 from tests.fakes.alerts import note
 from tests.fakes.http import FakeDingTalk, FakeFeishu
 
@@ -33,13 +34,13 @@ def test_signed_requests_carry_timestamp_in_the_documented_unit(monkeypatch):
     monkeypatch.setenv("U", "http://127.0.0.1:1/robot/send?access_token=t")
     monkeypatch.setenv("S", "SECabc")
     r = Receiver(name="dt", dingtalk={"url": {"env": "U"}, "secret": {"env": "S"}})
-    url = dingtalk.build_request(r.channel, note("dt", 1), "en", 1577836800.25).url
+    url = dingtalk.build_request(r.channel, note("dt", 1), Locale("en"), 1577836800.25).url
     q = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
     assert q["timestamp"] == ["1577836800250"] and q["access_token"] == ["t"]
     monkeypatch.setenv("F", "http://127.0.0.1:1/open-apis/bot/v2/hook/x")
     f = Receiver(name="fs", feishu={"url": {"env": "F"}, "secret": {"env": "S"}})
     import json
-    body = json.loads(feishu.build_request(f.channel, note("fs", 1), "en", 1577836800.9).body)
+    body = json.loads(feishu.build_request(f.channel, note("fs", 1), Locale("en"), 1577836800.9).body)
     assert body["timestamp"] == "1577836800" and body["msg_type"] == "interactive" and "card" in body
 
 
@@ -58,7 +59,7 @@ async def test_fakes_accept_good_signatures_and_reject_bad_ones(platform, monkey
         for secret in ("SECright", "SECwrong"):
             monkeypatch.setenv("SEC", secret)
             r = Receiver(name="x", **{platform: {"url": {"env": "URL"}, "secret": {"env": "SEC"}}})
-            req = module.build_request(r.channel, note("x", 1), "zh-CN", clock())
+            req = module.build_request(r.channel, note("x", 1), Locale("zh-CN"), clock())
             async with httpx.AsyncClient() as c:
                 resp = await c.post(req.url, content=req.body, headers=req.headers)
             answers.append(module.classify(resp.status_code, resp.headers, resp.content))

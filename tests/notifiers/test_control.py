@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuwarden.cli import main
-from gpuwarden.config import load_settings
+from gpuwarden.app.cli import main
+from gpuwarden.app.settings import load_settings
 from gpuwarden.contract import Ack, Silence, Topics, encode, record_key
 from gpuwarden.notifiers.config import ScheduleConfig, parse_matcher
 from gpuwarden.notifiers.control import ControlState
@@ -94,7 +94,7 @@ async def test_silence_cli_on_the_control_topic(kafka_bootstrap: str, tmp_path: 
     # A record that breaks the contract on the topic is reported and skipped, not fatal.
     await produce(kafka_bootstrap, Topics(prefix).control, [(b"silence:junk", b"{not json")])
 
-    state = await read_control(settings)
+    state = await read_control(settings.kafka)
     assert "control record silence:junk" in caplog.text
     now = time.time()
     assert {s.id for s in state.silences(now)} == {sid, other}
@@ -104,6 +104,6 @@ async def test_silence_cli_on_the_control_topic(kafka_bootstrap: str, tmp_path: 
     assert await asyncio.to_thread(cli, "silence", "list") == 0
     listed = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in listed if not line.endswith("expired")] == [other]
-    state = await read_control(settings)
+    state = await read_control(settings.kafka)
     assert {s.id for s in state.silences(time.time())} == {other}
     assert state.records[f"silence:{sid}"].comment == "maintenance"  # history kept, ends_at moved

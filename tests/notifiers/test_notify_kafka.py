@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuwarden.cli import main
-from gpuwarden.config import load_settings
+from gpuwarden.app.cli import main
+from gpuwarden.app.settings import load_settings
 from gpuwarden.contract import AlertTransition, DeadLetter, Topics, decode, encode
 from gpuwarden.notifiers.worker import Stats, run_notify
 from tests.fakes.http import FakeFeishu

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from gpuwarden.cli import main
-from gpuwarden.config import validate_settings
+from gpuwarden.app.cli import main
+from gpuwarden.app.settings import validate_settings
 from gpuwarden.contract import AlertTransition, Topics, decode
 from gpuwarden.spool import Spool
 from gpuwarden.notifiers.message import Notification
@@ -214,7 +214,7 @@ async def test_test_notify_prints_each_receivers_outcome(tmp_path: Path, monkeyp
 
 
 def test_silence_config_goes_before_or_after_the_action() -> None:
-    from gpuwarden.cli import build_parser
+    from gpuwarden.app.cli import build_parser
 
     parse = build_parser().parse_args
     assert parse(["silence", "--config", "a.yaml", "add", "node=x"]).config == "a.yaml"

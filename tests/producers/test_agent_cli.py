@@ -10,7 +10,7 @@ from tests.producers.test_simulator import T0, check_mixed
 
 
 def run_agent(*argv: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpuwarden.cli", "agent", *argv],
+    return subprocess.run([sys.executable, "-m", "gpuwarden.app.cli", "agent", *argv],
                           capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
@@ -50,7 +50,7 @@ def test_live_simulation_ticks_on_wall_clock_until_sigterm(tmp_path):
     import signal
     import time
     out = tmp_path / "live.jsonl"
-    p = subprocess.Popen([sys.executable, "-m", "gpuwarden.cli", "agent", "--simulate", "healthy",
+    p = subprocess.Popen([sys.executable, "-m", "gpuwarden.app.cli", "agent", "--simulate", "healthy",
                           "--gpus", "1", "--output", str(out)], stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(3.5)
@@ -90,7 +90,7 @@ def test_agent_output_and_run_record_tick_alike(tmp_path):
     out, rec = tmp_path / "agent.jsonl", tmp_path / "run.jsonl"
     args = ("--simulate", "mixed", "--nodes", "2", "--gpus", "4", "--duration", "10m", "--start", str(T0))
     assert run_agent(*args, "--output", str(out)).returncode == 0
-    p = subprocess.run([sys.executable, "-m", "gpuwarden.cli", "run", *args, "--record", str(rec)],
+    p = subprocess.run([sys.executable, "-m", "gpuwarden.app.cli", "run", *args, "--record", str(rec)],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
 
@@ -112,7 +112,7 @@ def test_the_same_start_means_the_same_time_in_every_zone_and_command(tmp_path):
         out, rec = tmp_path / f"agent-{tz[:3]}.jsonl", tmp_path / f"run-{tz[:3]}.jsonl"
         args = ("--simulate", "healthy", "--gpus", "2", "--duration", "1m", "--start", start)
         for cmd, path, flag in (("agent", out, "--output"), ("run", rec, "--record")):
-            p = subprocess.run([sys.executable, "-m", "gpuwarden.cli", cmd, *args, flag, str(path)],
+            p = subprocess.run([sys.executable, "-m", "gpuwarden.app.cli", cmd, *args, flag, str(path)],
                                capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
             assert p.returncode == 0, p.stderr
             firsts.append(decode(path.read_text().splitlines()[0]).ts)

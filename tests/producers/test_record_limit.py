@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 
-from gpuwarden.config import validate_settings
+from gpuwarden.app.settings import validate_settings
 from gpuwarden.contract import GpuProcess, GpuSample, NodeSnapshot
 from gpuwarden.spool import Spool
 from gpuwarden.producers.agent import Sink

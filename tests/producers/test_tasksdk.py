@@ -10,7 +10,7 @@ import pytest
 from gpuwarden.contract import ContractError
 from gpuwarden.producers.attrib import Attribution
 from gpuwarden.producers.taskrecv import TaskReceiver
-from gpuwarden.producers.tasksdk import Task
+from gpuwarden.sdk import Task
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from gpuwarden.config import validate_settings
+from gpuwarden.app.settings import validate_settings
 from gpuwarden.spool import Spool
 from gpuwarden.notifiers.delivery import Delivery
 from gpuwarden.notifiers.pipeline import Notifier

@@ -20,7 +20,7 @@ import faust
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from gpuwarden.config import validate_settings
+from gpuwarden.app.settings import validate_settings
 from gpuwarden.contract import NodeSnapshot, Topics, decode
 from gpuwarden.kafka import KafkaConnectError, broker_credentials, client_kwargs, start_client
 from gpuwarden.spool import Spool
@@ -163,7 +163,7 @@ def test_streams_worker_with_wrong_password_exits_with_the_reason(kafka_scram, t
         f"kafka:\n  bootstrap: {kafka_scram.bootstrap}\n  security_protocol: SASL_PLAINTEXT\n"
         f"  sasl_mechanism: {kafka_scram.mechanism}\n  sasl_username: {kafka_scram.username}\n"
         f"  sasl_password: {{file: {secret}}}\n")
-    p = subprocess.run([sys.executable, "-m", "gpuwarden.cli", "streams", "--config", str(cfg),
+    p = subprocess.run([sys.executable, "-m", "gpuwarden.app.cli", "streams", "--config", str(cfg),
                         "--data-dir", str(tmp_path / "w")],
                        capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
     assert p.returncode != 0

@@ -31,11 +31,11 @@ def test_full_run_leaks_no_secret(tmp_path):
             "    - {name: fs, feishu: {url: {env: GW_FS_URL}, secret: {env: GW_FS_SECRET}}}\n"
             "    - {name: dt, dingtalk: {url: {env: GW_DT_URL}, secret: {env: GW_DT_SECRET}}}\n")
         env = {**os.environ, **SECRETS, **urls}
-        run = subprocess.run([sys.executable, "-m", "gpuwarden.cli", "-vv", "run", "--config", str(cfg),
+        run = subprocess.run([sys.executable, "-m", "gpuwarden.app.cli", "-vv", "run", "--config", str(cfg),
                               "--simulate", "mixed", "--duration", "2h", "--json"],
                              capture_output=True, text=True, timeout=180, cwd=REPO, env=env)
         assert run.returncode == 0, run.stderr[-2000:]
-        log = subprocess.run([sys.executable, "-m", "gpuwarden.cli", "notify", "--config", str(cfg), "--log", "1000"],
+        log = subprocess.run([sys.executable, "-m", "gpuwarden.app.cli", "notify", "--config", str(cfg), "--log", "1000"],
                              capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
         delivered = len(fs.accepted) + len(dt.accepted)
     db = sqlite3.connect(tmp_path / "spool.db")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwarden.cli import main
+from gpuwarden.app.cli import main
 
 
 @pytest.fixture

@@ -85,7 +85,7 @@ def _fetched(records: tuple[Any, ...], fetches: list[dict[str, int]], *, per_rec
             behind = backlog.behind(t, 0, off, key(r)) if per_record else backlog.behind_at_end(0)
             stage.process(r, behind, out=out)
             if held is not None:
-                held[r.node] = max(held.get(r.node, 0), len(stage._nodes[r.node].buffer))
+                held[r.node] = max(held.get(r.node, 0), len(stage.state(r.node).buffer))
         if settle:
             for node in stage.nodes():
                 stage.advance(node, backlog.behind_at_end(0), out)
@@ -147,7 +147,7 @@ def test_a_node_is_not_held_by_its_partition_mates_records_later_in_the_fetch() 
     for r in records:
         alone.process(r, out=StageOutput([], []))
         if r.node == "node-01":
-            lateness_only = max(lateness_only, len(alone._nodes["node-01"].buffer))
+            lateness_only = max(lateness_only, len(alone.state("node-01").buffer))
     assert keyed["node-01"] <= lateness_only + 1
     assert shared["node-01"] > 2 * lateness_only
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from gpuwarden.contract import GpuEvent, NodeSnapshot, Silence, encode
 from gpuwarden.producers.simulator import Simulator
 from gpuwarden.streams.config import EngineConfig
+from gpuwarden.streams import statecodec
 from gpuwarden.streams.engine import Engine
 
 T0 = 1_700_000_000.0
@@ -80,38 +83,20 @@ def test_dump_load_continues_exactly() -> None:
     assert _bytes(out) == whole
 
 
-def test_state_of_format_3_with_whole_snapshots_buffered_loads_and_continues_exactly() -> None:
-    # Before format 4 the reorder buffer held (and checkpoints wrote) whole NodeSnapshots as JSON
-    # inside the document; stage 1 now reduces a snapshot on arrival and writes the buffer as
-    # lines after it (format 5). State written by the older version still loads.
+def test_state_of_another_format_is_refused_saying_so() -> None:
     import json
 
-    recs = _records("mixed", 30)
-    whole = _run(recs)
-    first = Engine()
-    out = first.process_many(recs[: len(recs) // 2])
-    by_id = {(r.boot_id, r.seq): r for r in recs if isinstance(r, NodeSnapshot)}
-    state = json.loads(first.dump_all())
-    reduced = 0
-    for node, text in state["nodes"].items():  # format 5: the document, then a line per buffered record
-        head, *lines = text.split("\n")
-        doc = json.loads(head)
-        assert doc["gws"] == 5 and doc["s"]["buffer"] == []
-        doc["gws"] = 3
-        for line in lines:
-            n, _, saved = line.partition(" ")
-            if saved[0] == "S":
-                snap = dict(json.loads(saved[1:])["__s"]["__kd"])  # the codec writes dicts as pairs
-                saved = "R" + encode(by_id[snap["boot_id"], snap["seq"]]).decode()
-                reduced += 1
-            doc["s"]["buffer"].append([int(n), saved[1:]])
-        state["nodes"][node] = json.dumps(doc, sort_keys=True, separators=(",", ":"))
-    assert reduced > 0  # snapshots were waiting in the buffer
-    second = Engine()
-    second.load_all(json.dumps(state).encode())
-    assert second.dump_all() == first.dump_all()  # reduced on load, written as format 5
-    out += second.process_many(recs[len(recs) // 2:]) + second.flush()
-    assert _bytes(out) == whole
+    e = Engine()
+    e.process_many(_records("mixed", 5))
+    node = e.nodes.nodes()[0]
+    head, *lines = e.nodes.dump(node).split(b"\n")
+    doc = json.loads(head)
+    assert doc["gws"] == statecodec.FORMAT and doc["s"]["buffer"] == []  # the buffer follows as lines
+    for old in (3, 4, 5):
+        doc["gws"] = old
+        with pytest.raises(ValueError, match=f"engine state format {old}, this version reads "
+                                             f"{statecodec.FORMAT}: start with fresh state"):
+            Engine().nodes.load(node, b"\n".join([json.dumps(doc).encode(), *lines]))
 
 
 def test_records_a_stage_cannot_use_are_ignored() -> None:

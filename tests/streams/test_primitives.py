@@ -64,7 +64,7 @@ def test_bucket_window_means_maxes_and_series() -> None:
     w = BucketWindow(maxlen=3)
     w.add((1.0, None))
     w.add((3.0, 5.0))
-    assert w.close(15, lambda m: [m[0] * 2]) == [15, [2.0, 5.0, 4.0], [3.0, 5.0]]
+    assert w.close(15, lambda m: [m[0] * 2]) == (15, [2.0, 5.0, 4.0], [3.0, 5.0])
     assert w.close(30) is None  # empty bucket: nothing closed
     for t in (30, 45, 60):
         w.add((float(t), None))

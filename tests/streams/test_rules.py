@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwarden.cli import main
+from gpuwarden.app.cli import main
 from gpuwarden.streams.rules import RulesError, load_rules
 
 RULE = """

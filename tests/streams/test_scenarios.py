@@ -60,7 +60,7 @@ def test_live_run_and_replay_of_its_record_are_byte_identical(tmp_path: Path) ->
     cfg = tmp_path / "gw.yaml"
     cfg.write_text(f"spool:\n  path: {tmp_path / 'spool.db'}\n")
     rec = tmp_path / "in.jsonl"
-    cli = [sys.executable, "-m", "gpuwarden.cli"]
+    cli = [sys.executable, "-m", "gpuwarden.app.cli"]
     live = subprocess.run([*cli, "run", "--config", str(cfg), "--simulate", "ecc-dbe", "--duration", "10m",
                            "--start", "1700000000", "--json", "--record", str(rec)],
                           capture_output=True, timeout=120, check=True)
@@ -73,7 +73,7 @@ def test_live_run_and_replay_of_its_record_are_byte_identical(tmp_path: Path) ->
 
 
 def test_replay_from_unreachable_kafka_says_why(tmp_path: Path, capsys) -> None:
-    from gpuwarden.cli import main
+    from gpuwarden.app.cli import main
 
     assert main(["replay", "--kafka", "127.0.0.1:1", "--json"]) == 1
     assert "Kafka 127.0.0.1:1: " in capsys.readouterr().err

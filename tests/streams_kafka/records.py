@@ -6,7 +6,7 @@ import json
 import time
 from typing import Any
 
-from gpuwarden.config import validate_settings
+from gpuwarden.app.settings import validate_settings
 from gpuwarden.contract import GpuEvent, GpuSample, NodeSnapshot, encode, record_key
 from tests.kafka_support import unique_topic
 

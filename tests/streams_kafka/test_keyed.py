@@ -44,13 +44,14 @@ def test_envelope_round_trip_and_rejects_foreign_bytes() -> None:
         unpack(data[:-3])
 
 
-def test_envelope_written_with_zlib_before_zstd_still_unpacks() -> None:
+def test_envelope_of_the_zlib_form_is_refused() -> None:
     import struct
     import zlib
 
     head = b'{"t:0":41}'
     old = struct.pack(">4sI", b"GWS3", len(head)) + head + zlib.compress(b"\x00state\n", 1)
-    assert unpack(old) == ({"t:0": 41}, b"\x00state\n")
+    with pytest.raises(ValueError, match="bad magic b'GWS3'"):
+        unpack(old)
 
 
 def test_batch_writes_one_envelope_per_key_with_last_offsets() -> None:

@@ -40,7 +40,7 @@ class Worker:
         if tree is not None:
             env["PYTHONPATH"] = str(tree)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpuwarden.cli", "-v", "streams", "--config", str(config),
+            [sys.executable, "-m", cli_module(tree), "-v", "streams", "--config", str(config),
              "--worker-id", worker_id, "--data-dir", str(tmp / worker_id)],
             stdout=self._out, stderr=subprocess.STDOUT, cwd=tree or REPO_ROOT, env=env,
         )
@@ -141,13 +141,18 @@ def checkout(rev: str) -> Iterator[Path | None]:
             yield None
             return
         try:
-            for room in ("producers", "streams", "notifiers"):
-                if not (tree / "gpuwarden" / room).exists():
+            for room in ("producers", "streams", "notifiers", "history", "app"):
+                if (tree / room).is_dir() and not (tree / "gpuwarden" / room).exists():
                     (tree / "gpuwarden" / room).symlink_to(tree / room, target_is_directory=True)
             yield tree
         finally:
             subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force", str(tree)],
                            capture_output=True)
+
+
+def cli_module(tree: Path | None = None) -> str:
+    """The CLI's module in this checkout or ``tree`` (before the composition root it was gpuwarden.cli)."""
+    return "gpuwarden.app.cli" if (tree or REPO_ROOT).joinpath("app", "cli.py").exists() else "gpuwarden.cli"
 
 
 def cpu_s(pid: int) -> float:

@@ -1,0 +1,228 @@
+"""``gpuwarden run``: source → engine → notifier in one process, the spool as the durable log.
+
+The source is the simulator (``--simulate``) or the agent's NVML source (when
+NVML loads: collector, XID/ECC watchers, task SDK socket), else the
+``mixed`` simulation (said on stderr). Every input record goes to the spool
+(and to ``--record FILE`` for a later ``gpuwarden replay --from-file``); the
+engine's state is saved in the spool's key/value store so a restart continues
+where it stopped. With ``--duration`` a simulated span runs as fast as possible;
+real GPUs are sampled in wall time, for ``--duration`` when given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import ExitStack
+from typing import Any, TextIO
+
+from gpuwarden.app.live_view import render
+from gpuwarden.app.settings import Settings
+from gpuwarden.contract import AlertTransition, Topics, encode, record_key
+from gpuwarden.notifiers.pipeline import Notifier
+from gpuwarden.producers.agent import build_source, step_with_extras, stop_extras
+from gpuwarden.producers.simulator import Simulator, scenario_list, tick_for
+from gpuwarden.producers.source import Record, Source, paced
+from gpuwarden.spool import Spool
+from gpuwarden.streams.engine import Engine
+from gpuwarden.streams.rules import RulesError, load_rules
+from gpuwarden.units import parse_time
+
+STATE_NS = "engine"
+LIVE_STATE, SIM_STATE = "state", "sim-state"
+"""Live sampling and simulations keep separate engine state, so a demo never disturbs a lab's baselines."""
+SAVE_EVERY_S = 30.0  # wall time between state saves (the runner, not the engine, may use the clock)
+VIEW_EVERY_S = 0.5  # wall time between live-view frames
+
+
+class NoGpus(Exception):
+    """NVML could not be opened and nothing asked for a simulation."""
+
+
+def _source(args: argparse.Namespace, settings: Settings) -> tuple[Source, list[Any]]:
+    """(source, extras): the simulator when ``--simulate`` (or ``agent.source: simulate``) asks
+    for it, else the agent's NVML source with its event watchers and SDK socket. A failing NVML
+    is an error, never a silent simulation: that paged on-call with invented ECC errors from
+    ``node-00`` on a GPU box whose driver was broken (issue #18, defect 6)."""
+    scenario = args.simulate
+    if scenario is None and settings.agent.source != "simulate":
+        try:
+            return build_source(args, settings, time.time())
+        except Exception as e:  # noqa: BLE001 - any NVML failure: say it and stop
+            raise NoGpus(f"cannot open NVML ({type(e).__name__}: {e}): no GPUs to watch. Run 'gpuwarden "
+                         "doctor' to see why, or pass --simulate SCENARIO for simulated GPUs") from None
+    scenario = scenario or "mixed"
+    span = args.duration or 0.0
+    start = _start_ts(args.start, span)
+    tick = tick_for(span or None)
+    kw = {} if args.onset is None else {"onset_s": args.onset}
+    nodes = args.nodes or (2 if scenario == "mixed" else 1)
+    return Simulator(scenario, nodes=nodes, gpus=args.gpus or 8, seed=args.seed, start_ts=start,
+                     tick_s=tick, **kw), []
+
+
+def _start_ts(text: str | None, span: float) -> float:
+    now = time.time()
+    if text is None:
+        return float(int(now - span))
+    ts = parse_time(text, now)
+    assert ts is not None
+    return ts
+
+
+async def _ticks(source: Source, extras: list[Any], args: argparse.Namespace,
+                 stop: asyncio.Event) -> AsyncIterator[list[Record]]:
+    """A simulated span runs as fast as possible; a live source (or a simulation without
+    ``--duration``) is paced in wall time, for ``--duration`` when given."""
+    if isinstance(source, Simulator) and args.duration is not None:
+        end = source.ts + args.duration
+        while source.ts < end - 1e-9 and not stop.is_set():
+            yield source.step()
+            await asyncio.sleep(0)  # let delivery tasks run between simulated ticks
+        return
+    async for batch in paced(lambda: step_with_extras(source, extras), source.tick_s, stop,
+                             duration=args.duration):
+        yield batch
+
+
+class Runner:
+    """Feeds batches through the engine; prints, notifies, records and saves state."""
+
+    def __init__(self, engine: Engine, spool: Spool, topics: Topics, *, json_out: TextIO | None,
+                 record: TextIO | None, notifier: Notifier | None, state_key: str) -> None:
+        self.engine, self.spool, self.topics = engine, spool, topics
+        self.state_key = state_key
+        self.json_out, self.record, self.notifier = json_out, record, notifier
+        self.now = 0.0
+        self.saved_at = time.monotonic()
+        self.transitions = 0
+
+    async def batch(self, records: list[Record]) -> None:
+        rows = []
+        out: list[AlertTransition] = []
+        for rec in records:
+            data = encode(rec)
+            rows.append((self.topics.for_record(rec), record_key(rec), rec.ts, data))
+            if self.record is not None:
+                self.record.write(data.decode() + "\n")
+            out.extend(self.engine.process(rec))
+            self.now = max(self.now, rec.ts)
+        if rows:
+            self.spool.append_many(rows)
+        await self.emit(out)
+        if time.monotonic() - self.saved_at >= SAVE_EVERY_S:
+            self.save()
+
+    async def emit(self, transitions: list[AlertTransition]) -> None:
+        for t in transitions:
+            self.transitions += 1
+            if self.json_out is not None:
+                self.json_out.write(encode(t).decode() + "\n")
+            if self.notifier is not None:
+                await self.notifier.handle(t)
+        if self.json_out is not None and transitions:
+            self.json_out.flush()
+        if self.notifier is not None:
+            await self.notifier.tick(self.now)
+
+    def save(self) -> None:
+        self.saved_at = time.monotonic()
+        self.spool.kv_put(STATE_NS, self.state_key, self.engine.dump_all())
+        self.spool.kv_put(STATE_NS, self.state_key + ":until", repr(self.now).encode())
+
+    def restore(self, start_ts: float) -> None:
+        """Continue from the saved state, unless it runs past this run's start: then every
+        record would be late, so start fresh (and say so)."""
+        state = self.spool.kv_get(STATE_NS, self.state_key)
+        if state is None:
+            return
+        until = float(self.spool.kv_get(STATE_NS, self.state_key + ":until") or b"0")
+        if until > start_ts:
+            print(f"gpuwarden run: saved engine state reaches {until - start_ts:.0f} s past this run's "
+                  "start; starting with fresh state", file=sys.stderr)
+            return
+        try:
+            self.engine.load_all(state)
+        except ValueError as e:  # written by another version
+            print(f"gpuwarden run: saved engine state not loaded ({e}); starting with fresh state",
+                  file=sys.stderr)
+            for n in self.engine.nodes.nodes():
+                self.engine.nodes.drop(n)
+            for c in self.engine.classes.classes():
+                self.engine.classes.drop(c)
+            return
+        self.now = until
+
+
+async def _run(args: argparse.Namespace, settings: Settings, engine: Engine, source: Source,
+               extras: list[Any]) -> int:
+    from rich.console import Console
+    from rich.live import Live
+
+    with ExitStack() as stack:
+        spool = Spool(settings.spool.path, settings.spool.max_bytes, settings.spool.max_age)
+        stack.callback(spool.close)
+        record = stack.enter_context(open(args.record, "w")) if args.record else None
+        simulated = isinstance(source, Simulator)
+        runner = Runner(engine, spool, Topics(settings.kafka.topic_prefix),
+                        json_out=sys.stdout if args.json else None, record=record, notifier=None,
+                        state_key=SIM_STATE if simulated else LIVE_STATE)
+        runner.restore(source.ts if simulated else time.time())
+        # The router runs on the records' time; delivery (signatures, limits, Retry-After) on the wall clock.
+        notifier = runner.notifier = Notifier(settings, spool=spool, clock=lambda: runner.now)
+        live = None
+        if not args.json:
+            live = stack.enter_context(Live(console=Console(stderr=False), auto_refresh=False))
+        shown = 0.0
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            async for batch in _ticks(source, extras, args, stop):
+                await runner.batch(batch)
+                if live is not None and time.monotonic() - shown >= VIEW_EVERY_S:
+                    shown = time.monotonic()
+                    live.update(render(engine, runner.now, notifier.nowhere), refresh=True)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            await runner.emit(engine.flush())
+            runner.save()
+            if live is not None:
+                live.update(render(engine, runner.now, notifier.nowhere), refresh=True)
+            await notifier.drain_before_exit(stop)
+            await notifier.aclose()
+    counters = engine.counters()
+    print(f"gpuwarden run: {runner.transitions} alert transitions; {counters['late']} late and "
+          f"{counters['duplicates']} duplicate records dropped", file=sys.stderr)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    """``gpuwarden run``: exit 0 after ``--duration`` or Ctrl-C; 2 on a bad rules file."""
+    if args.list_scenarios:
+        print(scenario_list())
+        return 0
+    try:
+        rules = load_rules(args.rules or settings.engine.rules)
+    except RulesError as e:
+        print(e, file=sys.stderr)
+        return 2
+    try:
+        source, extras = _source(args, settings)
+    except ValueError as e:
+        print(f"gpuwarden run: {e}", file=sys.stderr)
+        return 2
+    except NoGpus as e:
+        print(f"gpuwarden run: {e}", file=sys.stderr)
+        return 1
+    engine = Engine(rules, settings.engine, settings.limits.max_past_skew)
+    try:
+        return asyncio.run(_run(args, settings, engine, source, extras))
+    finally:
+        stop_extras(extras)

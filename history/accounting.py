@@ -1,0 +1,355 @@
+"""Card-hour accounting from recorded history: who held GPUs, who held them idle, what failed.
+
+The unit is the card-hour: a GPU held by at least one process during a
+snapshot's sample interval counts as held for that interval.  When several
+owners share a GPU in one interval the interval is split evenly between them,
+so the card-hours of all rows add up to the fleet's held card-hours.  A held
+GPU whose utilization is below ``idle_util_below`` is idle-allocated (a
+GPU whose utilization is unknown is never called idle).  Everything is in
+event time, so a report over replayed or imported history is the same as one
+over the live spool.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gpuwarden.contract import (
+    AlertState,
+    AlertTransition,
+    Evidence,
+    GpuProcess,
+    NodeSnapshot,
+    TaskMetric,
+    TaskMetricKind,
+    Tier,
+    Topics,
+    decode,
+)
+from gpuwarden.history import tables
+from gpuwarden.history.config import AccountingConfig, HistorySettings
+from gpuwarden.history.flops import flops_per_token, peak_tflops
+from gpuwarden.spool import Spool
+
+UNKNOWN = "(unknown)"
+WEEK_S = 7 * 86400.0
+
+
+@dataclass(slots=True)
+class UsageRow:
+    key: str
+    card_hours: float = 0.0
+    idle_card_hours: float = 0.0
+    failed_jobs: int = 0
+    reruns: int = 0
+    cost: float | None = None
+    idle_cost: float | None = None
+    tokens: float = 0.0
+    token_card_hours: float = 0.0  # card-hours of the tasks that reported tokens/s
+    model_flops: float = 0.0  # FLOPs their tokens needed (tasks with a model and a known GPU peak)
+    peak_flops: float = 0.0  # what their GPUs could do in the same GPU-time
+    unknown_gpus: list[str] = field(default_factory=list)  # GPU models without a peak: MFU unknown
+    cost_per_mtok: float | None = None
+
+    @property
+    def mfu(self) -> float | None:
+        return self.model_flops / self.peak_flops if self.peak_flops else None
+
+
+@dataclass(slots=True)
+class Usage:
+    by: str
+    since: float
+    until: float
+    price_per_gpu_hour: float | None
+    idle_util_below: float
+    rows: list[UsageRow] = field(default_factory=list)
+
+    @property
+    def total(self) -> UsageRow:
+        t = UsageRow("total")
+        for r in self.rows:
+            t.card_hours += r.card_hours
+            t.idle_card_hours += r.idle_card_hours
+            t.failed_jobs += r.failed_jobs
+            t.reruns += r.reruns
+            t.tokens += r.tokens
+            t.token_card_hours += r.token_card_hours
+            t.model_flops += r.model_flops
+            t.peak_flops += r.peak_flops
+            t.unknown_gpus = sorted({*t.unknown_gpus, *r.unknown_gpus})
+        _price(t, self.price_per_gpu_hour)
+        return t
+
+
+def _price(row: UsageRow, price: float | None) -> None:
+    if price is not None:
+        row.cost = row.card_hours * price
+        row.idle_cost = row.idle_card_hours * price
+        if row.tokens:
+            row.cost_per_mtok = row.token_card_hours * price / (row.tokens / 1e6)
+
+
+def owner(p: GpuProcess, by: str) -> str:
+    if by == "user":
+        return p.user or (f"uid:{p.uid}" if p.uid is not None else UNKNOWN)
+    if by == "project":
+        return p.project or p.pod_namespace or UNKNOWN
+    return p.task or UNKNOWN
+
+
+def _intervals(snaps: list[NodeSnapshot]) -> list[float]:
+    """Each snapshot's sample interval: its own ``interval_s``, else the node's median tick.
+
+    The median, not the gap to the next snapshot, so an agent outage is not
+    billed as hours of holding.
+    """
+    gaps = [b.ts - a.ts for a, b in zip(snaps, snaps[1:]) if b.ts > a.ts]
+    typical = statistics.median(gaps) if gaps else 0.0
+    return [s.interval_s if s.interval_s is not None else typical for s in snaps]
+
+
+@dataclass(slots=True)
+class _Run:
+    """One run of a task (a ``task_id``): when it was first seen, whether it failed, and what
+    its effective compute needs (GPU-seconds per GPU model, tokens, the model's size)."""
+
+    label: str
+    first_ts: float
+    failed_ts: float | None = None
+    owner: str | None = None
+    gpu_seconds: dict[str, float] = field(default_factory=dict)  # GPU model -> seconds held
+    tokens: float = 0.0
+    rate: tuple[float, float] | None = None  # (ts, tokens/s) of its last throughput report
+    model: TaskMetric | None = None
+
+    def add_throughput(self, m: TaskMetric) -> None:
+        """Tokens between reports: each rate holds until the next (the last one counts nothing)."""
+        if m.throughput_unit != "tokens/s" or m.throughput is None:
+            return
+        if self.rate is not None and m.ts > self.rate[0]:
+            self.tokens += self.rate[1] * (m.ts - self.rate[0])
+        self.rate = (m.ts, m.throughput)
+
+    def compute(self, row: UsageRow) -> None:
+        if not self.tokens:
+            return
+        row.tokens += self.tokens
+        row.token_card_hours += sum(self.gpu_seconds.values()) / 3600.0
+        if self.model is None or self.model.model_params is None:
+            return
+        peaks = {name: peak_tflops(name) for name in self.gpu_seconds}
+        unknown = sorted(n or "?" for n, p in peaks.items() if p is None)
+        if unknown:
+            row.unknown_gpus = sorted({*row.unknown_gpus, *unknown})
+            return
+        m = self.model
+        row.model_flops += self.tokens * flops_per_token(m.model_params, m.model_layers, m.model_hidden,  # type: ignore[arg-type]
+                                                         m.model_seq_len)
+        row.peak_flops += sum(sec * peaks[n] * 1e12 for n, sec in self.gpu_seconds.items())  # type: ignore[operator]
+
+
+def compute_usage(records: Iterable[Any], *, by: str = "user", since: float, until: float,
+                  idle_util_below: float = 5.0, price_per_gpu_hour: float | None = None) -> Usage:
+    """Usage rows per owner over ``[since, until)`` from snapshots and task metrics."""
+    per_node: dict[str, list[NodeSnapshot]] = defaultdict(list)
+    metrics: list[TaskMetric] = []
+    for r in records:
+        if not since <= r.ts < until:
+            continue
+        if isinstance(r, NodeSnapshot):
+            per_node[r.node].append(r)
+        elif isinstance(r, TaskMetric):
+            metrics.append(r)
+    rows: dict[str, UsageRow] = {}
+
+    def row(key: str) -> UsageRow:
+        return rows.setdefault(key, UsageRow(key))
+
+    runs: dict[str, _Run] = {}
+    for snaps in per_node.values():
+        snaps.sort(key=lambda s: s.ts)
+        covered = float("-inf")  # a node's time up to here is counted
+        for snap, nominal in zip(snaps, _intervals(snaps)):
+            # A snapshot stands for the time since the one before, at most its interval: the same
+            # moment sent twice (a redelivered record, overlapping runs in one spool) counts once.
+            interval = min(nominal, snap.ts - covered)
+            covered = snap.ts
+            if interval <= 0:
+                continue
+            util = dict(zip(snap.gpus.index, snap.gpus.util_gpu))
+            names = dict(zip(snap.gpus.index, snap.gpus.name))
+            holders: dict[int, set[str]] = defaultdict(set)
+            tasks: dict[int, set[str]] = defaultdict(set)
+            for p in snap.processes.rows():
+                holders[p.gpu_index].add(owner(p, by))
+                if p.task_id:
+                    tasks[p.gpu_index].add(p.task_id)
+                    run = runs.setdefault(p.task_id, _Run(p.task or UNKNOWN, snap.ts))
+                    run.first_ts = min(run.first_ts, snap.ts)
+                    run.owner = run.owner or owner(p, by)
+            for gpu, ids in tasks.items():
+                name = names.get(gpu) or ""
+                for tid in ids:
+                    secs = runs[tid].gpu_seconds
+                    secs[name] = secs.get(name, 0.0) + interval / len(ids)
+            for gpu, keys in holders.items():
+                hours = interval / 3600.0 / len(keys)
+                u = util.get(gpu)
+                for k in keys:
+                    row(k).card_hours += hours
+                    if u is not None and u < idle_util_below:
+                        row(k).idle_card_hours += hours
+    for m in sorted(metrics, key=lambda m: m.ts):
+        run = runs.setdefault(m.task_id, _Run(m.task, m.ts))
+        run.first_ts = min(run.first_ts, m.ts)
+        if run.owner is None:
+            run.owner = m.task if by == "task-class" else (f"uid:{m.uid}" if by == "user" and m.uid is not None else None)
+        failed = m.kind == TaskMetricKind.OOM or (m.kind == TaskMetricKind.EXIT and m.exit_code not in (None, 0))
+        if failed and run.failed_ts is None:
+            run.failed_ts = m.ts
+        if m.kind == TaskMetricKind.THROUGHPUT:
+            run.add_throughput(m)
+        elif m.kind == TaskMetricKind.MODEL:
+            run.model = m
+    for run in runs.values():
+        if run.failed_ts is not None:
+            row(run.owner or UNKNOWN).failed_jobs += 1
+        run.compute(row(run.owner or UNKNOWN))
+    for rerun in _reruns(runs.values()):
+        row(rerun.owner or UNKNOWN).reruns += 1
+    out = sorted(rows.values(), key=lambda r: (-r.card_hours, r.key))
+    for r in out:
+        _price(r, price_per_gpu_hour)
+    return Usage(by, since, until, price_per_gpu_hour, idle_util_below, out)
+
+
+def _reruns(runs: Iterable[_Run]) -> list[_Run]:
+    """Runs that start after a failed run of the same task label; each failure pairs with one rerun."""
+    out: list[_Run] = []
+    by_label: dict[str, list[_Run]] = defaultdict(list)
+    for r in runs:
+        by_label[r.label].append(r)
+    for group in by_label.values():
+        waiting = 0  # failures not yet followed by a new run
+        events = sorted([(r.first_ts, 1, r) for r in group]
+                        + [(r.failed_ts, 0, r) for r in group if r.failed_ts is not None],
+                        key=lambda e: (e[0], e[1]))
+        for _ts, is_start, r in events:
+            if not is_start:
+                waiting += 1
+            elif waiting:
+                waiting -= 1
+                out.append(r)
+    return out
+
+
+# --------------------------------------------------------------------------- rendering
+
+_COLUMNS = ("card_hours", "idle_card_hours", "idle_share", "failed_jobs", "reruns", "cost", "idle_cost",
+            "tokens", "cost_per_mtok", "mfu")
+
+
+def _values(r: UsageRow) -> dict[str, Any]:
+    d = asdict(r)
+    d["idle_share"] = r.idle_card_hours / r.card_hours if r.card_hours else 0.0
+    # MFU "unknown" (a GPU model without a peak in the table) is said, never guessed.
+    d["mfu"] = r.mfu if r.mfu is not None else ("unknown" if r.unknown_gpus else None)
+    return d
+
+
+def to_json(u: Usage) -> str:
+    return json.dumps({
+        "by": u.by, "since": u.since, "until": u.until, "price_per_gpu_hour": u.price_per_gpu_hour,
+        "idle_util_below": u.idle_util_below,
+        "rows": [_values(r) for r in u.rows], "total": _values(u.total),
+    }, indent=2)
+
+
+def to_csv(u: Usage) -> str:
+    return tables.to_csv(u.by, _COLUMNS, [(r.key, _values(r)) for r in [*u.rows, u.total]])
+
+
+def _fmt(v: Any, col: str) -> str:
+    if v is None:
+        return "-"
+    if col in ("idle_share", "mfu") and isinstance(v, float):
+        return f"{v:.0%}" if col == "idle_share" else f"{v:.1%}"
+    if col == "tokens":
+        return f"{v / 1e6:,.1f} M"
+    return f"{v:.2f}" if isinstance(v, float) else str(v)
+
+
+def to_table(u: Usage, currency: str = "", width: int = 110) -> str:
+    """The terminal table, rendered to text (also the body of the weekly digest)."""
+    tokens = any(r.tokens for r in u.rows)
+    cols = [c for c in _COLUMNS if (u.price_per_gpu_hour is not None or "cost" not in c)
+            and (tokens or c not in ("tokens", "cost_per_mtok", "mfu"))]
+    headers = [c.replace("_", " ") + (f" ({currency})" if "cost" in c and currency else "") for c in cols]
+    rows = [(r.key, [_fmt(v[c], c) for c in cols]) for r in [*u.rows, u.total] for v in [_values(r)]]
+    return tables.to_text(f"GPU usage by {u.by}, {_day(u.since)} → {_day(u.until)}", u.by, headers, rows, width)
+
+
+def _day(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts))
+
+
+def render(u: Usage, fmt: str, currency: str = "") -> str:
+    return {"json": to_json, "csv": to_csv}.get(fmt, lambda x: to_table(x, currency))(u)
+
+
+# --------------------------------------------------------------------------- sources
+
+
+def spool_records(spool: Spool, since: float, until: float, topic_prefix: str = "") -> Iterable[Any]:
+    """Snapshots and task metrics from the spool; undecodable rows are skipped (and counted by caller)."""
+    t = Topics(topic_prefix)
+    for topic in (t.samples, t.metrics):
+        for row in spool.read(topic=topic, since=since, until=until):
+            try:
+                yield decode(row.value)
+            except ValueError:
+                continue
+
+
+def usage_from_spool(settings: HistorySettings, spool: Spool, *, since: float, until: float, by: str,
+                     price: float | None = None) -> Usage:
+    cfg: AccountingConfig = settings.accounting
+    return compute_usage(
+        spool_records(spool, since, until, settings.kafka.topic_prefix), by=by, since=since,
+        until=until, idle_util_below=cfg.idle_util_below,
+        price_per_gpu_hour=price if price is not None else cfg.price_per_gpu_hour,
+    )
+
+
+# --------------------------------------------------------------------------- weekly digest
+
+
+def weekly_usage(settings: HistorySettings, spool: Spool, now: float) -> Usage:
+    """The last 7 days by ``accounting.digest_by``: what the weekly digest carries."""
+    return usage_from_spool(settings, spool, since=now - WEEK_S, until=now, by=settings.accounting.digest_by)
+
+
+def digest_record(u: Usage, currency: str = "") -> AlertTransition:
+    """The usage table as one info-tier alert record whose note is the table.
+
+    The report stops here: the composition root (``gpuwarden.app.usage``) hands the
+    record to the notifiers' delivery, so this room never imports delivery.
+    """
+    total = u.total
+    summary = (f"GPU usage {_day(u.since)} → {_day(u.until)}: {total.card_hours:.1f} card-hours, "
+               f"{total.idle_card_hours:.1f} idle, {total.failed_jobs} failed, {total.reruns} reruns")
+    if total.cost is not None:
+        summary += f", cost {total.cost:.2f}{(' ' + currency) if currency else ''}"
+    table = to_table(u, currency, width=100)
+    return AlertTransition(
+        fingerprint=f"usage-digest-{int(u.until)}", rule="usage.weekly_digest", tier=Tier.INFO,
+        state=AlertState.FIRING, labels={"report": "usage", "by": u.by}, started_at=u.since,
+        ts=u.until, summary=summary, evidence=Evidence(note="```\n" + table[:3900] + "```"),
+    )

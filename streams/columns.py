@@ -1,0 +1,172 @@
+"""The columns of every window row, declared once: name, source fields, how the value is made.
+
+A window row is a plain tuple (the hot path appends one per GPU per snapshot). Its column
+order, the metric names rules read (``gpuwarden.streams.metrics``) and the positions code
+reads it at (``GPU_INDEX.power_w``) all come from the declarations here, so no code indexes a
+row by a bare number; ``tests/streams/test_columns.py`` pins each column to its source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from gpuwarden.contract import GpuColumns
+
+_GIB = float(1 << 30)
+#: An allocated GPU below this utilisation (%) counts as idle.
+IDLE_UTIL = 5.0
+
+
+class Column(NamedTuple):
+    """One column of a row: the metric name, the input fields its value is made from and, for
+    GPU rows, how: a Python expression over those fields (default: the one field as it is)."""
+
+    name: str
+    fields: tuple[str, ...]
+    value: str = ""
+
+
+class Derived(NamedTuple):
+    """A column appended at bucket close from the bucket's means of two other columns."""
+
+    name: str
+    op: str  # "ratio": a / b (absent when b is absent or 0); "difference": a - b
+    a: str
+    b: str
+
+
+class Positions(dict[str, int]):
+    """Column name -> position in the row; also as attributes for code (``GPU_INDEX.power_w``)."""
+
+    def __init__(self, columns: Sequence[Column | Derived]) -> None:
+        super().__init__((c.name, i) for i, c in enumerate(columns))
+        if len(self) != len(columns):
+            raise ValueError(f"duplicate column names in {[c.name for c in columns]}")
+
+    def __getattr__(self, name: str) -> int:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def names(columns: Sequence[Column | Derived]) -> tuple[str, ...]:
+    return tuple(c.name for c in columns)
+
+
+def deriver(positions: Positions, derived: Sequence[Derived]) -> Callable[[list], list]:
+    """The function a window's ``close`` calls on a bucket's means for the ``derived`` columns."""
+    steps = [(d.op == "ratio", positions[d.a], positions[d.b]) for d in derived]
+    if any(d.op not in ("ratio", "difference") for d in derived):
+        raise ValueError(f"unknown op in {derived}")
+
+    def derive(means: list) -> list:
+        out: list[float | None] = []
+        for ratio, a, b in steps:
+            x, y = means[a], means[b]
+            if ratio:
+                out.append(x / y if x is not None and y else None)
+            else:
+                out.append(x - y if x is not None and y is not None else None)
+        return out
+    return derive
+
+
+# ------------------------------------------------------------------ GPU rows (one per GPU per snapshot)
+
+def _bit(mask: int) -> str:
+    return f"None if clock_event_reasons is None else (1.0 if clock_event_reasons & {mask:#x} else 0.0)"
+
+
+#: Fields are ``GpuSample``'s; ``owners`` is the snapshot's GPU index -> owning process.
+GPU_COLUMNS = (
+    Column("util_gpu", ("util_gpu",)),
+    Column("mem_used_gib", ("mem_used_bytes",), "None if mem_used_bytes is None else mem_used_bytes / GIB"),
+    Column("mem_total_gib", ("mem_total_bytes",), "None if mem_total_bytes is None else mem_total_bytes / GIB"),
+    Column("temp_gpu_c", ("temp_gpu_c",)),
+    Column("power_w", ("power_w",)),
+    Column("power_limit_w", ("power_limit_w",)),
+    Column("clock_sm_mhz", ("clock_sm_mhz",)),
+    Column("clock_sm_max_mhz", ("clock_sm_max_mhz",)),
+    Column("hw_slowdown", ("clock_event_reasons",), _bit(0x8)),
+    Column("hw_thermal", ("clock_event_reasons",), _bit(0x40)),
+    Column("power_brake", ("clock_event_reasons",), _bit(0x80)),
+    Column("sw_thermal", ("clock_event_reasons",), _bit(0x20)),
+    Column("ecc_uncorrected", ("ecc_volatile_uncorrected",)),
+    Column("remap_pending", ("remap_pending",), "None if remap_pending is None else float(remap_pending)"),
+    Column("remap_failure", ("remap_failure",), "None if remap_failure is None else float(remap_failure)"),
+    Column("allocated", ("index", "owners"), "1.0 if index in owners else 0.0"),
+    Column("idle_allocated", ("index", "owners", "util_gpu"),
+           "(1.0 if util_gpu < IDLE_UTIL else 0.0) if index in owners and util_gpu is not None else 0.0"),
+    Column("present", ("util_gpu", "mem_used_bytes", "temp_gpu_c"),
+           "0.0 if util_gpu is None and mem_used_bytes is None and temp_gpu_c is None else 1.0"),
+)
+GPU_DERIVED_COLUMNS = (
+    Derived("mem_used_frac", "ratio", "mem_used_gib", "mem_total_gib"),
+    Derived("headroom_gib", "difference", "mem_total_gib", "mem_used_gib"),
+    Derived("power_frac", "ratio", "power_w", "power_limit_w"),
+    Derived("clock_frac", "ratio", "clock_sm_mhz", "clock_sm_max_mhz"),
+    Derived("temp_per_w", "ratio", "temp_gpu_c", "power_w"),
+)
+GPU_INDEX = Positions(GPU_COLUMNS + GPU_DERIVED_COLUMNS)
+#: The row of a GPU a snapshot no longer reports (absent, not present).
+GPU_MISSING = tuple(0.0 if c.name == "present" else None for c in GPU_COLUMNS)
+
+
+def _compile(name: str, src: str) -> Callable[..., Any]:
+    """A row function compiled once from the declarations (as dataclasses make ``__init__``):
+    the row written out as one tuple display. A call per column or value costs the hot path
+    ~8 %, a generic row builder ~5 %."""
+    scope: dict[str, Any] = {"GIB": _GIB, "IDLE_UTIL": IDLE_UTIL}
+    exec(compile(src, f"<{__name__} {name}>", "exec"), scope)
+    return scope[name]
+
+
+def _gpu_rows(columns: Sequence[Column]) -> Callable[[GpuColumns, Mapping[int, tuple]], list[tuple]]:
+    fields = sorted({f for c in columns for f in c.fields} - {"owners"})
+    values = ", ".join(c.value or c.fields[0] for c in columns)
+    return _compile("gpu_rows", f"def gpu_rows(gpus, owners):\n"
+                                f"    return [({values},) for {', '.join(fields)} in "
+                                f"zip({', '.join('gpus.' + f for f in fields)})]\n")
+
+
+#: ``gpu_rows(gpus, owners)``: every GPU's row from a snapshot's GPU table (``GpuColumns``).
+gpu_rows = _gpu_rows(GPU_COLUMNS)
+
+
+def row_function(columns: Sequence[Column], *given: str) -> Callable[..., tuple]:
+    """``row(**values)``: the row of ``columns`` holding the ``given`` columns' values (keyword
+    arguments by column name, all required), absent elsewhere."""
+    unknown = set(given) - {c.name for c in columns}
+    if unknown:
+        raise KeyError(f"not columns of this row: {sorted(unknown)}")
+    values = ", ".join(c.name if c.name in given else "None" for c in columns)
+    return _compile("row", f"def row(*, {', '.join(given)}):\n    return ({values},)\n")
+
+
+# ------------------------------------------------------------------ task, node and class rows
+
+#: Fields are a step ``TaskMetric``'s, and ``gpu.util_gpu``: the mean over the task's GPUs of
+#: their newest bucket, appended at each bucket close.
+TASK_COLUMNS = (
+    Column("step_time_s", ("step_time_s",)),
+    Column("data_wait_s", ("data_wait_s",)),
+    Column("comm_s", ("comm_s",)),
+    Column("util_gpu", ("gpu.util_gpu",)),
+)
+TASK_DERIVED_COLUMNS = (
+    Derived("data_wait_share", "ratio", "data_wait_s", "step_time_s"),
+    Derived("comm_share", "ratio", "comm_s", "step_time_s"),
+)
+TASK_INDEX = Positions(TASK_COLUMNS + TASK_DERIVED_COLUMNS)
+
+
+#: Counted at each bucket close over the node's GPUs (their ``present`` column).
+NODE_COLUMNS = (Column("gpus_present", ("gpu.present",)), Column("gpus_missing", ("gpu.present",)))
+NODE_INDEX = Positions(NODE_COLUMNS)
+
+#: Fields are ``TaskSummary.stats`` keys (see ``gpuwarden.streams.summaries``).
+CLASS_COLUMNS = tuple(Column(k, (k,)) for k in ("util_gpu", "mem_peak_frac", "step_time_s", "power_w",
+                                               "temp_per_w", "data_wait_share", "comm_share"))
+CLASS_INDEX = Positions(CLASS_COLUMNS)

@@ -1,0 +1,152 @@
+"""Stage 1's state per node (``NodeState``), per GPU and per task, as ``dump``/``load`` write it."""
+
+from __future__ import annotations
+
+from math import ceil
+
+from gpuwarden.streams.alerts import AlertSlot
+from gpuwarden.streams.reorder import ReorderBuffer
+from gpuwarden.streams.statecodec import state
+from gpuwarden.streams.windows import BucketWindow, EventLog, Keep
+
+#: Memory back within this fraction of its pre-checkpoint level counts as released.
+CKPT_TOLERANCE = 0.005
+#: ``ckpt_released`` is absent this long after the last checkpoint_end.
+CKPT_HORIZON = 1800.0
+#: Release order among records with the same ts: snapshots (``Snap``), events, task metrics.
+SNAPSHOT, EVENT, METRIC = 0, 1, 2
+SOURCES = 3
+
+def keep_for(reach: dict, raw: tuple[str, ...], derived: tuple[str, ...], bucket: float,
+             extra: dict | None = None) -> Keep:
+    """Buckets per (mean, max) column that rules (and ``extra`` internal reads) can look at.
+
+    A read reaching ``w`` seconds back sees at most ceil(w / bucket) + 1 closed buckets;
+    every mean column keeps at least its newest bucket (latest values, summaries).
+    """
+    need = {**reach}
+    for k, w in (extra or {}).items():
+        need[k] = w if need.get(k) is None else max(w, need[k])
+
+    def count(key: tuple[str, bool]) -> int:
+        if key not in need:
+            return 0 if key[1] else 1  # a maximum nothing reads is not even computed
+        w = max(need[key] or 0.0, 2 * bucket)  # a latest-value read looks two buckets back
+        return int(ceil(w / bucket)) + 1
+
+    return Keep(tuple(count((n, False)) for n in raw + derived), tuple(count((n, True)) for n in raw))
+
+
+def _window(keep: Keep) -> BucketWindow:
+    return BucketWindow(max(*keep.means, *keep.maxes), keep)
+
+
+@state
+class CheckpointMemory:
+    """A GPU's memory around its task's last training checkpoint: did it fall back after it?"""
+
+    __slots__ = ("begin", "mem_at_begin", "end", "released")
+
+    def __init__(self, begin: float, mem_at_begin: float | None) -> None:
+        self.begin = begin
+        self.mem_at_begin = mem_at_begin  # GiB, the newest bucket mean at checkpoint_begin
+        self.end: float | None = None
+        self.released: int | None = None  # 1 back at the level, 0 not, None: not judged yet
+
+    def ended(self, ts: float) -> None:
+        self.end, self.released = ts, None
+
+    def observe(self, mem: float | None) -> None:
+        """A bucket closed with mean memory ``mem``: after the end, is it back at the level?"""
+        if self.end is not None and self.released != 1 and mem is not None and self.mem_at_begin is not None:
+            self.released = 1 if mem <= self.mem_at_begin * (1 + CKPT_TOLERANCE) else 0
+
+    def released_at(self, now: float) -> float | None:
+        """The ``ckpt_released`` metric at ``now``."""
+        if self.end is None or self.released is None or now - self.end > CKPT_HORIZON:
+            return None
+        return float(self.released)
+
+
+@state
+class TaskTotals:
+    """A task's closed buckets since its last summary, folded into sums (``TaskSummary.stats``)."""
+
+    __slots__ = ("samples", "sums", "counts", "mem_peak_frac")
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+        self.mem_peak_frac: float | None = None
+
+    def add(self, stat: str, value: float | None) -> None:
+        if value is not None:
+            self.sums[stat] = self.sums.get(stat, 0.0) + value
+            self.counts[stat] = self.counts.get(stat, 0) + 1
+
+    def mean(self, stat: str) -> float | None:
+        n = self.counts.get(stat)
+        return self.sums[stat] / n if n else None
+
+
+@state
+class GpuState:
+    __slots__ = ("index", "uuid", "win", "labels", "owner", "last_seen", "idle_since", "ckpt", "alerts",
+                 "events")
+
+    def __init__(self, index: int, keep: Keep, horizon: float) -> None:
+        self.index = index
+        self.events = EventLog(horizon)
+        self.uuid = ""
+        self.win = _window(keep)
+        self.labels: dict[str, str] = {}
+        self.owner = ""  # task_id holding the GPU, "" when free
+        self.last_seen = 0.0
+        self.idle_since: float | None = None
+        self.ckpt: CheckpointMemory | None = None
+        self.alerts: dict[str, AlertSlot] = {}
+
+
+@state
+class TaskState:
+    __slots__ = ("task_id", "labels", "gpus", "win", "last_seen", "ended", "totals", "alerts")
+
+    def __init__(self, task_id: str, labels: dict[str, str], keep: Keep) -> None:
+        self.task_id = task_id
+        self.labels = labels
+        self.gpus: list[int] = []
+        self.win = _window(keep)
+        self.last_seen = 0.0
+        self.ended = False
+        self.totals = TaskTotals()
+        self.alerts: dict[str, AlertSlot] = {}
+
+
+@state
+class NodeState:
+    __slots__ = ("node", "buffer", "arrivals", "seen", "released", "max_ts", "src_max", "bucket", "period",
+                 "gpus", "tasks", "events", "win", "alerts", "driver_version", "cuda_version", "late",
+                 "duplicates", "has_samples", "evaluated")
+
+    def __init__(self, node: str, keep: Keep, horizon: float) -> None:
+        self.node = node
+        self.buffer: ReorderBuffer = ReorderBuffer()  # (ts, (dedup key, arrival), Snap or record)
+        self.arrivals = 0
+        self.seen: dict[tuple, float] = {}  # dedup id -> ts, for records not older than the release point
+        self.released = float("-inf")
+        self.max_ts = float("-inf")
+        self.src_max = [float("-inf")] * SOURCES  # newest ts per source (SNAPSHOT, EVENT, METRIC)
+        self.bucket: int | None = None
+        self.period: int | None = None
+        self.gpus: dict[int, GpuState] = {}
+        self.tasks: dict[str, TaskState] = {}
+        self.events = EventLog(horizon)
+        self.win = _window(keep)
+        self.alerts: dict[str, AlertSlot] = {}
+        self.driver_version = ""
+        self.cuda_version = ""
+        self.late = 0
+        self.duplicates = 0
+        self.has_samples = False
+        self.evaluated = float("-inf")

@@ -1,0 +1,72 @@
+"""A reorder buffer: records held in content order until a watermark passes them.
+
+Both stages need results that do not depend on how their inputs were interleaved on
+arrival (faust merges topics and partitions in fetch order), so each holds records here
+and applies them in content order once the caller's watermark says nothing older can
+still come: stage 1 per node (``watermark``: the node's newest ts, held back for inputs
+still behind), stage 2 per task class (its slowest live contributor, and the gate of
+stage 1's progress in faust).
+"""
+
+from __future__ import annotations
+
+from bisect import insort
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class ReorderBuffer(Generic[T]):
+    """Items ``(ts, order, payload)`` sorted by ``(ts, order)``; ``order`` (a tuple of the
+    caller's content key) must be unique among the items held, so payloads are never
+    compared. In-order arrival (the common case) appends; only a late-comer is inserted by
+    bisection."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: Iterable[tuple[float, tuple, T]] = ()) -> None:
+        self.items: deque[tuple[float, tuple, T]] = deque(sorted(items))
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __iter__(self) -> Iterator[tuple[float, tuple, T]]:
+        return iter(self.items)
+
+    def add(self, ts: float, order: tuple, payload: T) -> None:
+        items, item = self.items, (ts, order, payload)
+        if not items or item > items[-1]:
+            items.append(item)
+        else:
+            insort(items, item)
+
+    def release(self, watermark: float) -> Iterator[tuple[float, tuple, T]]:
+        """Remove and yield, oldest first, the items with ``ts <= watermark``."""
+        items = self.items
+        while items and items[0][0] <= watermark:
+            yield items.popleft()
+
+    def drain(self) -> Iterator[tuple[float, tuple, T]]:
+        """Remove and yield every item, oldest first (the end of a finite input)."""
+        items = self.items
+        while items:
+            yield items.popleft()
+
+    def discard_before(self, floor: float) -> int:
+        """Drop the items with ``ts < floor``; how many."""
+        items, n = self.items, 0
+        while items and items[0][0] < floor:
+            items.popleft()
+            n += 1
+        return n
+
+
+def watermark(newest: float, held: float | None, max_skew: float, lateness: float) -> float:
+    """Up to which ts a key's records may be released: its ``newest`` ts, held back to ``held``
+    (the newest ts of the slowest input still behind, catching up on a backlog; None: none
+    is) by at most ``max_skew``, less the allowed ``lateness``."""
+    if held is not None:
+        newest = min(newest, max(held, newest - max_skew))
+    return newest - lateness

@@ -1,0 +1,237 @@
+"""Service level objectives as error budgets, with multi-window, multi-burn-rate alerts.
+
+The arithmetic of the Google SRE workbook, chapter "Alerting on SLOs"
+(https://sre.google/workbook/alerting-on-slos/): an objective met by a fraction
+``target`` of events leaves a budget of ``1 - target`` bad ones; the burn rate over a
+window is the bad fraction there divided by the budget (1 = spending exactly the
+budget over the SLO window); a burn rate ``b`` held for ``t`` spends ``b * t / window``
+of the budget. An alert needs the burn rate over its long window AND its short window at
+or above its factor: the long window says it matters, the short one that it is still
+happening (so it resolves soon after the burn stops).
+
+Events come from the inference records: a latency objective ("p99 ≤ 2.5 s") counts a
+request good when its histogram bucket lies at or below the threshold — a threshold between
+two bucket bounds is judged at the nearest bound **at or below** it (requests between that
+bound and the next cannot be shown to meet it, so they count as bad, and how many there were
+is reported as ``undecided``); an error-rate objective counts ``requests_failed`` against all
+finished requests. Pure: no clock, no I/O; the engine's rules will call it (not wired yet).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from gpuwarden.config import Section
+from gpuwarden.contract import Tier
+from gpuwarden.streams.quantiles import Buckets
+from gpuwarden.units import Duration
+
+_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+_LATENCY_KEY = re.compile(r"^(ttft|itl|e2e|queue)_p(\d+(?:\.\d+)?)$")
+
+
+def parse_fraction(value: Any) -> float:
+    """``"1%"`` → 0.01; a bare number is a fraction (0.01). ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError("expected a fraction such as 1% or 0.01")
+    if isinstance(value, (int, float)):
+        f = float(value)
+    elif m := _PERCENT.match(str(value)):
+        f = float(m.group(1)) / 100
+    else:
+        raise ValueError(f"expected a fraction such as 1% or 0.01, got {value!r}")
+    if not 0 < f < 1:
+        raise ValueError(f"expected a fraction between 0 and 100 %, got {value!r}")
+    return f
+
+
+Fraction = Annotated[float, BeforeValidator(parse_fraction)]
+
+
+@dataclass(frozen=True)
+class LatencyObjective:
+    """``<metric>_p<q>: threshold``: a fraction ``q`` of requests within ``threshold_s``."""
+
+    metric: str
+    q: float
+    threshold_s: float
+
+    @property
+    def budget(self) -> float:
+        return 1.0 - self.q
+
+
+class ServiceSlo(Section):
+    """``engine.slo.<service>``: ``{ttft_p99: 2.5s, itl_p99: 100ms, error_rate: 1%, window: 30d}``.
+    Latency keys are ``ttft|itl|e2e|queue`` + ``_p`` + a percentile (``ttft_p95``)."""
+
+    latency: dict[str, Duration] = Field(default_factory=dict, description="filled from the <metric>_p<q> keys")
+    error_rate: Fraction | None = Field(default=None, description="the budget of failed requests: 1% or 0.01")
+    window: Duration = Field(default=30 * 86400.0, gt=0, description="the SLO window the budget is spent over")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _latency_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        latency = dict(data.pop("latency", {}) or {})
+        for key in [k for k in data if isinstance(k, str) and _LATENCY_KEY.match(k)]:
+            latency[key] = data.pop(key)
+        for key in latency:
+            m = _LATENCY_KEY.match(str(key))
+            if m is None or not 0 < float(m.group(2)) < 100:
+                raise ValueError(f"{key}: expected ttft, itl, e2e or queue, then _p and a percentile (ttft_p99)")
+        data["latency"] = latency
+        return data
+
+    def objectives(self) -> list[LatencyObjective]:
+        out = []
+        for key, threshold in sorted(self.latency.items()):
+            metric, _, q = key.partition("_p")
+            out.append(LatencyObjective(metric, float(q) / 100, threshold))
+        return out
+
+
+@dataclass(frozen=True)
+class Events:
+    """Good and total events over some span, and (latency) how many sat between the judged
+    bound and the threshold's next bound, so could not be judged either way."""
+
+    good: int
+    total: int
+    undecided: int = 0
+
+    @property
+    def bad(self) -> int:
+        return self.total - self.good
+
+    def __add__(self, other: "Events") -> "Events":
+        return Events(self.good + other.good, self.total + other.total, self.undecided + other.undecided)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Where a latency threshold is judged on a histogram's bounds: at ``judged_at`` (the
+    nearest bound at or below it; None below the lowest bound: no request can be shown good);
+    ``exact`` when the threshold is a bound; ``next_bound`` the first bound above."""
+
+    threshold_s: float
+    judged_at: float | None
+    next_bound: float | None
+    exact: bool
+
+    def note(self) -> str:
+        if self.exact:
+            return f"{self.threshold_s:g} s is a bucket bound: judged exactly"
+        at = "no bound at or below it" if self.judged_at is None else f"judged at {self.judged_at:g} s"
+        nxt = "" if self.next_bound is None else f"; requests in ({self.judged_at or 0:g}, {self.next_bound:g}] s " \
+                                                   "cannot be told either way and count as bad"
+        return f"{self.threshold_s:g} s lies between bucket bounds: {at} (the nearest bound at or below){nxt}"
+
+
+def judge(bounds: tuple[float, ...], threshold_s: float) -> Judgement:
+    below = [b for b in bounds if b <= threshold_s]
+    above = [b for b in bounds if b > threshold_s]
+    at = below[-1] if below else None
+    return Judgement(threshold_s, at, above[0] if above else None, at == threshold_s)
+
+
+def latency_events(buckets: Buckets, threshold_s: float) -> Events:
+    """Requests within ``threshold_s`` (judged at the bound at or below it: :func:`judge`)."""
+    j = judge(buckets.bounds, threshold_s)
+    good = 0 if j.judged_at is None else buckets.at_or_below(buckets.bounds.index(j.judged_at))
+    undecided = 0
+    if not j.exact and j.next_bound is not None:
+        undecided = buckets.at_or_below(buckets.bounds.index(j.next_bound)) - good
+    return Events(good, buckets.total, undecided)
+
+
+def error_events(finished: float, failed: float) -> Events:
+    """Finished requests (``requests`` + ``requests_failed`` deltas) and the failed ones."""
+    total = round(finished + failed)
+    return Events(total - round(failed), total)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """One scrape interval's events, ending at ``end`` (event time)."""
+
+    end: float
+    events: Events
+
+
+def in_window(intervals: Iterable[Interval], now: float, span_s: float) -> Events:
+    """The events of the intervals ending in ``(now - span_s, now]`` (whole intervals: they are a
+    scrape apart, seconds, against windows of minutes to days)."""
+    out = Events(0, 0)
+    for iv in intervals:
+        if now - span_s < iv.end <= now:
+            out = out + iv.events
+    return out
+
+
+def burn_rate(events: Events, budget: float) -> float:
+    """Bad fraction over budget; 0 with no events (nothing was served, nothing was spent)."""
+    return 0.0 if events.total == 0 else (events.bad / events.total) / budget
+
+
+def budget_spent(burn: float, span_s: float, window_s: float) -> float:
+    """The fraction of the window's budget a burn rate held for ``span_s`` spends."""
+    return burn * span_s / window_s
+
+
+def burn_for(spent: float, span_s: float, window_s: float) -> float:
+    """The burn rate that spends ``spent`` of the budget in ``span_s`` (the workbook's factors)."""
+    return spent * window_s / span_s
+
+
+def budget_remaining(events: Events, budget: float) -> float:
+    """What is left of the SLO window's budget given its events: 1 untouched, 0 spent, below 0
+    overspent."""
+    return 1.0 if events.total == 0 else 1.0 - (events.bad / events.total) / budget
+
+
+@dataclass(frozen=True)
+class BurnAlert:
+    """One multi-window pair: long AND short window at or above ``factor`` raise ``tier``."""
+
+    name: str
+    long_s: float
+    short_s: float
+    factor: float
+    tier: Tier
+
+
+#: The workbook's three pairs for a 30-day window: 2 % of the budget in 1 h (page), 5 % in 6 h,
+#: 10 % in 3 d.
+DEFAULT_ALERTS = (
+    BurnAlert("fast_burn", 3600.0, 300.0, 14.4, Tier.CRITICAL),
+    BurnAlert("slow_burn", 6 * 3600.0, 1800.0, 6.0, Tier.ATTENTION),
+    BurnAlert("steady_burn", 3 * 86400.0, 6 * 3600.0, 1.0, Tier.INFO),
+)
+
+
+@dataclass(frozen=True)
+class BurnVerdict:
+    """One pair's burn rates at ``now`` and whether it fires."""
+
+    alert: BurnAlert
+    long_burn: float
+    short_burn: float
+
+    @property
+    def firing(self) -> bool:
+        return self.long_burn >= self.alert.factor and self.short_burn >= self.alert.factor
+
+
+def evaluate(intervals: list[Interval], now: float, budget: float,
+             alerts: Iterable[BurnAlert] = DEFAULT_ALERTS) -> list[BurnVerdict]:
+    """Each pair's verdict at ``now`` from one objective's intervals."""
+    return [BurnVerdict(a, burn_rate(in_window(intervals, now, a.long_s), budget),
+                        burn_rate(in_window(intervals, now, a.short_s), budget)) for a in alerts]

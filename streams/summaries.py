@@ -1,0 +1,72 @@
+"""Stage 1's task summaries: a task's closed buckets folded per summary interval into a TaskSummary.
+
+Stage 2 reads the stats by name (``gpuwarden.streams.columns.CLASS_COLUMNS``); each is a mean
+over the interval's buckets of the window column of the same name, except ``mem_peak_frac``:
+the highest bucket maximum of memory used over memory total on any of the task's GPUs.
+"""
+
+from __future__ import annotations
+
+from gpuwarden.contract import TaskSummary
+from gpuwarden.streams.columns import GPU_INDEX, TASK_INDEX
+from gpuwarden.streams.nodestate import NodeState, TaskState, TaskTotals
+from gpuwarden.streams.windows import ClosedBucket
+
+#: Means of the task's own columns, then of its GPUs' columns: the order ``stats`` are written in.
+TASK_STATS = ("util_gpu", "step_time_s", "data_wait_share", "comm_share")
+GPU_STATS = ("power_w", "temp_per_w")
+_TASK_AT = tuple((k, TASK_INDEX[k]) for k in TASK_STATS)
+_GPU_AT = tuple((k, GPU_INDEX[k]) for k in GPU_STATS)
+_UTIL, _STEP = TASK_INDEX.util_gpu, TASK_INDEX.step_time_s
+_MEM, _TOT = GPU_INDEX.mem_used_gib, GPU_INDEX.mem_total_gib
+#: Task labels a summary carries (stage 2's job labels).
+LABELS = ("user", "project")
+
+
+def fold(st: NodeState, task: TaskState, bucket: ClosedBucket) -> None:
+    """Fold one closed task bucket (and its GPUs' buckets of the same end) into the task's totals."""
+    means = bucket.means
+    if means[_UTIL] is None and means[_STEP] is None:
+        return
+    totals = task.totals
+    totals.samples += 1
+    for stat, at in _TASK_AT:
+        totals.add(stat, means[at])
+    for i in task.gpus:
+        gs = st.gpus.get(i)
+        if gs is None or gs.win.last_end() != bucket.end:
+            continue
+        w = gs.win
+        peak, total = w.latest(_MEM, use_max=True), w.latest(_TOT)
+        if peak is not None and total:
+            totals.mem_peak_frac = max(totals.mem_peak_frac or 0.0, peak / total)
+        for stat, at in _GPU_AT:
+            totals.add(stat, w.latest(at))
+
+
+def summarise(st: NodeState, t: float, window_s: float) -> list[TaskSummary]:
+    """Every task's summary of the interval ending at ``t`` (tasks with no samples make none);
+    the totals start again."""
+    out = []
+    for tid in sorted(st.tasks):
+        task = st.tasks[tid]
+        totals = task.totals
+        task.totals = TaskTotals()
+        if not totals.samples:
+            continue
+        stats = {}
+        for stat in TASK_STATS + GPU_STATS:
+            mean = totals.mean(stat)
+            if mean is not None:
+                stats[stat] = round(mean, 6)
+        if totals.mem_peak_frac is not None:
+            stats["mem_peak_frac"] = round(totals.mem_peak_frac, 6)
+        labels = {k: v for k, v in task.labels.items() if k in LABELS}
+        if st.driver_version:
+            labels["driver_version"] = st.driver_version
+        if st.cuda_version:
+            labels["cuda_version"] = st.cuda_version
+        out.append(TaskSummary(ts=t, task=task.labels.get("task_class", "unknown"), task_id=tid,
+                               node=st.node, window_s=window_s, samples=totals.samples,
+                               gpus=len(task.gpus), stats=stats, labels=labels))
+    return out

@@ -1,0 +1,93 @@
+"""docker-compose.yml is a deployment people will run: check it hangs together."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuwarden.app.cli import build_parser
+from gpuwarden.app.settings import load_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def test_services_and_their_commands_exist():
+    services = COMPOSE["services"]
+    assert set(services) == {"kafka", "agent", "streams", "notify"}
+    parser = build_parser()
+    for name in ("agent", "streams", "notify"):
+        args = parser.parse_args(services[name]["command"])     # exits on an unknown command/flag
+        assert args.command == name
+
+
+def test_agent_can_see_host_processes_gpus_and_kmsg():
+    agent = COMPOSE["services"]["agent"]
+    assert agent["pid"] == "host" and agent["runtime"] == "nvidia"
+    assert any(d.startswith("/dev/kmsg") for d in agent["devices"])
+
+
+def test_kafka_is_kraft_with_a_persistent_volume():
+    kafka = COMPOSE["services"]["kafka"]
+    env = kafka["environment"]
+    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    assert any(v.startswith("kafka-data:") for v in kafka["volumes"])
+    pinned = (ROOT / "scripts" / "kafka.version").read_text().strip()
+    assert kafka["image"] == f"apache/kafka:{pinned}", "compose and tests should run the same Kafka"
+
+
+def test_shipped_config_is_valid_and_secret_free():
+    settings = load_settings(ROOT / "deploy" / "gpuwarden.yaml")
+    assert settings.kafka.bootstrap == "kafka:9092"
+    for line in (ROOT / "deploy" / "secrets.env.example").read_text().splitlines():
+        if line and not line.startswith("#"):
+            assert line.endswith("="), "the example env file must not carry values"
+
+
+def _has_compose() -> bool:
+    if not shutil.which("docker"):
+        return False
+    return subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _has_compose(), reason="docker CLI with the compose plugin not installed")
+def test_docker_compose_config():
+    r = subprocess.run(["docker", "compose", "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+
+
+def test_the_image_copies_every_installed_folder():
+    import tomllib
+
+    folders = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values())
+    copied = {line.split()[1] for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("COPY ")}
+    assert folders <= copied, folders - copied
+
+
+def test_the_secrets_file_feeds_the_shipped_receivers():
+    """Issue #21: the six variables of deploy/secrets.env.example were referenced nowhere."""
+    names = {line.split("=")[0] for line in (ROOT / "deploy" / "secrets.env.example").read_text().splitlines()
+             if line and not line.startswith("#")}
+    settings = load_settings(ROOT / "deploy" / "gpuwarden.yaml")
+    used: set[str] = set()
+    for r in settings.notify.receivers:
+        for section in r.model_dump(exclude_none=True).values():
+            if isinstance(section, dict):  # a channel section: its secret references
+                used |= {v["env"] for v in section.values() if isinstance(v, dict) and "env" in v}
+    assert names and names <= used, names - used
+
+
+def test_no_service_runs_as_root_but_the_agent_and_kafka_is_reachable_by_setting():
+    dockerfile = (ROOT / "Dockerfile").read_text().splitlines()
+    assert "USER gpuwarden" in dockerfile
+    services = COMPOSE["services"]
+    assert services["agent"]["user"] == "0:0" and all("user" not in services[s] for s in ("streams", "notify"))
+    kafka = services["kafka"]
+    assert "${GPUWARDEN_KAFKA_HOST:-localhost}" in kafka["environment"]["KAFKA_ADVERTISED_LISTENERS"]
+    assert kafka["ports"] == ["${GPUWARDEN_KAFKA_BIND:-127.0.0.1}:19092:19092"]
+    assert "healthcheck" in services["agent"] and "9400" in " ".join(services["agent"]["healthcheck"]["test"])

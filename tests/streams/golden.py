@@ -1,0 +1,89 @@
+"""Engine transitions of every simulator scenario, as recorded golden lines.
+
+Each scenario runs through both engine stages with its records delivered out of order
+(within ``allowed_lateness``), some twice, and the state dumped and loaded into a fresh
+Engine halfway: so the reorder buffer, dedup, dump/load, windows, summaries and both
+stages' rules all shape the output. The lines hold every transition, a digest of stage 1's
+task summaries (their stats read most window columns), the counters and a digest of stage
+1's state at the halfway dump. ``tests/streams/test_golden.py`` compares the lines with
+``tests/fixtures/engine_golden.jsonl``: transitions, summaries and counters as the engine gave
+them before stage 1 was split into modules (c10a3a0), the state digest of state format 6. A
+change meant to alter them re-records it:
+
+    .venv/bin/python tests/streams/golden.py > tests/fixtures/engine_golden.jsonl
+
+``--big`` prints the wider check (8 GPUs, 3 h, both stages' final state) to compare two trees.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import sys
+from collections.abc import Callable, Iterator
+
+from gpuwarden.contract import encode
+from gpuwarden.producers.simulator import SCENARIOS, Simulator
+from gpuwarden.streams.config import EngineConfig
+from gpuwarden.streams.engine import Engine
+
+START = 1_700_000_000.0
+SPAN_S = 90 * 60.0
+TICK_S = 5.0
+
+
+def _delivery(records: list, seed: str) -> list:
+    """The records delayed by 0-20 s each (under the 30 s lateness), every 40th sent twice."""
+    rng = random.Random(seed)
+    keyed = [(r.ts + 5.0 * rng.randrange(5), n, r) for n, r in enumerate(records)]
+    keyed += [(ts + 10.0, n, r) for ts, n, r in keyed[::40]]
+    return [r for _, _, r in sorted(keyed, key=lambda k: (k[0], k[1]))]
+
+
+def _feed(engine: Engine, records: list, summary: Callable[[bytes], object], flush: bool = False) -> list[str]:
+    """What ``Engine.process`` does per record, with stage 1's summaries hashed on the way."""
+    out = [engine.nodes.process(r) for r in records]
+    if flush:
+        out.append(engine.nodes.flush())
+    lines = []
+    for o in out:
+        lines += [encode(t).decode() for t in o.transitions]
+        for s in o.summaries:
+            summary(encode(s))
+            lines += [encode(t).decode() for t in engine.classes.process(s)]
+    if flush:
+        lines += [encode(t).decode() for t in engine.classes.flush()]
+    return lines
+
+
+def scenario_lines(scenario: str, *, span_s: float = SPAN_S, nodes: int = 2, gpus: int = 4,
+                   full_state: bool = False) -> Iterator[str]:
+    """One line per transition of ``scenario``, then digests and counters."""
+    sim = Simulator(scenario, nodes=nodes, gpus=gpus, seed=1, start_ts=START, tick_s=TICK_S)
+    records = _delivery(list(sim.run(span_s)), scenario)
+    config = EngineConfig(observation_period=1200.0)
+    engine, summaries = Engine(config=config), hashlib.sha256()
+    half = len(records) // 2
+    lines = _feed(engine, records[:half], summaries.update)
+    stage1 = b"\n".join(engine.nodes.dump(n) for n in engine.nodes.nodes())
+    resumed = Engine(config=config)
+    resumed.load_all(engine.dump_all())
+    lines += _feed(resumed, records[half:], summaries.update, flush=True)
+    yield from (f"{scenario} {line}" for line in lines)
+    yield f"{scenario} summaries {summaries.hexdigest()}"
+    yield f"{scenario} stage-1 state {hashlib.sha256(stage1).hexdigest()}"
+    yield f"{scenario} counters {sorted(resumed.counters().items())}"
+    if full_state:
+        yield f"{scenario} final state {hashlib.sha256(resumed.dump_all()).hexdigest()}"
+
+
+def all_lines(**kw: object) -> Iterator[str]:
+    for scenario in SCENARIOS:
+        yield from scenario_lines(scenario, **kw)  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    big = "--big" in sys.argv  # the wider check: 8 GPUs, 3 h, and both stages' final state
+    kw = {"span_s": 3 * 3600.0, "gpus": 8, "full_state": True} if big else {}
+    for line in all_lines(**kw):
+        print(line)
