@@ -291,14 +291,16 @@ class Topology:
         self.start_at = {tp: (committed.get(tp) or earliest.get(tp) or 0) for tp in inputs}
 
     async def _idle(self) -> None:
-        """Every ``IDLE_S``: nodes held by an input judged behind are judged again and settled
+        """Every ``IDLE_S`` with no batch since the last tick (as the batch consumer did on an
+        empty fetch): nodes held by an input judged behind are judged again and settled
         (otherwise they would wait for the next record: at the end of a replayed topic,
-        forever); the heap is trimmed when nothing came since the last tick."""
+        forever), and the heap is trimmed."""
         async with self.lock:
             self._report_counts()
-            if not self.batches:
-                self.trim.idle()
-            self.batches = 0
+            if self.batches:
+                self.batches = 0
+                return
+            self.trim.idle()
             try:
                 assigned = self.app.consumer.assignment()
             except ConsumerNotStarted:
