@@ -225,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("doctor", help="check NVML, driver, persistence mode, kmsg, socket and Kafka")
     _add_config(p)
-    p.set_defaults(handler="gpuwarden.producers.doctor:cmd_doctor")
+    p.set_defaults(handler="gpuwarden.app.doctor:cmd_doctor")
 
     p = sub.add_parser("test-notify", help="send a test message to every configured receiver")
     _add_config(p)

@@ -94,13 +94,25 @@ class _Acc:
 
 
 def _by_gpu(series: Iterable[Series]) -> dict[tuple[str, str], Series]:
-    return {(s.labels.get("Hostname", ""), s.labels.get("gpu", "")): s for s in series}
+    """One series per GPU: those of one GPU with other labels (a pod that came and went) merged."""
+    out: dict[tuple[str, str], Series] = {}
+    for s in series:
+        key = (s.labels.get("Hostname", ""), s.labels.get("gpu", ""))
+        if key in out:
+            out[key].values.update(s.values)
+        else:
+            out[key] = Series(s.labels, dict(s.values))
+    return out
 
 
 def summaries(client: PromClient, *, since: float, until: float, step: float, interval: float,
               class_label: str = "task") -> list[TaskSummary]:
     """The task summaries the range holds, in time order."""
-    got = {k: _by_gpu(client.range(q, since, until, step)) for k, q in SERIES.items()}
+    raw = {k: client.range(q, since, until, step) for k, q in SERIES.items() if k != "free"}
+    if not raw["total"]:  # exporters that give free memory instead of the total
+        raw["free"] = client.range(SERIES["free"], since, until, step)
+    got = {k: _by_gpu(v) for k, v in raw.items()}
+    got.setdefault("free", {})
     holders: dict[tuple[str, str, float], tuple[str, str]] = {}  # (host, gpu, ts) -> (class, task id)
     if class_label == "task":
         for s in client.range(f"max by (Hostname, gpu, task, hpc_job, pod) ({HOLDERS})", since, until, step):
@@ -112,8 +124,8 @@ def summaries(client: PromClient, *, since: float, until: float, step: float, in
             for ts in s.values:
                 holders[host, s.labels.get("gpu", ""), ts] = (cls, tid)
     else:
-        for (host, gpu), s in got["util"].items():
-            cls = s.labels.get(class_label) or ""
+        for s in raw["util"]:  # each series, before merging: its labels say who held the GPU then
+            host, gpu, cls = s.labels.get("Hostname", ""), s.labels.get("gpu", ""), s.labels.get(class_label) or ""
             if cls:
                 tid = s.labels.get("pod") or s.labels.get("hpc_job") or f"{cls}@{host}"
                 for ts in s.values:

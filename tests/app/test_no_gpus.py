@@ -65,3 +65,18 @@ def test_no_receiver_is_said_at_start_and_in_the_live_view(tmp_path, monkeypatch
     with_receiver = validate_settings({"notify": {"receivers": [{"name": "chat", "webhook": {
         "url": {"env": "GW_TEST_HOOK"}}}]}})
     assert Notifier(with_receiver, spool=None).nowhere is None
+
+
+def test_doctor_says_when_alerts_go_nowhere(capsys, monkeypatch) -> None:
+    from gpuwarden.app import doctor
+
+    monkeypatch.setattr(doctor, "run_checks", lambda settings: [])  # the node's own checks: tests/producers
+    assert doctor.cmd_doctor(None, validate_settings({})) == 0  # a warning, not a failed node
+    from gpuwarden.notifiers.pipeline import NOWHERE
+
+    assert f"[warn] receivers: {NOWHERE}" in capsys.readouterr().out
+    monkeypatch.setenv("GW_TEST_HOOK", "http://127.0.0.1:9/hook")
+    with_receiver = validate_settings({"notify": {"receivers": [{"name": "chat", "webhook": {
+        "url": {"env": "GW_TEST_HOOK"}}}]}})
+    assert doctor.cmd_doctor(None, with_receiver) == 0
+    assert "[  ok] receivers: 1 configured (chat)" in capsys.readouterr().out
