@@ -56,6 +56,7 @@ from gpuwarden.streams.engine import StageOutput
 from gpuwarden.streams.keyed import KeyedRunner, Settle, Source
 from gpuwarden.streams.progress import HEADERS as PROGRESS_HEADERS
 from gpuwarden.streams.progress import Gate, Reporter, is_progress, partition_watermark
+from gpuwarden.streams.readorder import ReadOrder
 from gpuwarden.streams.runtime import HeapTrim
 
 log = logging.getLogger("gpuwarden.streams")
@@ -193,7 +194,11 @@ class Topology:
         #: Where reading (re)started per assigned input partition: its committed offset, or the
         #: partition's beginning when nothing is committed yet.
         self.start_at: dict[TP, int] = {}
-        self.previous: set[TP] = set()  # the assignment before the last rebalance
+        self.order = ReadOrder()  # per input partition, the next offset to apply
+        #: The partitions held through every generation since their keys were last synced, and
+        #: the generation that was booked last (see :meth:`book_assignment`).
+        self.held_through: set[TP] = set()
+        self.booked_generation = -1
         #: Per table: the events its next checkpoint covers, acknowledged once it is stored.
         self.held: dict[str, list[EventT]] = {"node-state": [], "class-state": []}
         self.stream: StreamT | None = None
@@ -247,16 +252,37 @@ class Topology:
             raise
 
     async def _on_assigned(self, sender: Any, assigned: Any, **_: Any) -> None:
+        self.book_assignment(set(assigned))
         await self._declare_outputs()
 
     async def _reassigned(self, sender: Any, **_: Any) -> None:
-        """A rebalance ended (changelogs restored, before faust resumes the inputs). Keys of
-        partitions this worker kept stay in memory; the others re-sync from the restored
-        changelog. Held events of the old assignment are read again."""
-        assigned = self.app.consumer.assignment()
-        kept = assigned & self.previous
+        """A rebalance's recovery ended (changelogs restored, before faust resumes the inputs):
+        partitions with nothing committed go to their beginning. The assignment is booked here
+        too, in case its signal has not run yet."""
+        assigned = set(self.app.consumer.assignment())
+        self.book_assignment(assigned)
+        await self._seek_inputs({tp for tp in assigned if tp.topic in self.inputs.topics})
+
+    def book_assignment(self, assigned: set[TP]) -> None:
+        """A generation's assignment, once per generation. Keys read only from partitions this
+        worker held through every generation since it last synced them stay in memory; every
+        other key re-syncs from the restored changelog at its next record. Held events of the
+        old assignment are read again.
+
+        Booked when faust signals the assignment, not when a recovery completes: a recovery that
+        ends after the next rebalance began signals completion for a generation already gone,
+        and counting "kept" from the assignments seen at completions took a partition that
+        another worker had owned in a generation in between for kept (its keys stayed at this
+        worker's older in-memory state while reading resumed at the other's committed offsets:
+        stage-1 summaries built from a different record set after a takeover). The group's
+        generation ids are consecutive: after a gap (this worker was out of the group, another
+        may have owned its partitions meanwhile) nothing is kept."""
+        generation = self.app.consumer_generation_id
+        if generation == self.booked_generation:
+            return
+        kept = self.held_through & assigned if generation == self.booked_generation + 1 else set()
+        self.booked_generation, self.held_through = generation, set(assigned)
         retained = frozenset(f"{tp.topic}:{tp.partition}" for tp in kept)
-        self.previous = set(assigned)
         for runner in (self.node_runner, self.class_runner):
             runner.reassigned(retained)
         for p in list(self.nodes_at):
@@ -264,16 +290,17 @@ class Topology:
                 del self.nodes_at[p]
         for waiting in self.held.values():
             waiting.clear()
+        self.order.forget(assigned - kept | (self.order.next.keys() - assigned))
         kept_summaries = {tp.partition for tp in kept if tp.topic == self.topics.summaries}
         for p in set(self.gates) - kept_summaries:
             del self.gates[p]
         for c in [c for c, p in self.class_at.items() if p not in kept_summaries]:
             del self.class_at[c]
         self.reporter.forget()
-        await self._seek_fresh({tp for tp in assigned if tp.topic in self.inputs.topics})
 
-    async def _seek_fresh(self, inputs: set[TP]) -> None:
-        """Partitions with nothing committed yet start at their beginning; and ``start_at``.
+    async def _seek_inputs(self, inputs: set[TP]) -> None:
+        """Every input partition to where reading resumes (``start_at``): its committed offset,
+        or its beginning when nothing is committed yet.
 
         faust drops the records of a fetch that ends during a rebalance and afterwards seeks
         every partition to its committed offset; aiokafka's ``seek_to_committed`` leaves a
@@ -283,12 +310,47 @@ class Topology:
         self.start_at = {}
         if not inputs:
             return
-        committed = await self.app.consumer.seek_to_committed()
+        consumer = self.app.consumer
+        committed = await consumer.seek_to_committed()
         fresh = [tp for tp in inputs if not committed.get(tp)]
-        earliest = await self.app.consumer.earliest_offsets(*fresh) if fresh else {}
-        for tp in fresh:
-            await self.app.consumer.seek(tp, earliest.get(tp) or 0)
+        earliest = await consumer.earliest_offsets(*fresh) if fresh else {}
         self.start_at = {tp: (committed.get(tp) or earliest.get(tp) or 0) for tp in inputs}
+        # Every partition through Consumer.seek, which also sets faust's read offset: the fetcher
+        # reads from the committed offset from now on, but faust's own seek, which resets the read
+        # offsets, comes after this signal (seconds later in a slow recovery), and meanwhile its
+        # fetch loop dropped every record below the old read offset (where the last records were
+        # read) and delivered those above. A key that applied one of those then skipped the
+        # records in between as already applied when they came again: a node's task metrics of
+        # two minutes lost after a rebalance its partition stayed with this worker through
+        # (seed-1 random kills, 1 run in 2).
+        for tp, offset in self.start_at.items():
+            await consumer.seek(tp, offset)
+            self.order.start(tp, offset)
+
+    async def _rewind(self, gaps: set[TP]) -> None:
+        """Records came past one not read yet (:mod:`gpuwarden.streams.readorder`): they were set
+        aside (not applied, not acknowledged) and each such partition is read again from the
+        record it misses. Records a retention deletion took before they were read are said so,
+        and reading goes on after them."""
+        consumer = self.app.consumer
+        for tp in sorted(gaps):
+            want = self.order.rewind(tp)
+            if want is None:
+                continue  # a seek back is under way; records fetched before it still come
+            try:
+                earliest = (await consumer.earliest_offsets(tp)).get(tp) or 0
+                if earliest > want:
+                    log.error("%s:%d: records %d to %d were deleted before they were read (retention "
+                              "shorter than the outage?)", tp.topic, tp.partition, want, earliest - 1)
+                    self.order.skip_to(tp, earliest)
+                    want = earliest
+                log.info("%s:%d: a record came before offset %d did: read again from there",
+                         tp.topic, tp.partition, want)
+                await consumer.seek(tp, want)
+            except (IllegalStateError, KafkaError, ConsumerNotStarted, AssertionError) as e:
+                # A rebalance took the partition meanwhile: faust seeks it to its committed offset.
+                log.info("%s:%d: not read again from %d now (%s)", tp.topic, tp.partition, want, e)
+                self.order.rewind_failed(tp)
 
     async def _idle(self) -> None:
         """Every ``IDLE_S`` with no batch since the last tick (as the batch consumer did on an
@@ -330,6 +392,7 @@ class Topology:
             log.info("generation %s: first fetch, %d records", generation, len(events))
         ranks, summaries_topic = self.ranks, self.topics.summaries
         fetched: dict[TP, list[Message]] = {}
+        order, gaps = self.order, set()
         node_events: list[EventT] = []
         class_events: list[EventT] = []
         for event in events:
@@ -339,11 +402,16 @@ class Topology:
             # another worker's now; faust reads this worker's again from the committed offsets.
             if msg.generation_id != generation or tp not in assigned:
                 continue
+            if not order.accept(tp, msg.offset):  # a record before it has not come: set aside
+                gaps.add(tp)
+                continue
             recs = fetched.get(tp)
             if recs is None:
                 recs = fetched[tp] = []
             recs.append(msg)
             (class_events if msg.topic == summaries_topic else node_events).append(event)
+        if gaps:
+            await self._rewind(gaps)
         partitions: set[int] = set()
         if node_events:
             node_lists = [recs for tp, recs in fetched.items() if tp.topic in ranks]
