@@ -314,17 +314,14 @@ class Topology:
         committed = await consumer.seek_to_committed()
         fresh = [tp for tp in inputs if not committed.get(tp)]
         earliest = await consumer.earliest_offsets(*fresh) if fresh else {}
+        for tp in fresh:
+            await consumer.seek(tp, earliest.get(tp) or 0)
         self.start_at = {tp: (committed.get(tp) or earliest.get(tp) or 0) for tp in inputs}
-        # Every partition through Consumer.seek, which also sets faust's read offset: the fetcher
-        # reads from the committed offset from now on, but faust's own seek, which resets the read
-        # offsets, comes after this signal (seconds later in a slow recovery), and meanwhile its
-        # fetch loop dropped every record below the old read offset (where the last records were
-        # read) and delivered those above. A key that applied one of those then skipped the
-        # records in between as already applied when they came again: a node's task metrics of
-        # two minutes lost after a rebalance its partition stayed with this worker through
-        # (seed-1 random kills, 1 run in 2).
+        # Until faust's own seek, which comes after this signal (seconds later in a slow
+        # recovery), its fetch loop still holds the read offsets of before the rebalance: it
+        # drops records below them and delivers those above. The read order sets those aside
+        # (streams/readorder.py) until the records before them come again.
         for tp, offset in self.start_at.items():
-            await consumer.seek(tp, offset)
             self.order.start(tp, offset)
 
     async def _rewind(self, gaps: set[TP]) -> None:
@@ -333,10 +330,11 @@ class Topology:
         record it misses. Records a retention deletion took before they were read are said so,
         and reading goes on after them."""
         consumer = self.app.consumer
+        now = asyncio.get_running_loop().time()
         for tp in sorted(gaps):
-            want = self.order.rewind(tp)
+            want = self.order.rewind(tp, now)
             if want is None:
-                continue  # a seek back is under way; records fetched before it still come
+                continue  # not yet (faust's seek after a rebalance brings them), or under way
             try:
                 earliest = (await consumer.earliest_offsets(tp)).get(tp) or 0
                 if earliest > want:
@@ -392,7 +390,7 @@ class Topology:
             log.info("generation %s: first fetch, %d records", generation, len(events))
         ranks, summaries_topic = self.ranks, self.topics.summaries
         fetched: dict[TP, list[Message]] = {}
-        order, gaps = self.order, set()
+        order = self.order.batch()
         node_events: list[EventT] = []
         class_events: list[EventT] = []
         for event in events:
@@ -403,15 +401,14 @@ class Topology:
             if msg.generation_id != generation or tp not in assigned:
                 continue
             if not order.accept(tp, msg.offset):  # a record before it has not come: set aside
-                gaps.add(tp)
                 continue
             recs = fetched.get(tp)
             if recs is None:
                 recs = fetched[tp] = []
             recs.append(msg)
             (class_events if msg.topic == summaries_topic else node_events).append(event)
-        if gaps:
-            await self._rewind(gaps)
+        if order.gaps:
+            await self._rewind(order.gaps)
         partitions: set[int] = set()
         if node_events:
             node_lists = [recs for tp, recs in fetched.items() if tp.topic in ranks]
@@ -422,14 +419,16 @@ class Topology:
             if not await self._apply(self.node_runner, self.node_table, node_events, merged, fence,
                                      self._settle_nodes(partitions)):
                 return
+            order.applied(tp for tp in fetched if tp.topic in ranks)
         await self._report_others(partitions, assigned)
         if class_events:
             summaries, progress = [], []
             for e in class_events:
                 (progress if is_progress(e.message.headers) else summaries).append(e.message)
             # The progress reports are held with the summaries and read by the settle step.
-            await self._apply(self.class_runner, self.class_table, class_events, summaries, fence,
-                              self._open_gates(progress))
+            if await self._apply(self.class_runner, self.class_table, class_events, summaries, fence,
+                                 self._open_gates(progress)):
+                order.applied(tp for tp in fetched if tp.topic == summaries_topic)
         self._report_counts()
 
     async def _apply(self, runner: KeyedRunner, table: faust.Table, events: list[EventT],
