@@ -86,6 +86,11 @@ class ReadOrder:
         self._rewinding[tp] = want
         return want
 
+    def waiting(self) -> set[Hashable]:
+        """Partitions with records set aside, not yet sought back (asked again when idle: at the
+        end of an input no batch comes to ask)."""
+        return {tp for tp in self._gap_since if tp not in self._rewinding}
+
     def skip_to(self, tp: Hashable, offset: int) -> None:
         """The records before ``offset`` are gone from the broker (retention deleted them before
         they were read): reading goes on from there."""

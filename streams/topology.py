@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from operator import attrgetter
@@ -199,6 +200,7 @@ class Topology:
         #: the generation that was booked last (see :meth:`book_assignment`).
         self.held_through: set[TP] = set()
         self.booked_generation = -1
+        self.kept: set[TP] = set()  # the partitions the last booking kept
         #: Per table: the events its next checkpoint covers, acknowledged once it is stored.
         self.held: dict[str, list[EventT]] = {"node-state": [], "class-state": []}
         self.stream: StreamT | None = None
@@ -282,6 +284,11 @@ class Topology:
             return
         kept = self.held_through & assigned if generation == self.booked_generation + 1 else set()
         self.booked_generation, self.held_through = generation, set(assigned)
+        self._keep(kept, assigned)
+
+    def _keep(self, kept: set[TP], assigned: set[TP]) -> None:
+        """Keys read only from ``kept`` partitions stay in memory, every other key re-syncs."""
+        self.kept = kept
         retained = frozenset(f"{tp.topic}:{tp.partition}" for tp in kept)
         for runner in (self.node_runner, self.class_runner):
             runner.reassigned(retained)
@@ -312,6 +319,16 @@ class Topology:
             return
         consumer = self.app.consumer
         committed = await consumer.seek_to_committed()
+        # Committed past what this worker applied: another worker owned the partition meanwhile,
+        # though the generations looked consecutive here (a sync that failed, "generation -1",
+        # still signalled the old assignment under the new generation id; its keys stayed at
+        # this worker's older state and the read order waited for records before the other's
+        # commit: a partition stalled for good).
+        moved = {tp for tp in self.kept if (committed.get(tp) or 0) > self.order.next.get(tp, math.inf)}
+        if moved:
+            log.info("partitions moved on by another worker meanwhile, their keys re-sync: %s",
+                     ", ".join(f"{tp.topic}:{tp.partition}" for tp in sorted(moved)))
+            self._keep(self.kept - moved, set(consumer.assignment()))
         fresh = [tp for tp in inputs if not committed.get(tp)]
         earliest = await consumer.earliest_offsets(*fresh) if fresh else {}
         for tp in fresh:
@@ -365,6 +382,8 @@ class Topology:
                 assigned = self.app.consumer.assignment()
             except ConsumerNotStarted:
                 return
+            if self.order.waiting():  # records set aside and nothing came since: ask again
+                await self._rewind(self.order.waiting() & assigned)
             fence = self.app.rebalancing_count
             waiting = {p for p in self.nodes_at
                        if self.backlog.behind_at_end(p) and TP(self.topics.samples, p) in assigned}
