@@ -1,6 +1,6 @@
 """Scale run: N simulated GPUs at 1 Hz through real Kafka into two ``gpuwarden streams`` workers.
 
-Usage: .venv/bin/python bench/scale_run.py [--gpus 10000] [--seconds 300] [--step-down 0.5]
+Usage: .venv/bin/python bench/scale_run.py [--gpus 10000] [--seconds 300] [--step-down 0.5] [--before REV]
 Needs a broker: $KAFKA_BOOTSTRAP, else the one ``scripts/kafka-local`` runs.
 
 Producer: one NodeSnapshot per node (8 GPUs, processes attributed) per second
@@ -13,7 +13,9 @@ gpu.samples) is sampled. Committed offsets trail what the workers applied by up 
 checkpoint covers them), so *held* means the lag over the last half of the run is at most
 10 s of input beyond that allowance and not growing, and the producer kept the rate (it
 shares the machine with the broker and the workers). If not held, the GPU count is stepped
-down (× ``--step-down``, 60 s each) until a step holds: that is the ceiling.
+down (× ``--step-down``, 60 s each) until a step holds: that is the ceiling. The workers' CPU
+time over the run (all threads, /proc) is reported as cores. ``--before REV`` runs the first step
+again with that git revision's workers (a temporary worktree), after this checkout's.
 The last line is JSON (for bench/run_all.py).
 """
 
@@ -41,7 +43,14 @@ from gpuwarden.producers.simulator import Simulator  # noqa: E402
 from gpuwarden.streams.topology import COMMIT_INTERVAL_S, app_id  # noqa: E402
 from tests.kafka_support import create_topic  # noqa: E402
 from tests.streams_kafka.records import settings_for  # noqa: E402
-from tests.streams_kafka.workers import group_members, wait_for, workers, write_config  # noqa: E402
+from tests.streams_kafka.workers import (  # noqa: E402
+    checkout,
+    cpu_s,
+    group_members,
+    wait_for,
+    workers,
+    write_config,
+)
 
 PARTITIONS = 8
 SAMPLE_S = 5.0
@@ -77,7 +86,7 @@ async def lag(admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer, group: str
     return sum(end[tp] - max(0, committed[tp].offset if tp in committed else 0) for tp in tps)
 
 
-async def step(bs: str, gpus: int, seconds: float, tmp: Path) -> dict:
+async def step(bs: str, gpus: int, seconds: float, tmp: Path, tree: Path | None = None) -> dict:
     settings = settings_for(bs, partitions=PARTITIONS)
     topics = Topics(settings.kafka.topic_prefix)
     for t in (topics.samples, topics.events, topics.metrics):
@@ -92,11 +101,12 @@ async def step(bs: str, gpus: int, seconds: float, tmp: Path) -> dict:
     series: list[tuple[float, int]] = []
     produced = 0
     try:
-        with workers(config, tmp, f"s{gpus}-a", f"s{gpus}-b") as ws:
+        with workers(config, tmp, f"s{gpus}-a", f"s{gpus}-b", tree=tree) as ws:
             async def ready() -> bool:
                 return await group_members(bs, app_id(settings)) == 2
 
             await wait_for(ready, 120, "two workers in the group")
+            cpu0 = sum(cpu_s(w.proc.pid) for w in ws)
             t0 = time.monotonic()
             next_sample = t0 + SAMPLE_S
             tick = 0
@@ -112,6 +122,7 @@ async def step(bs: str, gpus: int, seconds: float, tmp: Path) -> dict:
                 await asyncio.sleep(max(0.0, t0 + tick - time.monotonic()))
             await producer.flush()
             alive = sum(w.alive() for w in ws)
+            cores = (sum(cpu_s(w.proc.pid) for w in ws if w.alive()) - cpu0) / (time.monotonic() - t0)
     finally:
         await producer.stop(), await admin.close(), await probe.stop()
     per_s = len(tpl)
@@ -124,7 +135,7 @@ async def step(bs: str, gpus: int, seconds: float, tmp: Path) -> dict:
             "produced_snapshots": produced, "produced_gpu_samples_per_s": produced * 8 / seconds,
             "sustained_gpu_samples_per_s": consumed * 8 / seconds,
             "max_lag_snapshots_last_half": max(tail), "lag_allowed_snapshots": int(allowance_s * per_s),
-            "lag_growing": growing, "held": held,
+            "lag_growing": growing, "held": held, "worker_cores": round(cores, 2),
             "lag_series": [lag_ for _, lag_ in series]}
 
 
@@ -134,6 +145,8 @@ async def main() -> None:
     ap.add_argument("--seconds", type=float, default=300.0)
     ap.add_argument("--step-down", type=float, default=0.5)
     ap.add_argument("--step-seconds", type=float, default=60.0)
+    ap.add_argument("--before", default="", metavar="REV",
+                    help="also run the first step with this git revision's workers")
     args = ap.parse_args()
     bs = bootstrap()
     runs = []
@@ -146,20 +159,33 @@ async def main() -> None:
                   f"GPU-samples/s, produced {r['produced_gpu_samples_per_s']:.0f}/s, consumed (sustained) "
                   f"{r['sustained_gpu_samples_per_s']:.0f}/s, max lag (last half) "
                   f"{r['max_lag_snapshots_last_half']} snapshots (allowed {r['lag_allowed_snapshots']}), "
-                  f"growing {r['lag_growing']} → "
+                  f"growing {r['lag_growing']}, workers {r['worker_cores']:.2f} cores → "
                   f"{'HELD' if r['held'] else 'NOT HELD'}", flush=True)
             print(f"    lag every {SAMPLE_S:.0f} s: {r['lag_series']}", flush=True)
             if r["held"] or gpus <= 8:
                 break
             gpus, seconds = max(8, int(gpus * args.step_down) // 8 * 8), args.step_seconds
+        before = None
+        if args.before:
+            with checkout(args.before) as tree:
+                if tree is not None:
+                    before = await step(bs, args.gpus, args.seconds, Path(d), tree)
+                    print(f"before ({args.before}): {before['gpus']} GPUs, max lag (last half) "
+                          f"{before['max_lag_snapshots_last_half']} snapshots, workers "
+                          f"{before['worker_cores']:.2f} cores → {'HELD' if before['held'] else 'NOT HELD'}",
+                          flush=True)
     first, last = runs[0], runs[-1]
     ceiling = last["gpus"] if last["held"] else None
     print(f"{first['gpus']} GPUs: {'held' if first['held'] else 'not held'}; "
           f"ceiling {ceiling if ceiling else 'below ' + str(last['gpus'])} GPUs at 1 Hz "
           f"(ratio to target {((ceiling or 0) / first['gpus']):.2f})")
-    print(json.dumps({"gpus": first["gpus"], "held": first["held"], "ceiling_gpus": ceiling,
-                      "sustained_gpu_samples_per_s": first["sustained_gpu_samples_per_s"],
-                      "ratio_ceiling_to_target": (ceiling or 0) / first["gpus"]}))
+    figures = {"gpus": first["gpus"], "held": first["held"], "ceiling_gpus": ceiling,
+               "sustained_gpu_samples_per_s": first["sustained_gpu_samples_per_s"],
+               "worker_cores": first["worker_cores"],
+               "ratio_ceiling_to_target": (ceiling or 0) / first["gpus"]}
+    if before is not None:
+        figures.update(before=args.before, before_held=before["held"], before_worker_cores=before["worker_cores"])
+    print(json.dumps(figures))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""Engine alone vs our faust topology on real Kafka vs a naive faust agent, side by side.
+"""Engine alone vs our faust topology on real Kafka, before and after, vs a naive faust agent.
 
-Same simulated data for all three (seeded ``mixed``, 8-GPU nodes, 1 s ticks):
+Same simulated data for all (seeded ``mixed``, 8-GPU nodes, 1 s ticks):
 
 (a) engine alone: ``bench/engine_throughput.py:measure`` (CPU time of this process);
 (b) end to end: one ``gpuwarden streams`` worker (subprocess) started on input topics
@@ -9,25 +9,29 @@ Same simulated data for all three (seeded ``mixed``, 8-GPU nodes, 1 s ticks):
     to the last task summary on ``task.summaries`` (Kafka record timestamp), i.e. until
     the worker has consumed everything and emitted what the in-process engine emits;
     (b+) the same with the task metrics too (~2.5 per snapshot, keyed by node like the rest);
+    (b) and (b+) also run from ``--before`` (a git revision, checked out in a temporary
+    worktree: by default the last one with the batch consumer that overrode faust's fetch
+    loop), so the cost of faust's public API per record is measured in the same run;
 (c) naive: a faust agent (subprocess) iterating one record per GPU sample (each GpuSample
     its own Kafka record), decoding it with the contract model and keeping a per-GPU
     rolling window with a threshold check; time from its first record to its echo of an
     end marker loaded after the data on every partition.
 
-Both read a backlog (a worker catching up after an outage, or a replay), loaded compressed as
-the agent's publisher sends it (``gpuwarden.producers.publisher.COMPRESSION``): timed from the first send
-instead, the worker raced this script's producer for the same 2 cores. ``bench/scale_run.py``
-measures the live case. Wall time on a shared 2-core machine (broker and worker share the
-cores); the worker's own CPU time over the same span is printed beside it (all its threads, from
-/proc/<pid>/task/*/schedstat, read when its first-fetch line appears: polled every 5 ms).
-Kafka: ``$KAFKA_BOOTSTRAP``, else ``scripts/kafka-local start`` (stopped again only if
+The target is (b)'s GPU-samples per second of the worker's CPU time (``TARGET_PER_CPU_S``):
+wall time on a shared machine (broker and worker share the cores) also counts the broker's
+share. All read a backlog (a worker catching up after an outage, or a replay), loaded
+compressed as the agent's publisher sends it (``gpuwarden.producers.publisher.COMPRESSION``):
+timed from the first send instead, the worker raced this script's producer for the same cores.
+``bench/scale_run.py`` measures the live case. The worker's CPU time is all its threads', from
+/proc/<pid>/task/*/schedstat, read when its first-fetch line appears (polled every 5 ms) and at
+the end. Kafka: ``$KAFKA_BOOTSTRAP``, else ``scripts/kafka-local start`` (stopped again only if
 this run started it).
 
 This machine's speed drifts by up to 2x within minutes (a shared VM: the same worker run took
-0.84 to 1.59 s in one session), so (b), (b+) and (c) run ``--rounds`` times, alternating, and
-the figures are the medians; each round's (b)/(c) is printed too.
+0.84 to 1.59 s in one session), so the runs go ``--rounds`` times, alternating, and the figures
+are the medians; each round's are printed too.
 
-    .venv/bin/python bench/streams_throughput.py [--nodes 4] [--minutes 15] [--rounds 5] [--json]
+    .venv/bin/python bench/streams_throughput.py [--nodes 4] [--minutes 15] [--rounds 5] [--before REV] [--json]
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,8 +56,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
+from tests.streams_kafka.workers import checkout, cli_module, cpu_s  # noqa: E402
+
 PARTITIONS = 4
-TARGET_RATIO = 10.0
+#: GPU-samples per second of one worker's CPU time, end to end through faust (issue #17).
+TARGET_PER_CPU_S = 25_000
+#: The last revision whose workers overrode faust's fetch loop (streams/batchconsumer.py).
+BEFORE = "9068046"
 END = b"END"
 
 
@@ -152,21 +161,13 @@ def line_time(line: str) -> float:
     return time.mktime(time.strptime(stamp[:19], "%Y-%m-%d %H:%M:%S")) + int(stamp[20:23]) / 1000.0
 
 
-def cpu_s(pid: int) -> float:
-    """CPU seconds the process has run so far, all its threads (scheduler nanoseconds)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (FileNotFoundError, ProcessLookupError):
-            pass  # a thread that ended meanwhile
-    return total / 1e9
-
-
-def worker(cmd: list[str], log: Path) -> subprocess.Popen:
+def worker(cmd: list[str], log: Path, tree: Path | None = None) -> subprocess.Popen:
+    """``cmd`` with this checkout's code, or ``tree``'s (a worktree of another revision)."""
     out = log.open("wb")
-    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=tree or REPO, env=env)
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -179,7 +180,8 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 @asynccontextmanager
-async def backlog_worker(bootstrap: str, records: list[Any], tmp: Path) -> AsyncIterator[Backlog]:
+async def backlog_worker(bootstrap: str, records: list[Any], tmp: Path,
+                         tree: Path | None = None) -> AsyncIterator[Backlog]:
     """``records`` loaded on fresh topics (compressed as agents send), then one worker started
     on them; stopped, and its topics deleted, on the way out."""
     import yaml
@@ -199,8 +201,8 @@ async def backlog_worker(bootstrap: str, records: list[Any], tmp: Path) -> Async
     config = tmp / "gpuwarden.yaml"
     config.write_text(yaml.safe_dump(settings.model_dump(mode="json", include={"kafka", "limits", "engine"})))
     log = tmp / "streams.log"
-    proc = worker([sys.executable, "-m", "gpuwarden.app.cli", "-v", "streams", "--config", str(config),
-                   "--worker-id", "bench", "--data-dir", str(tmp / "streams")], log)
+    proc = worker([sys.executable, "-m", cli_module(tree), "-v", "streams", "--config", str(config),
+                   "--worker-id", "bench", "--data-dir", str(tmp / "streams")], log, tree)
     try:
         yield Backlog(proc, log, settings, topics, probe.summaries)
     finally:
@@ -219,11 +221,12 @@ class Backlog:
     summaries: int
 
 
-async def topology_run(bootstrap: str, records: list[Any], tmp: Path) -> tuple[float, float]:
+async def topology_run(bootstrap: str, records: list[Any], tmp: Path,
+                       tree: Path | None = None) -> tuple[float, float]:
     """(wall seconds from the worker's first fetch to the last task summary the engine
-    gives, its CPU seconds meanwhile), one worker."""
-    async with backlog_worker(bootstrap, records, tmp) as w:
-        t0, c0 = await started(w.proc, w.log, "first fetch")  # streams/batchconsumer.py, at INFO (-v)
+    gives, its CPU seconds meanwhile), one worker (``tree``: another revision's)."""
+    async with backlog_worker(bootstrap, records, tmp, tree) as w:
+        t0, c0 = await started(w.proc, w.log, "first fetch")  # the worker's first batch, at INFO (-v)
         times = await output_times(bootstrap, w.topics.summaries, lambda v: len(v) >= w.summaries, 600)
         return times[-1] - t0, cpu_s(w.proc.pid) - c0
 
@@ -296,7 +299,9 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--minutes", type=float, default=15)
     ap.add_argument("--scenario", default="mixed")
-    ap.add_argument("--rounds", type=int, default=5, help="alternating runs of (b), (b+), (c); medians reported")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating runs of every variant; medians reported")
+    ap.add_argument("--before", default=BEFORE, metavar="REV",
+                    help=f"also run (b) and (b+) from this git revision (default {BEFORE}; '' for none)")
     ap.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
     ap.add_argument("--naive-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
@@ -317,15 +322,18 @@ def main() -> None:
     bootstrap, started = broker()
     rounds: list[dict[str, tuple[float, float]]] = []
     try:
-        with tempfile.TemporaryDirectory(prefix="streams-bench-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="streams-bench-") as tmp, \
+                (checkout(a.before) if a.before else nullcontext()) as before:
             for i in range(a.rounds):
-                r = {"b": asyncio.run(topology_run(bootstrap, samples_only, Path(tmp))),
-                     "b+": asyncio.run(topology_run(bootstrap, records, Path(tmp))),
-                     "c": asyncio.run(naive_run(bootstrap, records, Path(tmp)))}
+                r: dict[str, tuple[float, float]] = {}
+                for name, recs in (("b", samples_only), ("b+", records)):
+                    r[name] = asyncio.run(topology_run(bootstrap, recs, Path(tmp)))
+                    if before is not None:
+                        r[f"{name} before"] = asyncio.run(topology_run(bootstrap, recs, Path(tmp), before))
+                r["c"] = asyncio.run(naive_run(bootstrap, records, Path(tmp)))
                 rounds.append(r)
-                print(f"  round {i + 1}: (b) {r['b'][0]:.2f} s / {r['b'][1]:.2f} CPU-s, (b+) {r['b+'][0]:.2f} s / "
-                      f"{r['b+'][1]:.2f} CPU-s, (c) {r['c'][0]:.2f} s / {r['c'][1]:.2f} CPU-s, "
-                      f"(b)/(c) {r['c'][0] / r['b'][0]:.2f}x", flush=True)
+                print(f"  round {i + 1}: " + ", ".join(f"({k}) {s:.2f} s / {c:.2f} CPU-s" for k, (s, c) in r.items()),
+                      flush=True)
     finally:
         if started:
             subprocess.run([str(REPO / "scripts" / "kafka-local"), "stop"], capture_output=True, timeout=120)
@@ -333,40 +341,50 @@ def main() -> None:
     def median(run: str, i: int) -> float:
         return statistics.median(r[run][i] for r in rounds)
 
-    e2e_s, e2e_cpu, full_s, full_cpu = median("b", 0), median("b", 1), median("b+", 0), median("b+", 1)
-    naive_s, naive_cpu = median("c", 0), median("c", 1)
-    per_round = [r["c"][0] / r["b"][0] for r in rounds]
-    figures = {
+    runs = list(rounds[0])
+    figures: dict[str, Any] = {
         "scenario": a.scenario, "nodes": a.nodes, "gpus_per_node": 8, "minutes": a.minutes,
         "records": len(records), "records_without_task_metrics": len(samples_only), "gpu_samples": gpu_samples,
-        "engine_gpu_samples_per_s_core": round(alone["gpu_samples_per_s"]),
-        "e2e_seconds": round(e2e_s, 2), "e2e_gpu_samples_per_s": round(gpu_samples / e2e_s),
-        "e2e_with_task_metrics_seconds": round(full_s, 2),
-        "e2e_with_task_metrics_gpu_samples_per_s": round(gpu_samples / full_s),
-        "naive_seconds": round(naive_s, 2), "naive_gpu_samples_per_s": round(gpu_samples / naive_s),
-        "e2e_worker_cpu_s": round(e2e_cpu, 3), "e2e_with_task_metrics_worker_cpu_s": round(full_cpu, 3),
-        "naive_worker_cpu_s": round(naive_cpu, 3), "rounds": a.rounds,
-        "e2e_vs_naive_per_round": [round(x, 2) for x in per_round],
+        "engine_gpu_samples_per_s_core": round(alone["gpu_samples_per_s"]), "rounds": a.rounds,
+        "before": a.before or None, "target_gpu_samples_per_worker_cpu_s": TARGET_PER_CPU_S,
     }
+    keys = {"b": "e2e", "b+": "e2e_with_task_metrics", "b before": "before_e2e",
+            "b+ before": "before_e2e_with_task_metrics", "c": "naive"}
+    for run in runs:
+        wall, cpu = median(run, 0), median(run, 1)
+        k = keys[run]
+        figures.update({f"{k}_seconds": round(wall, 2), f"{k}_gpu_samples_per_s": round(gpu_samples / wall),
+                        f"{k}_worker_cpu_s": round(cpu, 3),
+                        f"{k}_gpu_samples_per_worker_cpu_s": round(gpu_samples / cpu)})
+    if "b before" in runs:
+        # What faust's public path costs per input record over the batch consumer that bypassed it.
+        for run, n in (("b", len(samples_only)), ("b+", len(records))):
+            extra = [(r[run][1] - r[f"{run} before"][1]) / n * 1e6 for r in rounds]
+            figures[f"{keys[run]}_public_api_us_per_record"] = round(statistics.median(extra), 1)
     figures["e2e_vs_naive"] = round(figures["e2e_gpu_samples_per_s"] / figures["naive_gpu_samples_per_s"], 2)
-    figures["e2e_with_task_metrics_vs_naive"] = round(
-        figures["e2e_with_task_metrics_gpu_samples_per_s"] / figures["naive_gpu_samples_per_s"], 2)
     figures["e2e_vs_engine"] = round(figures["e2e_gpu_samples_per_s"] / figures["engine_gpu_samples_per_s_core"], 3)
-    figures["e2e_vs_naive_worker_cpu"] = round(naive_cpu / e2e_cpu, 2)
+    per_cpu = figures["e2e_gpu_samples_per_worker_cpu_s"]
+    figures["target_met"] = per_cpu >= TARGET_PER_CPU_S
     print(f"streams throughput: {a.scenario}, {a.nodes} nodes x 8 GPUs, {a.minutes:g} min at 1 s ticks, "
           f"{len(records):,} records, {gpu_samples:,} GPU-samples, {PARTITIONS} partitions; "
           f"medians of {a.rounds} alternating rounds")
-    print(f"  (a) engine alone (CPU, 1 core)   {figures['engine_gpu_samples_per_s_core']:>10,} GPU-samples/s")
-    print(f"  (b) faust topology, end to end   {figures['e2e_gpu_samples_per_s']:>10,} GPU-samples/s"
-          f"   ({e2e_s:.2f} s wall, 1 worker: {e2e_cpu:.2f} CPU-s)")
-    print(f"  (b+) same, with task metrics     {figures['e2e_with_task_metrics_gpu_samples_per_s']:>10,} GPU-samples/s"
-          f"   ({full_s:.2f} s wall, {full_cpu:.2f} CPU-s; {len(records):,} records)")
-    print(f"  (c) naive faust, 1 rec/sample    {figures['naive_gpu_samples_per_s']:>10,} GPU-samples/s"
-          f"   ({naive_s:.2f} s wall, 1 worker: {naive_cpu:.2f} CPU-s)")
-    print(f"  (b)/(c) {figures['e2e_vs_naive']:.2f}x (target >= {TARGET_RATIO:g}x)   "
-          f"(b+)/(c) {figures['e2e_with_task_metrics_vs_naive']:.2f}x   (b)/(a) {figures['e2e_vs_engine']:.3f}   "
-          f"worker CPU per GPU-sample (c)/(b) {figures['e2e_vs_naive_worker_cpu']:.2f}x")
-    print(f"  (b)/(c) per round: {', '.join(f'{x:.2f}x' for x in per_round)}")
+    print(f"  (a) engine alone (CPU, 1 core)        {figures['engine_gpu_samples_per_s_core']:>10,} GPU-samples/s")
+    labels = {"b": "(b) faust topology, end to end", "b before": f"    same, before ({a.before})",
+              "b+": "(b+) same, with task metrics", "b+ before": f"     same, before ({a.before})",
+              "c": "(c) naive faust, 1 rec/sample"}
+    for run in ("b", "b before", "b+", "b+ before", "c"):
+        if run not in runs:
+            continue
+        k = keys[run]
+        print(f"  {labels[run]:<38}{figures[f'{k}_gpu_samples_per_s']:>10,} GPU-samples/s wall, "
+              f"{figures[f'{k}_gpu_samples_per_worker_cpu_s']:>8,} per worker CPU-s "
+              f"({figures[f'{k}_seconds']:.2f} s wall, {figures[f'{k}_worker_cpu_s']:.2f} CPU-s)")
+    print(f"  (b) per worker CPU-s {per_cpu:,} (target >= {TARGET_PER_CPU_S:,}: "
+          f"{'met' if figures['target_met'] else 'NOT met'})   (b)/(c) wall {figures['e2e_vs_naive']:.2f}x   "
+          f"(b)/(a) {figures['e2e_vs_engine']:.3f}")
+    if "e2e_public_api_us_per_record" in figures:
+        print(f"  faust's public path over the batch consumer: {figures['e2e_public_api_us_per_record']:.1f} µs "
+              f"of worker CPU per record (b), {figures['e2e_with_task_metrics_public_api_us_per_record']:.1f} µs (b+)")
     if a.json:
         print(json.dumps(figures, sort_keys=True))
 

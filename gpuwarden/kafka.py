@@ -14,9 +14,12 @@ import asyncio
 import ssl
 from collections.abc import Iterable
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuwarden.config import CommonSettings, KafkaConfig
+
+if TYPE_CHECKING:
+    import faust
 
 #: aiokafka connection kwargs; the rest are client-specific (acks, group_id, …).
 _CONN_KEYS = ("client_id", "security_protocol", "sasl_mechanism", "sasl_plain_username",
@@ -54,7 +57,7 @@ def client_kwargs(settings: CommonSettings) -> dict[str, Any]:
     return kafka_kwargs(settings.kafka)
 
 
-def broker_credentials(kafka: KafkaConfig) -> Any:
+def broker_credentials(kafka: KafkaConfig) -> faust.SSLCredentials | faust.SASLCredentials | None:
     """faust ``broker_credentials`` for a ``KafkaConfig`` (None for PLAINTEXT)."""
     import faust
 

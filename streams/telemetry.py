@@ -75,16 +75,16 @@ class StreamMetrics:
         for t in transitions:
             self.transitions.labels(t.rule, str(t.tier), str(t.state)).inc()
 
-    def checkpointed(self, table: str, data: Mapping[Any, bytes], seconds: float) -> None:
-        """A checkpoint of ``table`` took ``seconds``; ``data`` is the table's stored envelopes."""
+    def checkpointed(self, table: str, sizes: Mapping[Any, int], seconds: float) -> None:
+        """A checkpoint of ``table`` took ``seconds``; ``sizes``: each key's last stored envelope, in bytes."""
         self.checkpoint.labels(table).observe(seconds)
         self.last_checkpoint.labels(table).set(time.time())
-        self.state_keys.labels(table).set(len(data))
-        self.state_bytes.labels(table).set(sum(map(len, data.values())))
+        self.state_keys.labels(table).set(len(sizes))
+        self.state_bytes.labels(table).set(sum(sizes.values()))
 
     def refresh(self, consumer: Any, runners: Iterable[Runner], unsent: Any, class_stage: Any = None) -> None:
-        """At most every ``refresh_s``: lag per assigned input partition (``consumer.polled(tp)``'s
-        high-water mark against the runner's next offset), and the runners' counts carried over;
+        """At most every ``refresh_s``: lag per assigned input partition (faust's
+        ``Consumer.highwater(tp)``, the high-water mark of the last fetch response against the runner's next offset), and the runners' counts carried over;
         every ``classes_s``, the task classes of ``class_stage`` against their baselines."""
         now = time.monotonic()
         if class_stage is not None and now >= self._classes_next:
@@ -98,7 +98,7 @@ class StreamMetrics:
         for runner in runners:
             for tp in assigned:
                 pos = runner.position.get(f"{tp.topic}:{tp.partition}")
-                high = consumer.polled(tp)[0] if tp.topic in runner.sources else None
+                high = consumer.highwater(tp) if tp.topic in runner.sources else None
                 if pos is not None and high is not None:
                     labels = (tp.topic, str(tp.partition))
                     self.lag.labels(*labels).set(max(0, high - pos))

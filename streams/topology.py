@@ -7,16 +7,18 @@ and produces transitions to ``alerts`` (key fingerprint) and task summaries to
 followed by progress reports to every partition (:mod:`gpuwarden.streams.progress`). Stage 2
 (key task class) reads ``task.summaries`` and runs :class:`gpuwarden.streams.engine.ClassStage`
 for the per-class baselines, releasing a class's summaries once every stage-1 partition has
-passed them. The inference stage (key node, #20) reads ``inference.metrics`` through its
-own runner (:mod:`gpuwarden.streams.inferencewire`) and produces to ``alerts``. Each stage
-keeps a faust Table (compacted changelog)
+passed them. The inference stage (key node, #20) reads ``inference.metrics`` through its own
+runner (:mod:`gpuwarden.streams.inferencewire`) and produces to ``alerts``. Each stage keeps a
+faust Table (compacted changelog)
 of per-key envelopes (see :mod:`gpuwarden.streams.keyed`), written for the keys that changed
-every ``engine.checkpoint_interval`` of wall time; input offsets are acknowledged
-(so committed) only after the checkpoint that covers them.
+every ``engine.checkpoint_interval`` of wall time; input events are acknowledged
+(so committed by faust) only after the checkpoint that covers them is on the broker.
 
-faust costs ~130-200 µs per record on its Stream path, so the input topics are
-not read by agents: :mod:`gpuwarden.streams.batchconsumer` hands each fetch to
-:func:`build_app`'s handler in one call, and values stay raw bytes.
+faust is driven through its public API only: one agent over the four input topics
+takes batches of events with ``Stream.noack_take`` (values stay raw bytes, no faust
+Record), acknowledges them with ``Stream.ack`` after their checkpoint, writes the
+tables with ``Table.send_changelog`` (awaited: the envelopes are on the broker before the
+events are acknowledged), and sends outputs with ``Topic.send``. See docs/streams-faust.md.
 """
 
 from __future__ import annotations
@@ -24,19 +26,22 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+import math
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import faust
 from aiokafka.errors import IllegalStateError, KafkaError
-from aiokafka.structs import TopicPartition
-from faust.types import TP
+from aiokafka.partitioner import DefaultPartitioner
+from faust.exceptions import ConsumerNotStarted
+from faust.types import TP, EventT, Message, StreamT
 
 from gpuwarden.contract import (
+    AlertTransition,
     ContractError,
     GpuEvent,
     NodeSnapshot,
@@ -49,16 +54,16 @@ from gpuwarden.contract import (
 from gpuwarden.deadletter import UnsentLog
 from gpuwarden.kafka import broker_credentials
 from gpuwarden.streams.backlog import Backlog
-from gpuwarden.streams.batchconsumer import batch_consumer
 from gpuwarden.streams.config import StreamsSettings
 from gpuwarden.streams.dlq import Consumed, Limits, Outbound, decode_inbound, to_dlq
 from gpuwarden.streams.engine import StageOutput
-from gpuwarden.streams.inferencestage import InferenceStage  # inference stage (#20)
-from gpuwarden.streams.inferencewire import TABLE as INFERENCE_TABLE  # inference stage (#20)
-from gpuwarden.streams.inferencewire import inference_runner  # inference stage (#20)
+from gpuwarden.streams.inferencestage import InferenceStage
+from gpuwarden.streams.inferencewire import TABLE as INFERENCE_TABLE
+from gpuwarden.streams.inferencewire import inference_runner
 from gpuwarden.streams.keyed import KeyedRunner, Settle, Source
 from gpuwarden.streams.progress import HEADERS as PROGRESS_HEADERS
 from gpuwarden.streams.progress import Gate, Reporter, is_progress, partition_watermark
+from gpuwarden.streams.readorder import ReadOrder
 from gpuwarden.streams.runtime import HeapTrim
 from gpuwarden.streams.telemetry import StreamMetrics
 
@@ -70,8 +75,8 @@ log = logging.getLogger("gpuwarden.streams")
 SESSION_TIMEOUT_S = 10.0
 HEARTBEAT_INTERVAL_S = 2.0
 COMMIT_INTERVAL_S = 1.0
-#: Records held unacknowledged for the next checkpoint before one is forced (bounds
-#: what a takeover reads again).
+#: Events held unacknowledged for the next checkpoint before one is forced (bounds
+#: what a takeover reads again, and the events a worker holds).
 HOLD_MAX = 20000
 #: Producer, changelog-topic and DLQ-topic record size limit: a busy node's state envelope
 #: is ~200 kB compressed, above a few hundred kB faust's 1 MB default gets close; a dead
@@ -79,10 +84,38 @@ HOLD_MAX = 20000
 MAX_RECORD_BYTES = 16 << 20
 #: The workers' outputs (dead letters holding base64 JSON: ~4x smaller) are compressed.
 COMPRESSION = "zstd"
-#: Per-partition fetch size. A fetch's records are merged by their Kafka timestamps,
+#: Per-partition fetch size. A batch's records are merged by their Kafka timestamps,
 #: but one topic's fetch can run ahead of another's while catching up on a backlog;
 #: small fetches bound how far (see docs/streams-faust.md).
 FETCH_BYTES = 4 << 20
+#: ``Stream.noack_take``: a batch is this many events, or what came within ``TAKE_WITHIN_S``.
+TAKE_MAX = 8192
+TAKE_WITHIN_S = 0.25
+#: faust's per-stream queue between its fetch loop and the agent (faust's default: 4,096).
+STREAM_BUFFER = 2 * TAKE_MAX
+#: How often nodes held back by an input judged behind are judged again when nothing comes.
+IDLE_S = 1.0
+
+
+class NodeStageT(Protocol):
+    """Stage 1's interface (``gpuwarden.streams.engine.NodeStage``)."""
+
+    def process(self, record: Any, behind: frozenset[int] | set[int], out: StageOutput, /) -> Any: ...
+    def advance(self, node: str, behind: frozenset[int], out: StageOutput, /) -> bool: ...
+    def position(self, node: str, /) -> tuple[float, float] | None: ...
+    def dump(self, key: str, /) -> bytes: ...
+    def load(self, key: str, data: bytes, /) -> None: ...
+    def drop(self, key: str, /) -> None: ...
+
+
+class ClassStageT(Protocol):
+    """Stage 2's interface (``gpuwarden.streams.engine.ClassStage``)."""
+
+    def process(self, summary: TaskSummary, gate: float, /) -> list[AlertTransition]: ...
+    def release(self, task_class: str, gate: float, /) -> list[AlertTransition]: ...
+    def dump(self, key: str, /) -> bytes: ...
+    def load(self, key: str, data: bytes, /) -> None: ...
+    def drop(self, key: str, /) -> None: ...
 
 
 def app_id(settings: StreamsSettings) -> str:
@@ -90,7 +123,7 @@ def app_id(settings: StreamsSettings) -> str:
     return f"{settings.kafka.topic_prefix}{settings.kafka.client_id}-streams"
 
 
-def default_stages(settings: StreamsSettings) -> tuple[Any, Any]:
+def default_stages(settings: StreamsSettings) -> tuple[NodeStageT, ClassStageT]:
     """The real engine stages, with the rules named in the config (else the default pack)."""
     from gpuwarden.streams.engine import ClassStage, NodeStage
     from gpuwarden.streams.rules import load_rules
@@ -99,285 +132,540 @@ def default_stages(settings: StreamsSettings) -> tuple[Any, Any]:
     return NodeStage(rules, settings.engine, settings.limits.max_past_skew), ClassStage(rules, settings.engine)
 
 
-def build_app(
-    settings: StreamsSettings, *, worker_id: str, data_dir: Path,
-    node_stage: Any = None, class_stage: Any = None, metrics: StreamMetrics | None = None,
-) -> faust.App:
-    """The faust app for ``settings``; stages default to :func:`default_stages`; ``metrics``: where the
-    worker counts what it does (its own unserved one when None)."""
-    metrics = metrics or StreamMetrics()  # metrics hook
-    if node_stage is None or class_stage is None:
-        node_stage, class_stage = default_stages(settings)
-    inference_stage = InferenceStage(settings.engine)  # inference stage (#20)
-    k = settings.kafka
-    topics = Topics(k.topic_prefix)
-    limits = Limits.of(settings)
-    unsent = UnsentLog(data_dir / "unsent.jsonl")
-    app = faust.App(
-        app_id(settings),
-        broker=[f"kafka://{h.strip()}" for h in k.bootstrap.split(",") if h.strip()],
-        broker_credentials=broker_credentials(k),
-        broker_client_id=f"{k.client_id}-{worker_id}",
-        datadir=str(data_dir),
-        store="memory://",
-        topic_partitions=k.partitions,
-        topic_replication_factor=k.replication_factor,
-        processing_guarantee="at_least_once",
-        consumer_auto_offset_reset="earliest",
-        broker_session_timeout=SESSION_TIMEOUT_S,
-        broker_heartbeat_interval=HEARTBEAT_INTERVAL_S,
-        broker_commit_interval=COMMIT_INTERVAL_S,
-        table_standby_replicas=0,
-        producer_acks=-1,
-        producer_max_request_size=MAX_RECORD_BYTES,
-        producer_compression_type=COMPRESSION,
-        consumer_max_fetch_size=FETCH_BYTES,
-        web_enabled=False,
-        autodiscover=False,
-    )
+class Topology:
+    """One stream worker: the faust app, its tables and agent, and the state they share.
 
-    def raw_topic(*names: str, config: Mapping[str, str] | None = None) -> faust.TopicT:
-        return app.topic(*names, key_serializer="raw", value_serializer="raw",
-                         partitions=k.partitions, internal=True, config=config)
+    ``app`` is what a faust Worker runs. Stage 1's records of one batch are merged by Kafka
+    timestamp (the order agents sent them) and applied, then stage 2's; events are acked
+    after the checkpoint that covers them.
+    """
 
-    big = {"max.message.bytes": str(MAX_RECORD_BYTES)}  # changelogs and dead-letter topics
+    def __init__(self, settings: StreamsSettings, *, worker_id: str, data_dir: Path,
+                 node_stage: NodeStageT | None = None, class_stage: ClassStageT | None = None,
+                 metrics: StreamMetrics | None = None) -> None:
+        if node_stage is None or class_stage is None:
+            node_stage, class_stage = default_stages(settings)
+        self.node_stage, self.class_stage = node_stage, class_stage
+        self.inference_stage = InferenceStage(settings.engine)
+        self.metrics = metrics or StreamMetrics()  # where the worker counts what it does (streams/telemetry.py)
+        k = settings.kafka
+        self.partitions = k.partitions
+        self.topics = topics = Topics(k.topic_prefix)
+        self.limits = Limits.of(settings)
+        self.unsent = UnsentLog(data_dir / "unsent.jsonl")
+        self.app = app = faust.App(
+            app_id(settings),
+            broker=[f"kafka://{h.strip()}" for h in k.bootstrap.split(",") if h.strip()],
+            broker_credentials=broker_credentials(k),
+            broker_client_id=f"{k.client_id}-{worker_id}",
+            datadir=str(data_dir),
+            store="memory://",
+            topic_partitions=k.partitions,
+            topic_replication_factor=k.replication_factor,
+            processing_guarantee="at_least_once",
+            consumer_auto_offset_reset="earliest",
+            broker_session_timeout=SESSION_TIMEOUT_S,
+            broker_heartbeat_interval=HEARTBEAT_INTERVAL_S,
+            broker_commit_interval=COMMIT_INTERVAL_S,
+            table_standby_replicas=0,
+            producer_acks=-1,
+            producer_max_request_size=MAX_RECORD_BYTES,
+            producer_compression_type=COMPRESSION,
+            consumer_max_fetch_size=FETCH_BYTES,
+            stream_buffer_maxsize=STREAM_BUFFER,
+            # Events are held unacknowledged until their checkpoint: a rebalance must not wait
+            # for them (faust's default waits for every unacked event before it revokes).
+            stream_wait_empty=False,
+            web_enabled=False,
+            autodiscover=False,
+        )
 
-    def state_table(name: str) -> faust.Table:
-        # bytes key and value types make faust use the raw codec both ways (a
-        # ``schema`` alone leaves recovery decoding JSON). The changelog partition
-        # comes from the same murmur2 partitioner as the source records' keys.
-        return app.Table(name, default=None, partitions=k.partitions, use_partitioner=True,
-                         key_type=bytes, value_type=bytes,
-                         extra_topic_configs=big)
+        big = {"max.message.bytes": str(MAX_RECORD_BYTES)}  # changelogs and dead-letter topics
+        self.outputs: dict[str, faust.TopicT] = {
+            **{name: self._raw_topic(name) for name in (topics.alerts, topics.summaries)},
+            **{name: self._raw_topic(name, config=big)
+               for name in (Topics.dlq(t) for t in (topics.samples, topics.events, topics.metrics,
+                                                    topics.summaries, topics.inference))},
+        }
+        # bytes key and value types make faust use the raw codec both ways (a ``schema`` alone
+        # leaves recovery decoding JSON). A key's changelog partition is its source records'
+        # (see ``_partition``; ``use_partitioner``: no current event needed).
+        self.node_table, self.class_table, self.inference_table = (
+            app.Table(name, default=None, partitions=k.partitions, use_partitioner=True,
+                      key_type=bytes, value_type=bytes, extra_topic_configs=big)
+            for name in ("node-state", "class-state", INFERENCE_TABLE))
+        #: Per table, the size of each key's last stored envelope (the worker's state size metric).
+        self.stored: dict[str, dict[str, int]] = {"node-state": {}, "class-state": {}, INFERENCE_TABLE: {}}
+        self.declaring: asyncio.Future[Any] | None = None
+        self.partitioner = DefaultPartitioner()
+        self.all_partitions = list(range(k.partitions))
 
-    outputs = {
-        **{name: raw_topic(name) for name in (topics.alerts, topics.summaries)},
-        **{name: raw_topic(name, config=big)
-           for name in (Topics.dlq(t) for t in (topics.samples, topics.events, topics.metrics,
-                                                topics.summaries, topics.inference))},  # + inference (#20)
-    }
-    node_table, class_table = state_table("node-state"), state_table("class-state")
-    inference_table = state_table(INFERENCE_TABLE)  # inference stage (#20)
-    declaring: list[asyncio.Future] = []
+        self.ranks = {topics.samples: 0, topics.events: 1, topics.metrics: 2}
+        self.backlog = Backlog(self.ranks)
+        self.scratch = StageOutput([], [])  # one per worker: a new one per record cost ~4 % of its CPU
+        self.nodes_at: defaultdict[int, set[str]] = defaultdict(set)  # partition -> nodes read from it
+        #: Where reading (re)started per assigned input partition: its committed offset, or the
+        #: partition's beginning when nothing is committed yet.
+        self.start_at: dict[TP, int] = {}
+        self.order = ReadOrder()  # per input partition, the next offset to apply
+        #: The partitions held through every generation since their keys were last synced, and
+        #: the generation that was booked last (see :meth:`book_assignment`).
+        self.held_through: set[TP] = set()
+        self.booked_generation = -1
+        self.kept: set[TP] = set()  # the partitions the last booking kept
+        #: Per table: the events its next checkpoint covers, acknowledged once it is stored.
+        self.held: dict[str, list[EventT]] = {"node-state": [], "class-state": [], INFERENCE_TABLE: []}
+        self.stream: StreamT | None = None
+        self.lock = asyncio.Lock()  # a batch and the idle timer, one at a time
+        self.generation = -1  # the generation whose first batch was logged
+        self.batches = 0  # batches since the last idle tick
+        self.trim = HeapTrim()
+        self.reported: dict[str, int] = {}
+        self.reported_at = float("-inf")
+        self.reporter = Reporter(float(settings.engine.summary_interval))
+        self.reported_all_at = float("-inf")  # when partitions no batch brought were last reported
+        self.lateness = float(settings.engine.summary_lateness)
+        self.max_source_skew = float(settings.engine.max_source_skew)
+        self.gates: dict[int, Gate] = {}  # task.summaries partition -> the watermark read on it
+        self.class_at: dict[str, int] = {}  # task class -> its task.summaries partition
 
-    async def declare_outputs() -> None:
-        """Create the output topics once, all at once, starting when partitions are first
-        assigned. Everything that sends awaits that one declaration: one topic after another
-        (~60 ms each on the local broker) still ran when the first fetch came, and a second
-        declaration from the first batch's sends raced it, holding that batch's outputs
-        ~150-260 ms (bench/streams_throughput.py (b), session 6). A failed one is tried again."""
-        if not declaring or (declaring[0].done() and (declaring[0].cancelled() or declaring[0].exception())):
-            declaring[:] = [asyncio.ensure_future(asyncio.gather(*(t.maybe_declare() for t in outputs.values())))]
-        await asyncio.shield(declaring[0])  # one waiter cancelled must not cancel it for the others
+        self.node_runner = KeyedRunner(node_stage, {
+            topics.samples: Source(NodeSnapshot, _node_of, Topics.dlq(topics.samples)),
+            topics.events: Source(GpuEvent, _node_of, Topics.dlq(topics.events)),
+            topics.metrics: Source(TaskMetric, _node_of, Topics.dlq(topics.metrics)),
+        }, self._emit_node, self.limits, float(settings.engine.checkpoint_interval))
+        self.class_runner = KeyedRunner(class_stage, {
+            topics.summaries: Source(TaskSummary, _class_of, Topics.dlq(topics.summaries)),
+        }, self._emit_class, self.limits, float(settings.engine.checkpoint_interval))
+        self.infer_runner = inference_runner(self.inference_stage, topics, self.limits,
+                                             float(settings.engine.checkpoint_interval))
+        self.runners = (self.node_runner, self.class_runner, self.infer_runner)
 
-    @app.on_partitions_assigned.connect
-    async def on_assigned(sender: Any, assigned: Any, **_: Any) -> None:
-        await declare_outputs()
+        self.inputs = self._raw_topic(topics.samples, topics.events, topics.metrics, topics.summaries,
+                                      topics.inference)
+        app.agent(self.inputs, name="gpuwarden-stages")(self._consume)
+        app.timer(IDLE_S)(self._idle)
+        app.on_partitions_assigned.connect(self._on_assigned)
+        app.on_rebalance_complete.connect(self._reassigned)
 
-    async def send_all(out: Iterable[Outbound]) -> None:
-        """Produce in order and wait for the broker's acks (faust's pre-commit flush can
-        return before its send buffer drained). Straight to the producer, past faust's
-        ``Topic.send`` (message objects, sensors): ~110 µs per record there, a sixth of the
-        worker's time on a fetch of 3,600 snapshots with 280 outputs."""
-        await declare_outputs()
-        producer = app.producer
-        sent = []
-        for o in out:
+    def _raw_topic(self, *names: str, config: Mapping[str, str] | None = None) -> faust.TopicT:
+        return self.app.topic(*names, key_serializer="raw", value_serializer="raw",
+                              partitions=self.partitions, internal=True, config=config)
+
+    # -- faust callbacks ---------------------------------------------------------------------
+
+    async def _consume(self, stream: StreamT) -> None:
+        """The agent: batches of events, applied one at a time. A batch that raised crashes the
+        worker (its events are not acknowledged, so they are read again after a restart)."""
+        self.stream = stream
+        try:
+            async for events in stream.noack_take(TAKE_MAX, within=TAKE_WITHIN_S):
+                async with self.lock:
+                    await self._batch(events)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("batch raised: %r", exc)
+            await self.app.crash(exc)
+            raise
+
+    async def _on_assigned(self, sender: Any, assigned: Any, **_: Any) -> None:
+        self.book_assignment(set(assigned))
+        await self._declare_outputs()
+
+    async def _reassigned(self, sender: Any, **_: Any) -> None:
+        """A rebalance's recovery ended (changelogs restored, before faust resumes the inputs):
+        partitions with nothing committed go to their beginning. The assignment is booked here
+        too, in case its signal has not run yet."""
+        assigned = set(self.app.consumer.assignment())
+        self.book_assignment(assigned)
+        await self._seek_inputs({tp for tp in assigned if tp.topic in self.inputs.topics})
+
+    def book_assignment(self, assigned: set[TP]) -> None:
+        """A generation's assignment, once per generation. Keys read only from partitions this
+        worker held through every generation since it last synced them stay in memory; every
+        other key re-syncs from the restored changelog at its next record. Held events of the
+        old assignment are read again.
+
+        Booked when faust signals the assignment, not when a recovery completes: a recovery that
+        ends after the next rebalance began signals completion for a generation already gone,
+        and counting "kept" from the assignments seen at completions took a partition that
+        another worker had owned in a generation in between for kept (its keys stayed at this
+        worker's older in-memory state while reading resumed at the other's committed offsets:
+        stage-1 summaries built from a different record set after a takeover). The group's
+        generation ids are consecutive: after a gap (this worker was out of the group, another
+        may have owned its partitions meanwhile) nothing is kept."""
+        generation = self.app.consumer_generation_id
+        if generation == self.booked_generation:
+            return
+        kept = self.held_through & assigned if generation == self.booked_generation + 1 else set()
+        self.booked_generation, self.held_through = generation, set(assigned)
+        self._keep(kept, assigned)
+
+    def _keep(self, kept: set[TP], assigned: set[TP]) -> None:
+        """Keys read only from ``kept`` partitions stay in memory, every other key re-syncs."""
+        self.kept = kept
+        retained = frozenset(f"{tp.topic}:{tp.partition}" for tp in kept)
+        for runner in self.runners:
+            runner.reassigned(retained)
+        for p in list(self.nodes_at):
+            if f"{self.topics.samples}:{p}" not in retained:
+                del self.nodes_at[p]
+        for waiting in self.held.values():
+            waiting.clear()
+        self.order.forget(assigned - kept | (self.order.next.keys() - assigned))
+        kept_summaries = {tp.partition for tp in kept if tp.topic == self.topics.summaries}
+        for p in set(self.gates) - kept_summaries:
+            del self.gates[p]
+        for c in [c for c, p in self.class_at.items() if p not in kept_summaries]:
+            del self.class_at[c]
+        self.reporter.forget()
+
+    async def _seek_inputs(self, inputs: set[TP]) -> None:
+        """Every input partition to where reading resumes (``start_at``): its committed offset,
+        or its beginning when nothing is committed yet.
+
+        faust drops the records of a fetch that ends during a rebalance and afterwards seeks
+        every partition to its committed offset; aiokafka's ``seek_to_committed`` leaves a
+        partition with nothing committed where its fetcher stood, past those records: they
+        were lost for good (whole topics of a node never applied after a takeover). Called
+        while faust still holds the partitions paused, before its own seek."""
+        self.start_at = {}
+        if not inputs:
+            return
+        consumer = self.app.consumer
+        committed = await consumer.seek_to_committed()
+        # Committed past what this worker applied: another worker owned the partition meanwhile,
+        # though the generations looked consecutive here (a sync that failed, "generation -1",
+        # still signalled the old assignment under the new generation id; its keys stayed at
+        # this worker's older state and the read order waited for records before the other's
+        # commit: a partition stalled for good).
+        moved = {tp for tp in self.kept if (committed.get(tp) or 0) > self.order.next.get(tp, math.inf)}
+        if moved:
+            log.info("partitions moved on by another worker meanwhile, their keys re-sync: %s",
+                     ", ".join(f"{tp.topic}:{tp.partition}" for tp in sorted(moved)))
+            self._keep(self.kept - moved, set(consumer.assignment()))
+        fresh = [tp for tp in inputs if not committed.get(tp)]
+        earliest = await consumer.earliest_offsets(*fresh) if fresh else {}
+        for tp in fresh:
+            await consumer.seek(tp, earliest.get(tp) or 0)
+        self.start_at = {tp: (committed.get(tp) or earliest.get(tp) or 0) for tp in inputs}
+        # Until faust's own seek, which comes after this signal (seconds later in a slow
+        # recovery), its fetch loop still holds the read offsets of before the rebalance: it
+        # drops records below them and delivers those above. The read order sets those aside
+        # (streams/readorder.py) until the records before them come again.
+        for tp, offset in self.start_at.items():
+            self.order.start(tp, offset)
+
+    async def _rewind(self, gaps: set[TP]) -> None:
+        """Records came past one not read yet (:mod:`gpuwarden.streams.readorder`): they were set
+        aside (not applied, not acknowledged) and each such partition is read again from the
+        record it misses. Records a retention deletion took before they were read are said so,
+        and reading goes on after them."""
+        consumer = self.app.consumer
+        now = asyncio.get_running_loop().time()
+        for tp in sorted(gaps):
+            want = self.order.rewind(tp, now)
+            if want is None:
+                continue  # not yet (faust's seek after a rebalance brings them), or under way
             try:
-                sent.append((o, await producer.send(o.topic, o.key, o.value, o.partition, None,
-                                                    list(o.headers) or None)))
-            except KafkaError as e:  # refused before sending (too large for the producer)
-                refused(o, e)
-        if sent:
-            results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
-            for (o, _), r in zip(sent, results):
-                if isinstance(r, BaseException):
-                    refused(o, r)
+                earliest = (await consumer.earliest_offsets(tp)).get(tp) or 0
+                if earliest > want:
+                    log.error("%s:%d: records %d to %d were deleted before they were read (retention "
+                              "shorter than the outage?)", tp.topic, tp.partition, want, earliest - 1)
+                    self.order.skip_to(tp, earliest)
+                    want = earliest
+                log.info("%s:%d: a record came before offset %d did: read again from there",
+                         tp.topic, tp.partition, want)
+                await consumer.seek(tp, want)
+            except (IllegalStateError, KafkaError, ConsumerNotStarted, AssertionError) as e:
+                # A rebalance took the partition meanwhile: faust seeks it to its committed offset.
+                log.info("%s:%d: not read again from %d now (%s)", tp.topic, tp.partition, want, e)
+                self.order.rewind_failed(tp)
 
-    def refused(o: Outbound, error: BaseException) -> None:
-        """A record the broker will never take (too large, invalid) goes to the local unsent
-        log and the worker moves on; anything else (the broker away) stops the batch, so its
-        offsets are not committed and the records are read again."""
-        if not isinstance(error, KafkaError) or error.retriable:
-            raise error
-        unsent.record(o.topic, o.key, o.value, error)
+    async def _idle(self) -> None:
+        """Every ``IDLE_S`` with no batch since the last tick (as the batch consumer did on an
+        empty fetch): nodes held by an input judged behind are judged again and settled
+        (otherwise they would wait for the next record: at the end of a replayed topic,
+        forever), and the heap is trimmed."""
+        async with self.lock:
+            self._report_counts()
+            if self.batches:
+                self.batches = 0
+                return
+            self.trim.idle()
+            try:
+                assigned = self.app.consumer.assignment()
+            except ConsumerNotStarted:
+                return
+            if self.order.waiting():  # records set aside and nothing came since: ask again
+                await self._rewind(self.order.waiting() & assigned)
+            fence = self.app.rebalancing_count
+            waiting = {p for p in self.nodes_at
+                       if self.backlog.behind_at_end(p) and TP(self.topics.samples, p) in assigned}
+            if waiting:
+                await self._find_behind({}, waiting)
+                if not await self._apply(self.node_runner, self.node_table, [], [], fence,
+                                         self._settle_nodes(waiting)):
+                    return
+            await self._report_others(waiting, assigned)
 
-    held: dict[str, list[tuple[TP, int]]] = {"node-state": [], "class-state": [],
-                                             INFERENCE_TABLE: []}  # + inference stage (#20)
+    # -- one batch ---------------------------------------------------------------------------
 
-    async def apply(runner: KeyedRunner, table: faust.Table, records: list[Any], fence: int,
-                    settle: Settle | None = None, aside: list[Any] | None = None) -> bool:
-        """One batch; its offsets (and those of the records ``aside``, read but handled by
-        ``settle``) are held (not committable) until a checkpoint covers them.
-        Not applied (False) once a rebalance began since the fetch's ``fence``
+    async def _batch(self, events: Sequence[EventT]) -> None:
+        """Stage-1 records merged in Kafka timestamp order, then stage 2's. A rebalance during
+        the batch's awaits ends it (see :meth:`_apply`)."""
+        fence = self.app.rebalancing_count
+        self.batches += 1
+        self.trim.busy(len(events))
+        assigned = self.app.consumer.assignment()
+        generation = self.app.consumer_generation_id
+        if generation != self.generation:
+            self.generation = generation
+            log.info("generation %s: first fetch, %d records", generation, len(events))
+        ranks, summaries_topic = self.ranks, self.topics.summaries
+        fetched: dict[TP, list[Message]] = {}
+        order = self.order.batch()
+        node_events: list[EventT] = []
+        class_events: list[EventT] = []
+        inference_events: list[EventT] = []
+        inference_topic = self.topics.inference
+        for event in events:
+            msg = event.message
+            tp = msg.tp
+            # Fetched before a rebalance (taken before it, applied after): its partition may be
+            # another worker's now; faust reads this worker's again from the committed offsets.
+            if msg.generation_id != generation or tp not in assigned:
+                continue
+            if not order.accept(tp, msg.offset):  # a record before it has not come: set aside
+                continue
+            recs = fetched.get(tp)
+            if recs is None:
+                recs = fetched[tp] = []
+            recs.append(msg)
+            (class_events if msg.topic == summaries_topic else
+             inference_events if msg.topic == inference_topic else node_events).append(event)
+        self.metrics.fetched(fetched)
+        if order.gaps:
+            await self._rewind(order.gaps)
+        partitions: set[int] = set()
+        if node_events:
+            node_lists = [recs for tp, recs in fetched.items() if tp.topic in ranks]
+            partitions = {tp.partition for tp in fetched if tp.topic in ranks}
+            await self._find_behind(fetched, partitions)
+            merged = node_lists[0] if len(node_lists) == 1 else \
+                list(heapq.merge(*node_lists, key=attrgetter("timestamp")))
+            if not await self._apply(self.node_runner, self.node_table, node_events, merged, fence,
+                                     self._settle_nodes(partitions)):
+                return
+            order.applied(tp for tp in fetched if tp.topic in ranks)
+        await self._report_others(partitions, assigned)
+        if class_events:
+            summaries, progress = [], []
+            for e in class_events:
+                (progress if is_progress(e.message.headers) else summaries).append(e.message)
+            # The progress reports are held with the summaries and read by the settle step.
+            if await self._apply(self.class_runner, self.class_table, class_events, summaries, fence,
+                                 self._open_gates(progress)):
+                order.applied(tp for tp in fetched if tp.topic == summaries_topic)
+        if inference_events:  # the inference stage reorders its records itself (streams/inferencestage.py)
+            if await self._apply(self.infer_runner, self.inference_table, inference_events,
+                                 [e.message for e in inference_events], fence):
+                order.applied(tp for tp in fetched if tp.topic == inference_topic)
+        self._report_counts()
+
+    async def _apply(self, runner: KeyedRunner, table: faust.Table, events: list[EventT],
+                     records: list[Message], fence: int, settle: Settle | None = None) -> bool:
+        """One batch; its events are held (unacknowledged) until a checkpoint covers them.
+        Not applied (False) once a rebalance began since the batch's ``fence``
         (``app.rebalancing_count`` then): its partitions may be another worker's now and this
         worker's keys of them un-synced, so a run would load a key's stale stored state, apply
         this batch on top and store that as the key's state at these offsets (the records
         between lost for good: issue #15, defect 4). faust seeks back to the committed offsets
         when the rebalance ends and the records come again. Not ``app.rebalancing``: faust
-        resumes the flow after that seek but clears the flag only later, and a fetch refused
+        resumes the flow after that seek but clears the flag only later, and a batch refused
         then is never read again."""
-        if app.rebalancing_count != fence:
+        if self.app.rebalancing_count != fence:
             return False
-        waiting = held[table.name]
-        waiting.extend((TP(r.topic, r.partition), r.offset) for r in (*records, *(aside or ())))
+        waiting = self.held[table.name]
+        waiting.extend(events)
         res = runner.run(records, lambda key: table.get(key.encode()),
                          force=len(waiting) >= HOLD_MAX, settle=settle)
         # Outputs must be on the broker before the state that says they were made.
-        await send_all(res.out)
+        await self._send_all(res.out)
         if res.state:
-            began = time.monotonic()  # metrics hook
-            # Not ``table[key] = ...``: faust buffers that send and its pre-commit flush may
-            # return before the buffer drained. Await delivery, then let the offsets commit.
+            began = time.monotonic()
+            # The table's own changelog send, awaited: the events are acknowledged (so their
+            # offsets commit) only once the envelopes are on the broker.
             futs = []
             for key, envelope in res.state.items():
-                table.data[key.encode()] = envelope
-                futs.append(await table.changelog_topic.send(
-                    key=key.encode(), value=envelope, key_serializer="raw", value_serializer="raw"))
+                raw = key.encode()
+                futs.append(table.send_changelog(self._partition(raw), raw, envelope))
             await asyncio.gather(*futs)
-            app.consumer.ack_offsets(waiting)
+            stream = self.stream
+            assert stream is not None
+            for event in waiting:
+                await stream.ack(event)
             waiting.clear()
-            metrics.checkpointed(table.name, table.data, time.monotonic() - began)  # metrics hook
+            sizes = self.stored[table.name]
+            sizes.update((key, len(envelope)) for key, envelope in res.state.items())
+            self.metrics.checkpointed(table.name, sizes, time.monotonic() - began)
             log.debug("%s checkpoint: %d keys, %d bytes, %s", table.name, len(res.state),
                       sum(map(len, res.state.values())), getattr(runner.stage, "counters", dict)())
         return True
 
-    reported: dict[str, Any] = {"at": float("-inf")}  # the counts last logged
+    def _partition(self, key: bytes) -> int:
+        """The partition of ``key``: the producers' default (murmur2) partitioner, so the
+        partition its source records have. Not faust's ``use_partitioner`` lookup: that asks
+        the producer's metadata, which holds only the topics it has sent to once it sent any
+        (the worker crashed in ``key_partition`` at its first checkpoint after outputs)."""
+        return self.partitioner(key, self.all_partitions, self.all_partitions)  # type: ignore[no-any-return]
 
-    def report_counts() -> None:
+    async def _declare_outputs(self) -> None:
+        """Create the output topics once, all at once, starting when partitions are first
+        assigned. Everything that sends awaits that one declaration: one topic after another
+        (~60 ms each on the local broker) still ran when the first fetch came, and a second
+        declaration from the first batch's sends raced it, holding that batch's outputs
+        ~150-260 ms (bench/streams_throughput.py (b), session 6). A failed one is tried again."""
+        fut = self.declaring
+        if fut is None or (fut.done() and (fut.cancelled() or fut.exception())):
+            fut = self.declaring = asyncio.ensure_future(
+                asyncio.gather(*(t.maybe_declare() for t in self.outputs.values())))
+        await asyncio.shield(fut)  # one waiter cancelled must not cancel it for the others
+
+    async def _send_all(self, out: Iterable[Outbound]) -> None:
+        """Produce in order (``Topic.send``) and wait for the broker's acks."""
+        await self._declare_outputs()
+        outputs = self.outputs
+        sent = []
+        for o in out:
+            try:
+                sent.append((o, await outputs[o.topic].send(key=o.key, value=o.value, partition=o.partition,
+                                                            headers=list(o.headers) or None, force=True)))
+            except KafkaError as e:  # refused before sending (too large for the producer)
+                self._refused(o, e)
+        if sent:
+            results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
+            for (o, _), r in zip(sent, results):
+                if isinstance(r, BaseException):
+                    self._refused(o, r)
+
+    def _refused(self, o: Outbound, error: BaseException) -> None:
+        """A record the broker will never take (too large, invalid) goes to the local unsent
+        log and the worker moves on; anything else (the broker away) stops the batch, so its
+        events are not acknowledged and the records are read again."""
+        if not isinstance(error, KafkaError) or error.retriable:
+            raise error
+        self.unsent.record(o.topic, o.key, o.value, error)
+
+    def _report_counts(self) -> None:
         """Log what was set aside (dead letters, letters the broker refused, fields a newer
         writer sends) when it changed, at most every 5 s."""
-        metrics.refresh(app.consumer, (node_runner, class_runner), unsent, class_stage)  # metrics hook
+        self.metrics.refresh(self.app.consumer, self.runners, self.unsent, self.class_stage)
         wall = asyncio.get_running_loop().time()
-        if wall - reported["at"] < 5.0:
+        if wall - self.reported_at < 5.0:
             return
-        counts = {"dead_letters": node_runner.dead + class_runner.dead + infer_runner.dead,  # + inference (#20)
-                  "unsent": unsent.count,
-                  **{f"unknown {t} {f}": n for r in (node_runner, class_runner, infer_runner)
-                     for (t, f), n in sorted(r.unknown.items())}}
-        if counts != reported.get("counts", {"dead_letters": 0, "unsent": 0}):
+        runners = self.runners
+        counts = {"dead_letters": sum(r.dead for r in runners), "unsent": self.unsent.count,
+                  **{f"unknown {t} {f}": n for r in runners for (t, f), n in sorted(r.unknown.items())}}
+        if counts != (self.reported or {"dead_letters": 0, "unsent": 0}):
             log.info("counts: %s", ", ".join(f"{k}={v}" for k, v in counts.items()))
-            reported.update(counts=counts, at=wall)
+            self.reported, self.reported_at = counts, wall
 
-    ranks = {topics.samples: 0, topics.events: 1, topics.metrics: 2}
-    backlog = Backlog(ranks)
+    # -- backlog judgement -------------------------------------------------------------------
 
-    async def find_behind(fetched: Mapping[TP, list[Any]], partitions: set[int], assigned: set[TP]) -> None:
-        """Per partition of this fetch (a node's inputs are co-partitioned): the source ranks
-        with records past the fetch, and per node (record key) those with records later in the
-        fetch, not applied yet. While catching up, the node waits for them. Read up to: the
-        fetch's end, else what this worker applied, else where the fetcher stands; high-water
-        mark from the last fetch response. A mark read before the
-        newest records in hand were fetched may miss records sent before them (the fetcher
-        skips a partition while it holds records of it): its topic counts as behind until a
-        later read (next fetch, or :func:`idle`). Without this, a worker that had caught up
-        with a producer sending faster than real time (a spool drained after an outage)
-        released a node past records not read yet and dropped them as late."""
-        consumer = app.consumer
-        last, beyond = {}, {}
+    async def _find_behind(self, fetched: Mapping[TP, list[Message]], partitions: set[int]) -> None:
+        """Per partition of this batch (a node's inputs are co-partitioned): the source ranks
+        with records past the batch, and per node (record key) those with records later in the
+        batch, not applied yet. While catching up, the node waits for them. Read up to: the
+        batch's end, else what this worker applied, else where reading started; high-water
+        marks asked of the broker now, so never older than the records in hand (a mark from an
+        older fetch response missed records sent before them: a worker that kept up with a
+        producer sending faster than real time released a node past records not read yet and
+        dropped them as late)."""
+        ranks, position = self.ranks, self.node_runner.position
+        highs = await self._highwaters([TP(t, p) for p in partitions for t in ranks])
+        last: dict[tuple[str, int, bytes | None], int] = {}
+        beyond: dict[int, set[int]] = {}
         for partition in partitions:
-            out = set()
-            marks = {tp: consumer.polled(tp) for tp in (TP(t, partition) for t in ranks)}
-            fresh = max((marks[tp][1] or 0 for tp in marks if fetched.get(tp)), default=0)
-            fresh = fresh_at[partition] = max(fresh, fresh_at.get(partition, 0))
+            out = beyond[partition] = set()
             for topic, rank in ranks.items():
                 tp = TP(topic, partition)
                 recs = fetched.get(tp)
                 if recs:
                     for r in recs:
                         last[topic, partition, r.key] = r.offset
-                    pos = recs[-1].offset + 1
+                    pos: int | None = recs[-1].offset + 1
                 else:
-                    pos = node_runner.position.get(f"{topic}:{partition}", asked.get(tp))
-                high, read_at = marks[tp]
-                if pos is None or high is None:
-                    pos, high = await ask(tp, pos, high, assigned)  # from the broker: current
-                elif read_at is not None and read_at < fresh:
-                    out.add(rank)
-                    continue
+                    pos = position.get(f"{topic}:{partition}", self.start_at.get(tp))
+                high = highs.get(tp)
                 if pos is None or high is None or high > pos:
                     out.add(rank)
-            beyond[partition] = out
-        backlog.start(last, beyond)
+        self.backlog.start(last, beyond)
 
-    fresh_at: dict[int, int] = {}  # partition -> when (ms) the newest records applied were fetched
-
-    asked: dict[TP, int] = {}  # fetcher positions of partitions that delivered nothing yet
-
-    async def ask(tp: TP, pos: int | None, high: int | None,
-                  assigned: set[TP]) -> tuple[int | None, int | None]:
-        """Position and high-water mark not known yet (just after a rebalance), from the
-        consumer and the broker: a guess either way loses records (released past them) or
-        stalls a node. None when unknowable (not ours, revoked meanwhile): counts as behind."""
-        if tp not in assigned:
-            return None, None
-        ktp = TopicPartition(tp.topic, tp.partition)
+    async def _highwaters(self, tps: list[TP]) -> dict[TP, int]:
+        """End offsets from the broker; {} when it cannot say (every topic then counts as behind)."""
         try:
-            if pos is None:  # kept until a rebalance: only a fetch (or a rebalance's seek) moves it
-                pos = asked[tp] = await app.consumer.position(ktp)
-            if high is None:
-                high = (await app.consumer.highwaters(ktp))[ktp]
-        except IllegalStateError:
-            return None, None
-        return pos, high
+            return {TP(tp.topic, tp.partition): o for tp, o in (await self.app.consumer.highwaters(*tps)).items()}
+        except (IllegalStateError, KafkaError, ConsumerNotStarted) as e:
+            log.info("high-water marks not read (%s): inputs count as behind", e)
+            return {}
 
-    nodes_at: defaultdict[int, set[str]] = defaultdict(set)  # partition -> nodes read from it
+    # -- stage glue --------------------------------------------------------------------------
 
-    scratch = StageOutput([], [])  # one per worker: a new one per record cost ~4 % of its CPU
-
-    def emit_node(record: Any, msg: Consumed) -> list[Outbound]:
+    def _emit_node(self, record: Any, msg: Consumed) -> list[Outbound]:
+        scratch = self.scratch
         try:
-            behind = backlog.behind(msg.topic, msg.partition, msg.offset, msg.key)
-            node_stage.process(record, behind, scratch)
-            nodes_at[msg.partition].add(record.node)
-            return node_outbound(scratch)
+            behind = self.backlog.behind(msg.topic, msg.partition, msg.offset, msg.key)
+            self.node_stage.process(record, behind, scratch)
+            self.nodes_at[msg.partition].add(record.node)
+            return self._node_outbound(scratch)
         finally:
             scratch.transitions.clear()
             scratch.summaries.clear()
 
-    def node_outbound(out: Any) -> list[Outbound]:
+    def _node_outbound(self, out: StageOutput) -> list[Outbound]:
         """Transitions and summaries to produce."""
         if not out.transitions and not out.summaries:
             return []
-        metrics.produced(out.transitions)  # metrics hook
+        self.metrics.produced(out.transitions)
+        topics = self.topics
         return [*(Outbound(topics.alerts, t.fingerprint.encode(), encode(t)) for t in out.transitions),
                 *(Outbound(topics.summaries, s.task.encode(), encode(s)) for s in out.summaries)]
 
-    reporter = Reporter(float(settings.engine.summary_interval))
-    lateness = float(settings.engine.summary_lateness)
-
-    def progress_out(partitions: Iterable[int]) -> list[Outbound]:
+    def _progress_out(self, partitions: Iterable[int]) -> list[Outbound]:
         """Progress reports for these stage-1 partitions that are due, each to every
         ``task.summaries`` partition (behind the summaries already sent there)."""
         sends: list[Outbound] = []
         wall = asyncio.get_running_loop().time()
         for p in sorted(partitions):
-            nodes = [node_stage.position(n) for n in sorted(nodes_at.get(p, ())) if node_runner.synced(n)]
-            catching = bool(backlog.behind_at_end(p))
+            nodes = [self.node_stage.position(n) for n in sorted(self.nodes_at.get(p, ()))
+                     if self.node_runner.synced(n)]
+            catching = bool(self.backlog.behind_at_end(p))
             progress = StageProgress(partition=p, catching_up=catching, nodes=len(nodes),
-                                     watermark=partition_watermark((n for n in nodes if n), catching, lateness))
-            if reporter.due(progress, wall):
+                                     watermark=partition_watermark((n for n in nodes if n), catching,
+                                                                   self.lateness))
+            if self.reporter.due(progress, wall):
                 value, key = encode(progress), f"progress:{p}".encode()
-                sends += [Outbound(topics.summaries, key, value, PROGRESS_HEADERS, s) for s in range(k.partitions)]
+                sends += [Outbound(self.topics.summaries, key, value, PROGRESS_HEADERS, s)
+                          for s in range(self.partitions)]
         return sends
 
-    reported_all = {"at": float("-inf")}
-
-    async def report_others(done: set[int], assigned: set[TP]) -> None:
-        """Every ``reporter.resend_s``: the stage-1 partitions of ours that no fetch brought
+    async def _report_others(self, done: set[int], assigned: set[TP]) -> None:
+        """Every ``reporter.resend_s``: the stage-1 partitions of ours that no batch brought
         (empty ones among them: they must say so, or stage 2 waits for them) are judged again
         and reported."""
         wall = asyncio.get_running_loop().time()
-        if wall - reported_all["at"] < reporter.resend_s:
+        if wall - self.reported_all_at < self.reporter.resend_s:
             return
-        reported_all["at"] = wall
-        others = {tp.partition for tp in assigned if tp.topic == topics.samples} - done
+        self.reported_all_at = wall
+        others = {tp.partition for tp in assigned if tp.topic == self.topics.samples} - done
         if others:
-            await find_behind({}, others, assigned)
-            await send_all(progress_out(others))
+            await self._find_behind({}, others)
+            await self._send_all(self._progress_out(others))
 
-    def settle_nodes(partitions: Iterable[int]) -> Settle:
-        """After a fetch: the nodes of its partitions release what their inputs' final state
+    def _settle_nodes(self, partitions: Iterable[int]) -> Settle:
+        """After a batch: the nodes of its partitions release what their inputs' final state
         allows (a node held back by an input behind at its last record would otherwise wait for
         its next record: a sample period live, forever at the end of a replayed topic); then the
         partitions' progress, behind their summaries."""
@@ -385,31 +673,28 @@ def build_app(
             changed: list[str] = []
             sends: list[Outbound] = []
             for p in partitions:
-                out, behind = StageOutput([], []), backlog.behind_at_end(p)
-                for node in sorted(nodes_at.get(p, ())):
-                    if node_runner.synced(node) and node_stage.advance(node, behind, out):
+                out, behind = StageOutput([], []), self.backlog.behind_at_end(p)
+                for node in sorted(self.nodes_at.get(p, ())):
+                    if self.node_runner.synced(node) and self.node_stage.advance(node, behind, out):
                         changed.append(node)
-                sends += node_outbound(out)
-            return changed, sends + progress_out(partitions)
+                sends += self._node_outbound(out)
+            return changed, sends + self._progress_out(partitions)
         return settle
 
-    gates: dict[int, Gate] = {}  # task.summaries partition -> the watermark read on it
-    class_at: dict[str, int] = {}  # task class -> its task.summaries partition
-
-    def gate(partition: int) -> Gate:
-        g = gates.get(partition)
+    def _gate(self, partition: int) -> Gate:
+        g = self.gates.get(partition)
         if g is None:
-            g = gates[partition] = Gate(k.partitions, lateness, float(settings.engine.max_source_skew))
+            g = self.gates[partition] = Gate(self.partitions, self.lateness, self.max_source_skew)
         return g
 
-    def emit_class(summary: TaskSummary, msg: Consumed) -> list[Outbound]:
-        class_at[summary.task] = msg.partition
-        made = class_stage.process(summary, gate(msg.partition).value)
-        metrics.produced(made)  # metrics hook
-        return [Outbound(topics.alerts, t.fingerprint.encode(), encode(t)) for t in made]
+    def _emit_class(self, summary: TaskSummary, msg: Consumed) -> list[Outbound]:
+        self.class_at[summary.task] = msg.partition
+        made = self.class_stage.process(summary, self._gate(msg.partition).value)
+        self.metrics.produced(made)
+        return [Outbound(self.topics.alerts, t.fingerprint.encode(), encode(t)) for t in made]
 
-    def open_gates(progress: list[Any]) -> Settle:
-        """After a fetch's summaries (judged against the gates as they stood before it): its
+    def _open_gates(self, progress: list[Message]) -> Settle:
+        """After a batch's summaries (judged against the gates as they stood before it): its
         progress reports move the gates on, and the classes behind a gate that moved release
         what it now allows."""
         def settle() -> tuple[list[str], list[Outbound]]:
@@ -417,114 +702,25 @@ def build_app(
             sends: list[Outbound] = []
             for r in progress:
                 try:
-                    report = decode_inbound(r, StageProgress, limits, key_of=None)
+                    report = decode_inbound(r, StageProgress, self.limits, key_of=None)
                 except ContractError as e:
-                    sends.append(to_dlq(r, str(e), max_bytes=limits.max_bytes))
+                    sends.append(to_dlq(r, str(e), max_bytes=self.limits.max_bytes))
                     continue
-                if gate(r.partition).update(report):
+                if self._gate(r.partition).update(report):
                     moved.add(r.partition)
-            changed = [c for c, p in sorted(class_at.items()) if p in moved and class_runner.synced(c)]
+            changed = [c for c, p in sorted(self.class_at.items()) if p in moved and self.class_runner.synced(c)]
             for c in changed:
-                made = class_stage.release(c, gates[class_at[c]].value)
-                metrics.produced(made)  # metrics hook
-                sends += [Outbound(topics.alerts, t.fingerprint.encode(), encode(t)) for t in made]
+                made = self.class_stage.release(c, self.gates[self.class_at[c]].value)
+                self.metrics.produced(made)
+                sends += [Outbound(self.topics.alerts, t.fingerprint.encode(), encode(t)) for t in made]
             return changed, sends
         return settle
 
-    def node_of(record: Any) -> str:
-        return record.node
 
-    def class_of(record: TaskSummary) -> str:
-        return record.task
+def _node_of(record: Any) -> str:
+    return record.node  # type: ignore[no-any-return]
 
-    node_runner = KeyedRunner(node_stage, {
-        topics.samples: Source(NodeSnapshot, node_of, Topics.dlq(topics.samples)),
-        topics.events: Source(GpuEvent, node_of, Topics.dlq(topics.events)),
-        topics.metrics: Source(TaskMetric, node_of, Topics.dlq(topics.metrics)),
-    }, emit_node, limits, float(settings.engine.checkpoint_interval))
-    class_runner = KeyedRunner(class_stage, {
-        topics.summaries: Source(TaskSummary, class_of, Topics.dlq(topics.summaries)),
-    }, emit_class, limits, float(settings.engine.checkpoint_interval))
-    # inference stage (#20): inference.metrics (key node) through its own runner and table
-    infer_runner = inference_runner(inference_stage, topics, limits, float(settings.engine.checkpoint_interval))
-    previous: set[TP] = set()
 
-    @app.on_rebalance_complete.connect
-    async def reassigned(sender: Any, **_: Any) -> None:
-        """Keys of partitions this worker kept stay in memory; the others re-sync from the
-        restored changelog. Held offsets of the old assignment are read again."""
-        assigned = app.consumer.assignment()
-        retained = frozenset(f"{tp.topic}:{tp.partition}" for tp in assigned & previous)
-        previous.clear()
-        previous.update(assigned)
-        for runner in (node_runner, class_runner, infer_runner):  # + inference stage (#20)
-            runner.reassigned(retained)
-        asked.clear()
-        fresh_at.clear()
-        for p in list(nodes_at):
-            if f"{topics.samples}:{p}" not in retained:
-                del nodes_at[p]
-        for waiting in held.values():
-            waiting.clear()
-        kept = {tp.partition for tp in assigned
-                if tp.topic == topics.summaries and f"{tp.topic}:{tp.partition}" in retained}
-        for p in set(gates) - kept:
-            del gates[p]
-        for c in [c for c, p in class_at.items() if p not in kept]:
-            del class_at[c]
-        reporter.forget()
+def _class_of(record: TaskSummary) -> str:
+    return record.task
 
-    trim = HeapTrim()
-
-    async def handle(fetched: Mapping[TP, list[Any]]) -> None:
-        """One fetch: stage-1 records merged in Kafka timestamp order (the order agents sent
-        them), then stage 2's. A rebalance during the fetch's awaits ends it (see ``apply``)."""
-        fence = app.rebalancing_count
-        metrics.fetched(fetched)  # metrics hook
-        trim.busy(sum(map(len, fetched.values())))
-        assigned = app.consumer.assignment()
-        node_lists = [recs for tp, recs in fetched.items() if tp.topic in ranks and tp in assigned]
-        partitions: set[int] = set()
-        if node_lists:
-            partitions = {tp.partition for tp in fetched if tp.topic in ranks and tp in assigned}
-            await find_behind(fetched, partitions, assigned)
-            merged = node_lists[0] if len(node_lists) == 1 else \
-                list(heapq.merge(*node_lists, key=attrgetter("timestamp")))
-            if not await apply(node_runner, node_table, merged, fence, settle_nodes(partitions)):
-                return
-        await report_others(partitions, assigned)
-        summaries = [r for tp, recs in fetched.items() if tp.topic == topics.summaries and tp in assigned
-                     for r in recs]
-        if summaries:
-            progress = [r for r in summaries if is_progress(r.headers)]
-            if progress:
-                summaries = [r for r in summaries if not is_progress(r.headers)]
-            await apply(class_runner, class_table, summaries, fence, open_gates(progress), progress)
-        # inference stage (#20): its records, in fetch order per partition (the stage reorders)
-        inference = [r for tp, recs in fetched.items() if tp.topic == topics.inference and tp in assigned
-                     for r in recs]
-        if inference:
-            await apply(infer_runner, inference_table, inference, fence)
-        report_counts()
-
-    async def idle() -> None:
-        """Nothing came: nodes held by an input judged behind (a backlog, or a high-water mark
-        older than the records applied) are judged again with what the fetcher read since,
-        and settled. Otherwise they would wait for the next record (at the end of a replayed
-        topic: forever)."""
-        fence = app.rebalancing_count
-        report_counts()
-        trim.idle()
-        assigned = app.consumer.assignment()
-        waiting = {p for p in nodes_at if backlog.behind_at_end(p) and TP(topics.samples, p) in assigned}
-        if waiting:
-            await find_behind({}, waiting, assigned)
-            if not await apply(node_runner, node_table, [], fence, settle_nodes(waiting)):
-                return
-        await report_others(waiting, assigned)
-
-    inputs = (topics.samples, topics.events, topics.metrics, topics.summaries,
-              topics.inference)  # + inference stage (#20)
-    app.transport.Consumer = batch_consumer(inputs, handle, idle)
-    app.topics.add(raw_topic(*inputs))  # subscribes them; their records never reach a Stream
-    return app

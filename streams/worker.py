@@ -13,9 +13,12 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuwarden.streams.config import StreamsSettings
+
+if TYPE_CHECKING:
+    import faust
 
 log = logging.getLogger("gpuwarden.streams")
 
@@ -27,7 +30,7 @@ def cmd_streams(args: argparse.Namespace, settings: StreamsSettings) -> int:
     from gpuwarden.exposition import serve_from
     from gpuwarden.kafka import KafkaConnectError, client_kwargs, diagnose
     from gpuwarden.streams.telemetry import StreamMetrics
-    from gpuwarden.streams.topology import app_id, build_app
+    from gpuwarden.streams.topology import Topology, app_id
 
     why = asyncio.run(diagnose(client_kwargs(settings)))  # faust retries a refused login forever
     if why:
@@ -37,7 +40,7 @@ def cmd_streams(args: argparse.Namespace, settings: StreamsSettings) -> int:
     data_dir = Path(args.data_dir or Path("var") / "streams" / worker_id)
     data_dir.mkdir(parents=True, exist_ok=True)
     metrics = StreamMetrics()
-    app = build_app(settings, worker_id=worker_id, data_dir=data_dir, metrics=metrics)
+    app = Topology(settings, worker_id=worker_id, data_dir=data_dir, metrics=metrics).app
     try:
         serve_from(metrics.registry, settings.engine, getattr(args, "metrics_port", None))
     except OSError as e:  # the port taken, or an address not on this host
@@ -55,7 +58,7 @@ def cmd_streams(args: argparse.Namespace, settings: StreamsSettings) -> int:
     return 0
 
 
-def quiet_worker(app: Any, **kwargs: Any) -> Any:
+def quiet_worker(app: faust.App, **kwargs: Any) -> faust.Worker:
     """A faust Worker for ``app`` without the terminal spinner, collector tuned once started.
 
     faust's spinner puts a DEBUG-level handler on the root logger, so every debug line of

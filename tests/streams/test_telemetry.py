@@ -23,8 +23,8 @@ class Consumer:
     def assignment(self) -> set:
         return {TP(topic=t, partition=p) for t, p in self.highs}
 
-    def polled(self, tp) -> tuple[int | None, int | None]:  # noqa: ANN001 - BatchConsumer.polled's shape
-        return self.highs.get((tp.topic, tp.partition)), 0
+    def highwater(self, tp) -> int | None:  # noqa: ANN001 - faust Consumer.highwater's shape
+        return self.highs.get((tp.topic, tp.partition))
 
 
 def sample(m: StreamMetrics, name: str, **labels: str) -> float | None:
@@ -56,7 +56,7 @@ def test_lag_dead_letters_and_unsent_follow_the_runners_and_the_assignment() -> 
 
 def test_checkpoints_record_time_state_size_and_keys() -> None:
     m = StreamMetrics()
-    m.checkpointed("node-state", {b"a": b"x" * 100, b"b": b"y" * 50}, 0.02)
+    m.checkpointed("node-state", {"a": 100, "b": 50}, 0.02)
     assert sample(m, "gpuwarden_streams_state_bytes", table="node-state") == 150
     assert sample(m, "gpuwarden_streams_state_keys", table="node-state") == 2
     assert sample(m, "gpuwarden_streams_checkpoint_seconds_count", table="node-state") == 1

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuwarden.contract import Topics
-from gpuwarden.streams.topology import build_app
+from gpuwarden.streams.topology import Topology
 from tests.kafka_support import consume_all, create_topic, produce
 from tests.streams_kafka.records import T0, keyed, settings_for, snapshot, transition_ids, xid
 from tests.streams_kafka.standin import StandinClassStage, StandinNodeStage
@@ -27,8 +27,8 @@ async def test_two_stages_alerts_summaries_and_dead_letters(kafka_bootstrap: str
     snaps = [snapshot(n, s, T0 + 10 * s) for s in range(10) for n in nodes]
     events = [xid(n, 100, T0 + 5, 79) for n in nodes] + [xid("n0", 101, T0 + 6, 79), xid("n0", 102, T0 + 7, 48)]
     bad = [(b"n1", b"not json"), (b"n2", keyed([snapshot("n3", 0, T0)])[0][1])]  # garbage; wrong key
-    app = build_app(settings, worker_id="w1", data_dir=tmp_path,
-                    node_stage=StandinNodeStage(every=5), class_stage=StandinClassStage(after=3))
+    app = Topology(settings, worker_id="w1", data_dir=tmp_path,
+                   node_stage=StandinNodeStage(every=5), class_stage=StandinClassStage(after=3)).app
     try:
         await asyncio.wait_for(app.start(), timeout=60)
         await produce(kafka_bootstrap, topics.samples, keyed(snaps) + bad)

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,15 +30,19 @@ def write_config(path: Path, settings: Any) -> Path:
 
 
 class Worker:
-    def __init__(self, config: Path, worker_id: str, tmp: Path) -> None:
+    """A ``gpuwarden streams`` subprocess: this checkout's code, or ``tree``'s (see :func:`checkout`)."""
+
+    def __init__(self, config: Path, worker_id: str, tmp: Path, tree: Path | None = None) -> None:
         self.worker_id = worker_id
         self.log = tmp / f"{worker_id}.log"
         self._out = self.log.open("wb")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if tree is not None:
+            env["PYTHONPATH"] = str(tree)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpuwarden.app.cli", "-v", "streams", "--config", str(config),
+            [sys.executable, "-m", cli_module(tree), "-v", "streams", "--config", str(config),
              "--worker-id", worker_id, "--data-dir", str(tmp / worker_id)],
-            stdout=self._out, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=self._out, stderr=subprocess.STDOUT, cwd=tree or REPO_ROOT, env=env,
         )
 
     def alive(self) -> bool:
@@ -63,8 +68,8 @@ class Worker:
 
 
 @contextmanager
-def workers(config: Path, tmp: Path, *ids: str) -> Iterator[list[Worker]]:
-    started = [Worker(config, i, tmp) for i in ids]
+def workers(config: Path, tmp: Path, *ids: str, tree: Path | None = None) -> Iterator[list[Worker]]:
+    started = [Worker(config, i, tmp, tree) for i in ids]
     try:
         yield started
     finally:
@@ -120,3 +125,42 @@ async def read_summaries(bootstrap: str, topic: str, partitions: int) -> list[Ta
     """The task summaries in ``topic`` now, without stage 1's progress reports between them."""
     return [decode(r.value, TaskSummary) for r in await read_to_end(bootstrap, topic, partitions)
             if not is_progress(r.headers)]
+
+
+@contextmanager
+def checkout(rev: str) -> Iterator[Path | None]:
+    """A temporary git worktree of ``rev`` whose packages import from it (the rooms' folders linked
+    under ``gpuwarden/`` as the installed namespace has them): the benchmarks run an older
+    revision's workers beside this one's. None if git cannot make one (a shallow clone)."""
+    with tempfile.TemporaryDirectory(prefix="gw-before-") as d:
+        tree = Path(d) / "tree"
+        made = subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", str(tree), rev],
+                              capture_output=True, text=True)
+        if made.returncode != 0:
+            print(f"  (no 'before' runs: git worktree add {rev}: {made.stderr.strip()})", flush=True)
+            yield None
+            return
+        try:
+            for room in ("producers", "streams", "notifiers", "history", "app"):
+                if (tree / room).is_dir() and not (tree / "gpuwarden" / room).exists():
+                    (tree / "gpuwarden" / room).symlink_to(tree / room, target_is_directory=True)
+            yield tree
+        finally:
+            subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force", str(tree)],
+                           capture_output=True)
+
+
+def cli_module(tree: Path | None = None) -> str:
+    """The CLI's module in this checkout or ``tree`` (before the composition root it was gpuwarden.cli)."""
+    return "gpuwarden.app.cli" if (tree or REPO_ROOT).joinpath("app", "cli.py").exists() else "gpuwarden.cli"
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds the process has run so far, all its threads (scheduler nanoseconds)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended meanwhile
+    return total / 1e9
