@@ -81,3 +81,12 @@ class StandinClassStage:
 
     def drop(self, task_class: str) -> None:
         self.counts.pop(task_class, None)
+
+    def classes(self) -> list[str]:  # what the worker's metrics read (streams/telemetry.py)
+        return sorted(self.counts)
+
+    def baseline(self, task_class: str) -> dict[str, object]:
+        return {}
+
+    def latest(self, task_class: str) -> dict[str, float]:
+        return {}
