@@ -194,6 +194,13 @@ async def _ensure_changelog(admin: Any, topic: str, settings: Settings) -> int:
         await asyncio.sleep(0.1)
 
 
+async def _members(admin: Any, group: str) -> int:
+    """How many consumers the group ``group`` has now (0 when it does not exist)."""
+    (resp,) = await admin.describe_consumer_groups([group])
+    found = [g for g in resp.to_object()["groups"] if g["group"] == group]
+    return len(found[0]["members"]) if found else 0
+
+
 async def _latest(kw: dict[str, Any], topic: str, partitions: int) -> dict[str, bytes]:
     """The changelog's latest value per key now (keys whose latest is a tombstone left out)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -242,8 +249,9 @@ async def write_classes(settings: Settings, stage: Any, classes: list[str], *, r
     """Write each class's envelope (offsets ``{}``) to the workers' class-state changelog, keyed
     by the class and on the partition the workers read it from; returns a line per class.
 
-    Raises :class:`ClassLogError` (nothing written) when the changelog already holds state for
-    any of ``classes`` and not ``replace``, or its partition count is not ``kafka.partitions``."""
+    Raises :class:`ClassLogError` (nothing written) when the workers' consumer group has members
+    (running workers would not load it and would write over it), when the changelog already holds
+    state for any of ``classes`` and not ``replace``, or its partition count is not ``kafka.partitions``."""
     from aiokafka import AIOKafkaProducer
     from aiokafka.admin import AIOKafkaAdminClient
 
@@ -253,9 +261,17 @@ async def write_classes(settings: Settings, stage: Any, classes: list[str], *, r
 
     kw = client_kwargs(settings)
     topic = changelog_topic(app_id(settings), CLASS_TABLE)
+    group = app_id(settings)
     admin = AIOKafkaAdminClient(**kw)
     await start_client(admin, kw)
     try:
+        members = await _members(admin, group)
+        if members:
+            raise ClassLogError(
+                f"{members} stream worker(s) in the group {group} are running: stop them, bootstrap, then "
+                "start them (a running worker reads the changelog only when partitions are assigned, and "
+                "writes its own state of a class over the bootstrapped one at its next checkpoint); "
+                "nothing written")
         partitions = await _ensure_changelog(admin, topic, settings)
     finally:
         await admin.close()
@@ -269,8 +285,7 @@ async def write_classes(settings: Settings, stage: Any, classes: list[str], *, r
         raise ClassLogError(
             f"{topic} already holds state for {len(held)} of the {len(classes)} classes: "
             + "; ".join(f"{c} ({_held(stored[c])})" for c in held)
-            + ". --replace overwrites it (stop the stream workers first: a running worker writes its "
-            "own state of a class it holds at its next checkpoint); nothing written")
+            + ". --replace overwrites it; nothing written")
     producer = AIOKafkaProducer(**kw, acks="all", enable_idempotence=True,
                                 max_request_size=MAX_RECORD_BYTES, compression_type=COMPRESSION)
     await start_client(producer, kw)

@@ -93,6 +93,11 @@ async def test_bootstrapped_baselines_reach_the_stream_workers(kafka_bootstrap: 
                 return await group_members(kafka_bootstrap, app_id(s)) == 1
 
             await wait_for(joined, 60, f"worker of {s.kafka.topic_prefix} in its group")
+        # Running workers would not load a bootstrap (they read the changelog at an assignment)
+        # and would write over it: refused even with --replace.
+        running = gw("baseline", "--config", str(boot_cfg), "bootstrap", "--from-file", str(healthy),
+                     "--since", str(int(start)), "--to-kafka", "--replace")
+        assert running.returncode == 2 and "stop them" in running.stderr, running.stderr
         for s in (boot, fresh):
             await produce_records(records, {"bootstrap_servers": kafka_bootstrap}, s.kafka.topic_prefix,
                                   event_time=True)
