@@ -235,7 +235,11 @@ def build_parser() -> argparse.ArgumentParser:
     bb.add_argument("--class-label", default="task", metavar="LABEL",
                     help="Prometheus: the label naming the task class (default 'task': gpuwarden's process series; "
                          "dcgm-exporter on Kubernetes: e.g. container)")
-    bb.add_argument("--replace", action="store_true", help="drop live engine state already in the spool")
+    bb.add_argument("--to-kafka", action="store_true",
+                    help="write the classes' state to the stream workers' class-state changelog (kafka: of the "
+                         "config; gpuwarden streams sites) instead of the spool")
+    bb.add_argument("--replace", action="store_true",
+                    help="drop live engine state already in the spool (--to-kafka: the workers' state of the classes)")
     bb.set_defaults(handler="gpuwarden.app.bootstrap:cmd_bootstrap")
     _add_config(bb, argparse.SUPPRESS)  # --config before or after the action
 

@@ -66,6 +66,7 @@ from gpuwarden.streams.progress import HEADERS as PROGRESS_HEADERS
 from gpuwarden.streams.progress import Gate, Reporter, is_progress, partition_watermark
 from gpuwarden.streams.readorder import ReadOrder
 from gpuwarden.streams.runtime import HeapTrim
+from gpuwarden.streams.statewire import partition_of
 from gpuwarden.streams.telemetry import StreamMetrics
 
 log = logging.getLogger("gpuwarden.streams")
@@ -526,7 +527,7 @@ class Topology:
         partition its source records have. Not faust's ``use_partitioner`` lookup: that asks
         the producer's metadata, which holds only the topics it has sent to once it sent any
         (the worker crashed in ``key_partition`` at its first checkpoint after outputs)."""
-        return self.partitioner(key, self.all_partitions, self.all_partitions)  # type: ignore[no-any-return]
+        return partition_of(key, self.partitions)
 
     async def _declare_outputs(self) -> None:
         """Create the output topics once, all at once, starting when partitions are first
