@@ -76,7 +76,7 @@ def _key(k: Any) -> Any:
 
 #: Bumped when the layout of state changes; state of another format is refused with a clear
 #: error (no release has written an older one).
-FORMAT = 6  # 6: stage 1's checkpoint memory, summary totals and driver/CUDA versions by name
+FORMAT = 7  # 7: stage 1's job allocations (the scheduler join)
 
 
 def dumps(obj: Any) -> bytes:
