@@ -7,7 +7,9 @@ how many are busy (utilization at least ``IDLE_UTIL`` in the newest bucket), how
 how many have no readings (not judged). "Allocated" is the scheduler's word, "busy" the
 GPUs': the pitfall of treating allocated as used. The processes' ``slurm_job_id`` (or pod
 name) say which GPUs the job's processes are on: the GPUs of a job whose allocation names no
-indices (Kubernetes), and the evidence.
+indices (Kubernetes), and the evidence. A job using none of its GPUs, with its processes on
+each of them, is left to the rule pack's ``idle-allocated-gpu`` (the same GPUs, tiered by idle
+card-hours).
 """
 
 from __future__ import annotations
@@ -74,7 +76,10 @@ def evaluate(allocs: NodeAllocations, gpus: dict, cfg: SchedulerRules, now: floa
             if util is not None:
                 (a.busy if util >= IDLE_UTIL else a.idle).append(i)
         procs = sorted(i for i, j in allocs.gpu_jobs.items() if j == jid)
-        holds = len(a.idle) >= cfg.unused_min_gpus
+        # A job using none of its GPUs while its processes hold each of them is the rule pack's
+        # idle-allocated-gpu case (per GPU, info and then attention by idle card-hours).
+        covered = not a.busy and set(a.idle) <= set(procs)
+        holds = len(a.idle) >= cfg.unused_min_gpus and not covered
         note = (f"busy: {_list(a.busy)}; idle (util < {IDLE_UTIL:.0f} %): {_list(a.idle)}; "
                 f"the job's processes on: {_list(procs)}")
         tr = judge(a.alerts, Verdict(

@@ -348,8 +348,10 @@ class SchedulerStage:
                     "Drain or pack a node ({note}), or let the job span nodes.",
                     {"values": {"gpus": float(track.gpus), "free": _free(note)}, "note": note}),
             Verdict("scheduler-requeued", "info", ident, labels, cfg.requeue_info <= n < cfg.requeue_attention,
-                    0.0, "job {job} ({user}) was preempted or requeued {requeues:.0f} times", "",
-                    {"values": {"requeues": float(n)}, "count": n}),
+                    0.0, "job {job} ({user}) was preempted or requeued {requeues:.0f} times",
+                    "Nothing yet: it is recorded; attention from {attention:.0f} requeues (it would keep "
+                    "losing its work).",
+                    {"values": {"requeues": float(n), "attention": float(cfg.requeue_attention)}, "count": n}),
             Verdict("scheduler-requeued-repeatedly", "attention", ident, labels, n >= cfg.requeue_attention, 0.0,
                     "job {job} ({user}) was preempted or requeued {requeues:.0f} times: it loses its work "
                     "each time", "Check preemption priorities and the job's checkpointing, or move it to a "
