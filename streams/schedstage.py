@@ -36,6 +36,8 @@ SchedulerRecord = SchedulerJob | NodeCapacity | SchedulerPoll
 OUTCOME = {JobState.COMPLETED: 1.0, JobState.FAILED: 0.0, JobState.TIMEOUT: 0.0, JobState.NODE_FAIL: 0.0,
            JobState.OUT_OF_MEMORY: 0.0}
 ENDED = frozenset(OUTCOME) | {JobState.CANCELLED}
+#: Pending reasons that say the job waits for resources (not behind another job, a begin time, a hold).
+RESOURCE_REASONS = ("Resources", "Unschedulable")
 #: Node states whose free GPUs no job can get.
 UNUSABLE = ("down", "drain", "fail", "maint", "unknown", "cordoned", "notready")
 
@@ -416,10 +418,11 @@ def class_key(queue: str, gpus: int) -> str:
 
 def fragmented(job: SchedulerJob, nodes: dict[str, NodeCapacity]) -> str:
     """Why a pending job needing N GPUs on one node waits on fragmentation ("gn1: 2 free, gn2: 2
-    free"), or "" when it does not: at least N are free over its partition's usable nodes, no one
-    node has N free, and one of them could hold N."""
+    free"), or "" when it does not: it waits for resources (a job behind it in priority is not
+    told), at least N are free over its partition's usable nodes, no one node has N free, and one
+    of them could hold N."""
     n = job.gpus
-    if n <= 0 or job.state != JobState.PENDING:
+    if n <= 0 or job.state != JobState.PENDING or job.reason not in RESOURCE_REASONS:
         return ""
     part = [c for c in nodes.values() if not job.queue or not c.partitions or job.queue in c.partitions]
     free = {c.node: max(0, c.gpus_total - c.gpus_allocated) for c in part}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +22,9 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SLURM_LOCAL = REPO_ROOT / "scripts" / "slurm-local"
+#: Where the test jobs' output goes (sbatch's default, slurm-N.out in the working directory,
+#: left files in the repository's root).
+JOB_OUTPUT = Path(tempfile.gettempdir()) / "gpuwarden-slurm-jobs"
 
 
 def slurm_local(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -45,7 +49,9 @@ class LocalSlurm:
 
     def sbatch(self, *args: str, wrap: str = "sleep 600") -> str:
         """Submit a real batch job; its id."""
-        out = self.run("sbatch", "--parsable", "-c", "1", *args, "--wrap", wrap)
+        JOB_OUTPUT.mkdir(exist_ok=True)
+        out = self.run("sbatch", "--parsable", "-c", "1", f"--output={JOB_OUTPUT}/slurm-%j.out", *args,
+                       "--wrap", wrap)
         return out.strip().split(";")[0]
 
     def cancel_all(self) -> None:
