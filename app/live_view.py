@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Group
 from rich.table import Table
 
+from gpuwarden.app.scheduler_view import scheduler_panel
 from gpuwarden.streams.engine import Engine
 from gpuwarden.streams.view import node_view
 
@@ -45,4 +46,6 @@ def render(engine: Engine, now: float, notice: str | None = None) -> Group:
         where = " ".join(f"{k}={a.labels[k]}" for k in ("node", "gpu", "task") if k in a.labels)
         alerts.add_row(f"[{_TIER_STYLE[a.tier.value]}]{a.tier.value}[/]", a.rule, where,
                        f"{now - a.started_at:.0f} s ago", a.summary[:120])
-    return Group(*([f"[bold yellow]{notice}[/]"] if notice else []), gpus, tasks, alerts)
+    sched = scheduler_panel(engine)  # queues, pending reasons, allocated vs used (#19)
+    return Group(*([f"[bold yellow]{notice}[/]"] if notice else []), gpus, tasks, *([sched] if sched else []),
+                 alerts)

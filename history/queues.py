@@ -139,8 +139,12 @@ def render(rep: QueueReport, fmt: str) -> str:
 
 def _human(col: str, v: float | int) -> str:
     if col.startswith("queue_wait"):
-        return f"{v:.0f} s" if v < 120 else f"{v / 60:.0f} min" if v < 7200 else f"{v / 3600:.1f} h"
+        return human_wait(v)
     return f"{v:.1f}" if isinstance(v, float) else str(v)
+
+
+def human_wait(v: float) -> str:
+    return f"{v:.0f} s" if v < 120 else f"{v / 60:.0f} min" if v < 7200 else f"{v / 3600:.1f} h"
 
 
 def cmd_report_scheduler(args: argparse.Namespace, settings: CommonSettings) -> int:

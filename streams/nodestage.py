@@ -188,6 +188,9 @@ class NodeStage:
             self.implausible += 1
             return out
         if ts < st.released:
+            if source == ALLOC:  # a holding, not a reading: in faust it comes through the scheduler
+                out.transitions.extend(allocations.apply(st.allocs, record, st.released))  # stage, behind
+                return out  # the node's samples (a backlog): it applies from now, not dropped
             st.late += 1
             return out
         seen[key] = ts

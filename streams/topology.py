@@ -7,7 +7,10 @@ and produces transitions to ``alerts`` (key fingerprint) and task summaries to
 followed by progress reports to every partition (:mod:`gpuwarden.streams.progress`). Stage 2
 (key task class) reads ``task.summaries`` and runs :class:`gpuwarden.streams.engine.ClassStage`
 for the per-class baselines, releasing a class's summaries once every stage-1 partition has
-passed them. Each stage keeps a faust Table (compacted changelog)
+passed them. The scheduler stage (key cluster, :class:`gpuwarden.streams.schedstage.SchedulerStage`,
+its runner in :mod:`gpuwarden.streams.schedrunner`) reads ``scheduler.jobs`` and sends job
+allocations on ``scheduler.allocations`` (key node), which stage 1 reads with its other
+inputs. Each stage keeps a faust Table (compacted changelog)
 of per-key envelopes (see :mod:`gpuwarden.streams.keyed`), written for the keys that changed
 every ``engine.checkpoint_interval`` of wall time; input offsets are acknowledged
 (so committed) only after the checkpoint that covers them.
@@ -36,6 +39,7 @@ from faust.types import TP
 from gpuwarden.contract import (
     ContractError,
     GpuEvent,
+    JobAllocation,
     NodeSnapshot,
     StageProgress,
     TaskMetric,
@@ -54,6 +58,8 @@ from gpuwarden.streams.keyed import KeyedRunner, Settle, Source
 from gpuwarden.streams.progress import HEADERS as PROGRESS_HEADERS
 from gpuwarden.streams.progress import Gate, Reporter, is_progress, partition_watermark
 from gpuwarden.streams.runtime import HeapTrim
+from gpuwarden.streams.schedrunner import scheduler_runner  # scheduler stage (#19)
+from gpuwarden.streams.schedstage import SchedulerStage  # scheduler stage (#19)
 
 log = logging.getLogger("gpuwarden.streams")
 
@@ -141,12 +147,13 @@ def build_app(
                          extra_topic_configs=big)
 
     outputs = {
-        **{name: raw_topic(name) for name in (topics.alerts, topics.summaries)},
+        **{name: raw_topic(name) for name in (topics.alerts, topics.summaries, topics.allocations)},
         **{name: raw_topic(name, config=big)
            for name in (Topics.dlq(t) for t in (topics.samples, topics.events, topics.metrics,
-                                                topics.summaries))},
+                                                topics.summaries, topics.jobs, topics.allocations))},
     }
     node_table, class_table = state_table("node-state"), state_table("class-state")
+    sched_table = state_table("scheduler-state")  # scheduler stage (#19)
     declaring: list[asyncio.Future] = []
 
     async def declare_outputs() -> None:
@@ -191,7 +198,8 @@ def build_app(
             raise error
         unsent.record(o.topic, o.key, o.value, error)
 
-    held: dict[str, list[tuple[TP, int]]] = {"node-state": [], "class-state": []}
+    held: dict[str, list[tuple[TP, int]]] = {"node-state": [], "class-state": [],
+                                             "scheduler-state": []}  # scheduler stage (#19)
 
     async def apply(runner: KeyedRunner, table: faust.Table, records: list[Any], fence: int,
                     settle: Settle | None = None, aside: list[Any] | None = None) -> bool:
@@ -236,14 +244,16 @@ def build_app(
         wall = asyncio.get_running_loop().time()
         if wall - reported["at"] < 5.0:
             return
-        counts = {"dead_letters": node_runner.dead + class_runner.dead, "unsent": unsent.count,
+        counts = {"dead_letters": node_runner.dead + class_runner.dead + sched_runner.dead,  # + scheduler (#19)
+                  "unsent": unsent.count,
                   **{f"unknown {t} {f}": n for r in (node_runner, class_runner)
                      for (t, f), n in sorted(r.unknown.items())}}
         if counts != reported.get("counts", {"dead_letters": 0, "unsent": 0}):
             log.info("counts: %s", ", ".join(f"{k}={v}" for k, v in counts.items()))
             reported.update(counts=counts, at=wall)
 
-    ranks = {topics.samples: 0, topics.events: 1, topics.metrics: 2}
+    ranks = {topics.samples: 0, topics.events: 1, topics.metrics: 2,
+             topics.allocations: 3}  # scheduler stage (#19): its allocations, stage 1's source ALLOC
     backlog = Backlog(ranks)
 
     async def find_behind(fetched: Mapping[TP, list[Any]], partitions: set[int], assigned: set[TP]) -> None:
@@ -422,10 +432,14 @@ def build_app(
         topics.samples: Source(NodeSnapshot, node_of, Topics.dlq(topics.samples)),
         topics.events: Source(GpuEvent, node_of, Topics.dlq(topics.events)),
         topics.metrics: Source(TaskMetric, node_of, Topics.dlq(topics.metrics)),
+        topics.allocations: Source(JobAllocation, node_of, Topics.dlq(topics.allocations)),  # scheduler stage (#19)
     }, emit_node, limits, float(settings.engine.checkpoint_interval))
     class_runner = KeyedRunner(class_stage, {
         topics.summaries: Source(TaskSummary, class_of, Topics.dlq(topics.summaries)),
     }, emit_class, limits, float(settings.engine.checkpoint_interval))
+    # scheduler stage (#19): key cluster, its own table; allocations go to stage 1's inputs.
+    sched_runner = scheduler_runner(SchedulerStage(settings.engine), topics, limits,
+                                    float(settings.engine.checkpoint_interval))
     previous: set[TP] = set()
 
     @app.on_rebalance_complete.connect
@@ -436,7 +450,7 @@ def build_app(
         retained = frozenset(f"{tp.topic}:{tp.partition}" for tp in assigned & previous)
         previous.clear()
         previous.update(assigned)
-        for runner in (node_runner, class_runner):
+        for runner in (node_runner, class_runner, sched_runner):  # + scheduler stage (#19)
             runner.reassigned(retained)
         asked.clear()
         fresh_at.clear()
@@ -478,6 +492,10 @@ def build_app(
             if progress:
                 summaries = [r for r in summaries if not is_progress(r.headers)]
             await apply(class_runner, class_table, summaries, fence, open_gates(progress), progress)
+        jobs = [r for tp, recs in fetched.items() if tp.topic == topics.jobs and tp in assigned  # scheduler
+                for r in recs]  # stage (#19): a cluster's polls, in offset order
+        if jobs:
+            await apply(sched_runner, sched_table, jobs, fence)
         report_counts()
 
     async def idle() -> None:
@@ -496,7 +514,8 @@ def build_app(
                 return
         await report_others(waiting, assigned)
 
-    inputs = (topics.samples, topics.events, topics.metrics, topics.summaries)
+    inputs = (topics.samples, topics.events, topics.metrics, topics.summaries,
+              topics.jobs, topics.allocations)  # + scheduler stage (#19)
     app.transport.Consumer = batch_consumer(inputs, handle, idle)
     app.topics.add(raw_topic(*inputs))  # subscribes them; their records never reach a Stream
     return app

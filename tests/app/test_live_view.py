@@ -35,8 +35,9 @@ def test_a_frame_shows_each_gpu_and_task_as_the_engine_holds_them():
     engine, now = simulated(nodes=2, gpus=2, span=600)
     text = frame(engine, now)
     rows = [[c.strip() for c in line.split("│")[1:4]] for line in text.splitlines() if "│" in line]
-    views = [node_view(engine.nodes.state(n)) for n in engine.nodes.nodes()]
-    assert len(views) == 2 and all(len(v.gpus) == 2 for v in views)
+    # mixed's 2 nodes and gpus-unused's own; the scheduler's unsampled nodes hold no GPUs
+    views = [v for v in (node_view(engine.nodes.state(n)) for n in engine.nodes.nodes()) if v.gpus]
+    assert len(views) == 3 and all(len(v.gpus) == 2 for v in views)
     for v in views:
         for g in v.gpus:
             util = g.latest["util_gpu"]
@@ -49,7 +50,20 @@ def test_a_frame_shows_each_gpu_and_task_as_the_engine_holds_them():
 
 def test_a_view_is_a_copy():
     engine, _ = simulated(nodes=1, gpus=1, span=120)
-    node = engine.nodes.nodes()[0]
+    node = "node-00"  # (the scheduler's unsampled nodes sort before it)
     view = node_view(engine.nodes.state(node))
     view.gpus[0].labels["task"] = "changed"  # type: ignore[index]
     assert node_view(engine.nodes.state(node)).gpus[0].labels.get("task") != "changed"
+
+
+def test_the_scheduler_panel_shows_queues_pending_reasons_and_allocated_versus_used():
+    engine, now = simulated(nodes=2, gpus=4, span=2400)
+    text = frame(engine, now)
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines() if "│" in line]
+    assert ["sim", "train", "1", "2"] in [r[:4] for r in rows]  # fragmentation's 4-GPU job waits
+    assert "pending: Resources" in text and "job t3 fragmented (tn-0: 2 free, tn-1: 2 free)" in text
+    f = engine.scheduler.figures("sim")
+    assert f"sim: {f.gpus_allocated}/{f.gpus_total} GPUs allocated" in text
+    # gpus-unused: erin's job holds node-02's 4 GPUs and works on 2 (the join of stage 1)
+    unused = [r for r in rows if r[:1] == ["node-02"] and r[2:3] == ["erin"]]
+    assert [r[3:] for r in unused] == [["4", "2", "2,3"]]
