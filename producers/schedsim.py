@@ -22,12 +22,9 @@ Times are pure functions of event time (no state but the next poll), so a run is
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from gpuwarden.contract import JobState, NodeCapacity, SchedulerJob, SchedulerPoll
-
-if TYPE_CHECKING:
-    from gpuwarden.producers.simulator import Simulator
 
 CLUSTER = "sim"
 POLL_S = 30.0
@@ -56,10 +53,19 @@ class SimJob:
     restarts: int = 0
 
 
+class Simulated(Protocol):
+    """What the scheduler reads of the simulator (``producers/simulator.py``, which imports this)."""
+
+    start_ts: float
+    onset_ts: float
+    nodes: list[Any]  # NodeSim: name, gpus (GpuSim: index, job)
+    jobs: list[Any]  # Job: slurm_job_id, ended, start_ts, gpus, cls.user
+
+
 class ClusterSim:
     """The scheduler polls of the simulated cluster (``step(ts)``: the records due at ``ts``)."""
 
-    def __init__(self, sim: Simulator, scenarios: set[str]) -> None:
+    def __init__(self, sim: Simulated, scenarios: set[str]) -> None:
         self.sim, self.scenarios = sim, scenarios
         self.next_poll = sim.start_ts
 
