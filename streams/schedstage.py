@@ -2,9 +2,10 @@
 
 It reads ``scheduler.jobs`` (one collector per cluster: its jobs and nodes at each poll, closed
 by the poll's ``scheduler_poll/1``). A poll is judged whole, at its own ``ts`` (event time):
-records of a poll are gathered until its poll record comes; a record older than the last
-closed poll is late (dropped, counted), and a poll whose end never came is dropped when a
-newer one closes. An error poll (the scheduler did not answer) changes nothing: "scheduler
+records of a poll are gathered until its poll record has come and every job and node it
+counts with it (they may arrive out of order, within a poll: a replay's jitter); a record of a
+poll already closed is late (dropped, counted: a copy, or too late), and an older poll still
+open when a newer one closes is dropped (``incomplete``: records lost). An error poll (the scheduler did not answer) changes nothing: "scheduler
 away" is not "queue empty".
 
 Per poll it keeps the figures of docs/scheduler.md (``ClusterFigures``: queue length and
@@ -21,8 +22,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from gpuwarden.contract import AlertTransition, JobAllocation, JobState, NodeCapacity, SchedulerJob, \
-    SchedulerPoll
+from gpuwarden.contract import SCHEDULER_RECORDS, AlertTransition, JobAllocation, JobState, NodeCapacity, \
+    SchedulerJob, SchedulerPoll, decode, encode
 from gpuwarden.streams import statecodec
 from gpuwarden.streams.alerts import AlertSlot
 from gpuwarden.streams.baseline import median, median_mad
@@ -31,7 +32,6 @@ from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.evaluate import resolve_all
 from gpuwarden.streams.statecodec import state
 
-SchedulerRecord = SchedulerJob | NodeCapacity | SchedulerPoll
 #: Ended states that say whether the job did its work (cancelled says nothing: left out).
 OUTCOME = {JobState.COMPLETED: 1.0, JobState.FAILED: 0.0, JobState.TIMEOUT: 0.0, JobState.NODE_FAIL: 0.0,
            JobState.OUT_OF_MEMORY: 0.0}
@@ -108,18 +108,52 @@ class ClusterFigures:
 
 
 @state
+class OpenPoll:
+    """A poll's records so far, and its end once it came (the counts that close it)."""
+
+    __slots__ = ("jobs", "nodes", "end")
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, SchedulerJob] = {}
+        self.nodes: dict[str, NodeCapacity] = {}
+        self.end: SchedulerPoll | None = None
+
+    def complete(self) -> bool:
+        e = self.end
+        return e is not None and (bool(e.error) or (len(self.jobs) == e.jobs and len(self.nodes) == e.nodes))
+
+    # Compact state: the records as their wire JSON (a checkpoint of a deep queue's open poll).
+    def __getstate__(self) -> dict:
+        return {"records": [encode(r).decode() for r in (*self.jobs.values(), *self.nodes.values(),
+                                                           *(() if self.end is None else (self.end,)))]}
+
+    def __setstate__(self, s: dict) -> None:
+        self.jobs, self.nodes, self.end = {}, {}, None
+        for raw in s["records"]:
+            add(self, decode(raw, SCHEDULER_RECORDS))
+
+
+def add(poll: OpenPoll, record: SchedulerJob | NodeCapacity | SchedulerPoll) -> None:
+    if isinstance(record, SchedulerJob):
+        poll.jobs[record.job_id] = record
+    elif isinstance(record, NodeCapacity):
+        poll.nodes[record.node] = record
+    else:
+        poll.end = record
+
+
+@state
 class ClusterState:
-    __slots__ = ("cluster", "closed", "open", "jobs", "classes", "figures", "late", "incomplete", "alerts")
+    __slots__ = ("cluster", "closed", "open", "jobs", "classes", "figures", "late", "incomplete")
 
     def __init__(self, cluster: str) -> None:
         self.cluster = cluster
         self.closed = float("-inf")  # ts of the last closed poll
-        self.open: dict = {}  # poll ts -> [{job id: SchedulerJob}, {node: NodeCapacity}]
+        self.open: dict = {}  # poll ts -> OpenPoll
         self.jobs: dict = {}  # job id -> JobTrack
         self.classes: dict = {}  # "partition/gpus" -> ClassTrack
         self.figures: ClusterFigures | None = None
         self.late = self.incomplete = 0
-        self.alerts: dict = {}  # cluster-wide slots (none yet; kept for open_slots' shape)
 
 
 class SchedulerStage:
@@ -139,21 +173,10 @@ class SchedulerStage:
         return None if st is None else st.figures
 
     def dump(self, cluster: str) -> bytes:
-        st = self._clusters[cluster]
-        opened = st.open
-        st.open = {ts: [{k: r.model_dump(mode="json", by_alias=True) for k, r in part.items()}
-                        for part in parts] for ts, parts in opened.items()}
-        try:
-            return statecodec.dumps(st)
-        finally:
-            st.open = opened
+        return statecodec.dumps(self._clusters[cluster])
 
     def load(self, cluster: str, data: bytes) -> None:
-        st: ClusterState = statecodec.loads(data)
-        st.open = {ts: [{k: SchedulerJob.model_validate(v) for k, v in jobs.items()},
-                        {k: NodeCapacity.model_validate(v) for k, v in nodes.items()}]
-                   for ts, (jobs, nodes) in st.open.items()}
-        self._clusters[cluster] = st
+        self._clusters[cluster] = statecodec.loads(data)
 
     def drop(self, cluster: str) -> None:
         self._clusters.pop(cluster, None)
@@ -166,7 +189,7 @@ class SchedulerStage:
         out = []
         for c in self.clusters():
             st = self._clusters[c]
-            owners = [st.alerts, *(t.alerts for t in st.classes.values()), *(j.alerts for j in st.jobs.values())]
+            owners = [*(t.alerts for t in st.classes.values()), *(j.alerts for j in st.jobs.values())]
             out.extend((fp, s) for a in owners for fp, s in a.items() if s.firing_since is not None)
         return out
 
@@ -182,25 +205,20 @@ class SchedulerStage:
         if record.ts <= st.closed:
             st.late += 1
             return [], []
-        parts = st.open.setdefault(record.ts, [{}, {}])
-        if isinstance(record, SchedulerJob):
-            parts[0][record.job_id] = record
-            return [], []
-        if isinstance(record, NodeCapacity):
-            parts[1][record.node] = record
+        poll = st.open.get(record.ts)
+        if poll is None:
+            poll = st.open[record.ts] = OpenPoll()
+        add(poll, record)
+        if not poll.complete():
             return [], []
         del st.open[record.ts]
         for ts in [t for t in st.open if t < record.ts]:
             del st.open[ts]
             st.incomplete += 1
         st.closed = record.ts
-        if record.error:
+        if poll.end is None or poll.end.error:
             return [], []
-        jobs, nodes = parts
-        if len(jobs) != record.jobs or len(nodes) != record.nodes:  # records of it were lost
-            st.incomplete += 1
-            return [], []
-        return self._poll(st, record.ts, jobs, nodes)
+        return self._poll(st, record.ts, poll.jobs, poll.nodes)
 
     # ------------------------------------------------------------------ per poll
 

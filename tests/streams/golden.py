@@ -7,7 +7,8 @@ stages' rules all shape the output. The lines hold every transition, a digest of
 task summaries (their stats read most window columns), the counters and a digest of stage
 1's state at the halfway dump. ``tests/streams/test_golden.py`` compares the lines with
 ``tests/fixtures/engine_golden.jsonl``: transitions, summaries and counters as the engine gave
-them before stage 1 was split into modules (c10a3a0), the state digest of state format 6. A
+them before stage 1 was split into modules (c10a3a0), the state digest of state format 7; the scheduler scenarios (and mixed, which holds them) since
+their stage (session 9). A
 change meant to alter them re-records it:
 
     .venv/bin/python tests/streams/golden.py > tests/fixtures/engine_golden.jsonl
@@ -22,10 +23,12 @@ import random
 import sys
 from collections.abc import Callable, Iterator
 
-from gpuwarden.contract import encode
+from gpuwarden.contract import NodeCapacity, SchedulerJob, SchedulerPoll, encode
 from gpuwarden.producers.simulator import SCENARIOS, Simulator
 from gpuwarden.streams.config import EngineConfig
-from gpuwarden.streams.engine import Engine
+from gpuwarden.streams.engine import Engine, StageOutput
+
+SCHEDULER = (SchedulerJob, NodeCapacity, SchedulerPoll)
 
 START = 1_700_000_000.0
 SPAN_S = 90 * 60.0
@@ -41,11 +44,18 @@ def _delivery(records: list, seed: str) -> list:
 
 
 def _feed(engine: Engine, records: list, summary: Callable[[bytes], object], flush: bool = False) -> list[str]:
-    """What ``Engine.process`` does per record, with stage 1's summaries hashed on the way."""
-    out = [engine.nodes.process(r) for r in records]
+    """What ``Engine.process`` does per record, with stage 1's summaries hashed on the way (a
+    scheduler record goes to the scheduler stage, its job allocations to stage 1)."""
+    out, lines = [], []
+    for r in records:
+        if isinstance(r, SCHEDULER):
+            trs, allocs = engine.scheduler.process(r)
+            out.append(StageOutput(trs, []))
+            out += [engine.nodes.process(a) for a in allocs]
+        else:
+            out.append(engine.nodes.process(r))
     if flush:
         out.append(engine.nodes.flush())
-    lines = []
     for o in out:
         lines += [encode(t).decode() for t in o.transitions]
         for s in o.summaries:
