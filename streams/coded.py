@@ -51,3 +51,8 @@ def judge(alerts: dict[str, AlertSlot], v: Verdict, now: float) -> AlertTransiti
     if change == "resolved":
         return transition(v.rule, fp, slot, "resolved", now, since or now)
     return None
+
+
+def judge_all(alerts: dict[str, AlertSlot], verdicts: list[Verdict], now: float) -> list[AlertTransition]:
+    """:func:`judge` each verdict of one entity, in order; the transitions."""
+    return [tr for v in verdicts if (tr := judge(alerts, v, now)) is not None]

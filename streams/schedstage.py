@@ -27,7 +27,7 @@ from gpuwarden.contract import SCHEDULER_RECORDS, AlertTransition, JobAllocation
 from gpuwarden.streams import statecodec
 from gpuwarden.streams.alerts import AlertSlot
 from gpuwarden.streams.baseline import median, median_mad
-from gpuwarden.streams.coded import Verdict, judge
+from gpuwarden.streams.coded import Verdict, judge_all
 from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.evaluate import resolve_all
 from gpuwarden.streams.statecodec import state
@@ -378,12 +378,7 @@ class SchedulerStage:
                     "partition that does not preempt.",
                     {"values": {"requeues": float(n)}, "count": n}),
         ]
-        trs = []
-        for v in verdicts:
-            tr = judge(track.alerts, v, t)
-            if tr is not None:
-                trs.append(tr)
-        return trs
+        return judge_all(track.alerts, verdicts, t)
 
     def _judge_class(self, st: ClusterState, key: str, f: ClusterFigures, t: float) -> list[AlertTransition]:
         cfg, c = self.cfg, st.classes[key]
@@ -421,12 +416,7 @@ class SchedulerStage:
                     "Look at the failed jobs' exit codes and nodes (a bad node, a broken image, a full disk).",
                     {"values": rate_values}),
         ]
-        trs = []
-        for v in verdicts:
-            tr = judge(c.alerts, v, t)
-            if tr is not None:
-                trs.append(tr)
-        return trs
+        return judge_all(c.alerts, verdicts, t)
 
 
 def class_key(queue: str, gpus: int) -> str:

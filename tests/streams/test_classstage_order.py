@@ -88,8 +88,13 @@ def _run(sums: list[TaskSummary] | tuple[TaskSummary, ...], lateness: float,
     return out, stage
 
 
-def _bytes(transitions: list[AlertTransition]) -> list[bytes]:
-    return [encode(t) for t in transitions]
+def _bytes(transitions: list[AlertTransition]) -> dict[str, list[bytes]]:
+    """Per task class, in order: a class's order is what stage 2 defines (classes release
+    independently; mixed's gpus-unused node runs a class of its own that no lag holds back)."""
+    out: dict[str, list[bytes]] = {}
+    for t in transitions:
+        out.setdefault(t.labels.get("task_class", t.labels.get("task", "")), []).append(encode(t))
+    return out
 
 
 def _stage2_rules() -> set[str]:
