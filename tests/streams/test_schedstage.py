@@ -226,3 +226,22 @@ def test_a_malformed_scheduler_record_goes_to_the_dead_letter_topic_with_its_rea
 def test_unknown_scheduler_config_keys_are_errors() -> None:
     with pytest.raises(ConfigError, match=r"scheduler\.fragmentaton_for.*fragmentation_for"):
         validate(EngineConfig, {"scheduler": {"fragmentaton_for": "5m"}}, "gw.yaml")
+
+
+def test_replay_of_a_recorded_run_gives_its_scheduler_alerts_again(tmp_path) -> None:
+    """Live (`gpuwarden run --record`) and replay (`--from-file`, `--spool`) byte-identical: the
+    replay sources read ``scheduler.jobs`` too."""
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text(f"spool:\n  path: {tmp_path / 'spool.db'}\n")
+    cli = [sys.executable, "-m", "gpuwarden.app.cli"]
+    live = subprocess.run([*cli, "run", "--config", str(cfg), "--simulate", "fragmentation", "--duration", "15m",
+                           "--start", "1700000000", "--json", "--record", str(tmp_path / "in.jsonl")],
+                          capture_output=True, timeout=120, check=True).stdout
+    assert b'"rule":"scheduler-fragmentation"' in live
+    for source in (["--from-file", str(tmp_path / "in.jsonl")], ["--spool", str(tmp_path / "spool.db")]):
+        replay = subprocess.run([*cli, "replay", "--config", str(cfg), *source, "--json"], capture_output=True,
+                                timeout=120, check=True).stdout
+        assert replay == live, source
