@@ -48,7 +48,7 @@ class NodeAllocations:
 
     def __init__(self) -> None:
         self.jobs: dict = {}
-        self.gpu_jobs: dict = {}  # GPU index -> job id (slurm_job_id, else pod name)
+        self.gpu_jobs: dict = {}  # GPU index -> job id (slurm_job_id, else namespace/pod)
 
 
 def apply(allocs: NodeAllocations, rec: JobAllocation, now: float) -> list[AlertTransition]:

@@ -12,7 +12,8 @@ from gpuwarden.streams.windows import pack_floats, unpack_floats
 class Snap:
     """Per GPU its index, uuid and window row (``gpuwarden.streams.columns.GPU_COLUMNS``), and
     per GPU the process that holds it: its owner ``(task_id, user, task class, project)``, and
-    the scheduler job its processes carry (``slurm_job_id``, else the pod name).
+    the scheduler job its processes carry (``slurm_job_id``, else ``namespace/pod``: the
+    Kubernetes collector's job id).
 
     The reorder buffer holds the allowed lateness of them (~30 per node at 1 s ticks): a
     decoded snapshot of 8 GPUs is ~18 kB of Python objects, this is ~4 kB, and a checkpoint
@@ -30,7 +31,9 @@ class Snap:
             if gpu not in owners or (task_id and not owners[gpu][0]):  # a task's process first
                 owners[gpu] = (task_id, user, task, project)
         self.owners = owners
-        self.jobs = {gpu: job or pod for gpu, job, pod in zip(p.gpu_index, p.slurm_job_id, p.pod_name) if job or pod}
+        self.jobs = {gpu: job or (f"{ns}/{pod}" if ns else pod)
+                     for gpu, job, pod, ns in zip(p.gpu_index, p.slurm_job_id, p.pod_name, p.pod_namespace)
+                     if job or pod}
         g = snap.gpus
         self.gpus = tuple(zip(g.index, g.uuid, gpu_rows(g, owners)))
 

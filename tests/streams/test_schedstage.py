@@ -245,3 +245,26 @@ def test_replay_of_a_recorded_run_gives_its_scheduler_alerts_again(tmp_path) -> 
         replay = subprocess.run([*cli, "replay", "--config", str(cfg), *source, "--json"], capture_output=True,
                                 timeout=120, check=True).stdout
         assert replay == live, source
+
+
+def test_a_pod_whose_allocation_names_no_gpus_is_judged_on_the_gpus_its_processes_hold() -> None:
+    """Kubernetes says how many GPUs a pod holds, not which: its processes (pod name and
+    namespace, the collector's job id ``namespace/name``) say which."""
+    from gpuwarden.contract import GpuProcess, GpuSample, NodeCapacity, NodeSnapshot, SchedulerJob, SchedulerPoll
+
+    eng, recs = Engine(), []
+    for k in range(0, 2100, 5):
+        ts = T + k
+        rows = [GpuSample(index=i, uuid=f"GPU-{i}", util_gpu=(90.0 if i == 0 else 0.0)) for i in range(4)]
+        procs = [GpuProcess(pid=10 + i, gpu_index=i, pod_name="eval-7f9c", pod_namespace="ml") for i in (0, 1)]
+        recs.append(NodeSnapshot.of(node="k8s-n1", ts=ts, seq=k, boot_id="b", agent_version="t", gpus=rows,
+                                    processes=procs))
+        if k % 30 == 0:
+            recs += [SchedulerJob(ts=ts, cluster="kube", scheduler="kubernetes", job_id="ml/eval-7f9c", user="ml",
+                                  state=S.RUNNING, gpus=2, nodes=["k8s-n1"], start_time=T - 5),
+                     NodeCapacity(ts=ts, cluster="kube", scheduler="kubernetes", node="k8s-n1", gpus_total=4,
+                                  gpus_allocated=2),
+                     SchedulerPoll(ts=ts, cluster="kube", scheduler="kubernetes", jobs=1, nodes=1)]
+    trs = [t for t in run(eng, recs) if t.rule == "job-gpus-unused"]
+    assert fired(trs) == [("job-gpus-unused", "firing", 1810.0)]
+    assert trs[0].evidence.values == {"allocated": 2.0, "busy": 1.0, "idle": 1.0}
