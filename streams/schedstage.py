@@ -144,13 +144,14 @@ def add(poll: OpenPoll, record: SchedulerJob | NodeCapacity | SchedulerPoll) -> 
 
 @state
 class ClusterState:
-    __slots__ = ("cluster", "closed", "open", "jobs", "classes", "figures", "late", "incomplete")
+    __slots__ = ("cluster", "closed", "open", "jobs", "ended", "classes", "figures", "late", "incomplete")
 
     def __init__(self, cluster: str) -> None:
         self.cluster = cluster
         self.closed = float("-inf")  # ts of the last closed poll
         self.open: dict = {}  # poll ts -> OpenPoll
         self.jobs: dict = {}  # job id -> JobTrack
+        self.ended: dict = {}  # job id -> when judged ended, while the scheduler still lists it (MinJobAge)
         self.classes: dict = {}  # "partition/gpus" -> ClassTrack
         self.figures: ClusterFigures | None = None
         self.late = self.incomplete = 0
@@ -227,8 +228,11 @@ class SchedulerStage:
         trs: list[AlertTransition] = []
         allocs: list[JobAllocation] = []
         dt = 0.0 if st.figures is None else max(0.0, t - st.figures.ts)
+        st.ended = {j: ts for j, ts in st.ended.items() if j in jobs}
         for jid in sorted(jobs):
             job = jobs[jid]
+            if jid in st.ended:
+                continue  # its outcome is counted already
             track = st.jobs.get(jid)
             if track is None:
                 track = st.jobs[jid] = JobTrack(job)
@@ -249,6 +253,7 @@ class SchedulerStage:
             track.requeues = max(track.requeues, job.restarts)
             allocs.extend(self._allocate(st, track, job, t))
             if job.state in ENDED:
+                st.ended[jid] = t
                 outcome = OUTCOME.get(job.state)
                 if outcome is not None:
                     self._class(st, track).outcomes.append(outcome)

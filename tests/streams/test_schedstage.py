@@ -134,7 +134,9 @@ def test_success_rate_drop_against_the_class_baseline() -> None:
     outcomes = [S.COMPLETED] * 12 + [S.FAILED, S.COMPLETED, S.FAILED, S.FAILED, S.FAILED]
     for k, end in enumerate(outcomes):
         ts = T + 30 * k
-        recs += poll(ts, [job(f"j{k}", end, ts, submit=ts - 100, start=ts - 60)], [node("gn1", ts, 4, 0)])
+        # Slurm lists an ended job for a while (MinJobAge): the previous one is in this poll again.
+        again = [job(f"j{k - 1}", outcomes[k - 1], ts, submit=ts - 130, start=ts - 90)] if k else []
+        recs += poll(ts, [*again, job(f"j{k}", end, ts, submit=ts - 100, start=ts - 60)], [node("gn1", ts, 4, 0)])
     trs = run(eng, recs)
     assert fired(trs) == [("scheduler-success-rate-drop", "firing", 30.0 * 14)]
     assert trs[0].evidence.values == {"rate": 0.6, "baseline_rate": 1.0, "jobs": 5.0}
