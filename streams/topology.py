@@ -323,7 +323,8 @@ def build_app(
         try:
             behind = backlog.behind(msg.topic, msg.partition, msg.offset, msg.key)
             node_stage.process(record, behind, scratch)
-            nodes_at[msg.partition].add(record.node)
+            if type(record) is not JobAllocation:  # scheduler stage (#19): a node known only from its
+                nodes_at[msg.partition].add(record.node)  # allocations makes no summaries: no progress
             return node_outbound(scratch)
         finally:
             scratch.transitions.clear()
