@@ -75,14 +75,7 @@ def test_a_requeued_job_is_counted_and_told(slurm: LocalSlurm) -> None:
 
 @pytest.mark.slurm
 def test_pending_reasons_fragmentation_and_allocated_but_idle_gpus_give_their_alerts(slurm: LocalSlurm) -> None:
-    slurm.cancel_all()
-    a = slurm.sbatch("-J", "train-a", "-w", "gn1", "--gres=gpu:2")
-    b = slurm.sbatch("-J", "train-b", "-w", "gn2", "--gres=gpu:2")
-    slurm.wait_state(a, "RUNNING")
-    slurm.wait_state(b, "RUNNING")
-    big = slurm.sbatch("-J", "big", "--gres=gpu:4", wrap="sleep 60")
-    later = slurm.sbatch("-J", "later", "--gres=gpu:4", wrap="sleep 60")
-    time.sleep(3)  # a scheduling pass (sched_interval=2) gives the pending reasons
+    a, b, big, later = slurm.fragment()
     records = _polls(slurm, 4)
     slurm.cancel_all()
     # The records, as Slurm showed them.
