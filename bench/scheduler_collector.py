@@ -58,6 +58,7 @@ def main() -> None:
         def submit(i: int) -> None:
             held = i >= 4
             subprocess.run(["sbatch", *(["--hold"] if held else []), "-J", f"bench-{i}", "-c", "1",
+                            f"--output={local['SLURM_LOCAL_DIR']}/slurm-%j.out",  # not the working directory
                             "--gres=gpu:1", "--wrap", "sleep 3600"], env=env, capture_output=True, check=True)
 
         with ThreadPoolExecutor(4) as pool:
