@@ -252,8 +252,10 @@ def build_app(
             log.info("counts: %s", ", ".join(f"{k}={v}" for k, v in counts.items()))
             reported.update(counts=counts, at=wall)
 
-    ranks = {topics.samples: 0, topics.events: 1, topics.metrics: 2,
-             topics.allocations: 3}  # scheduler stage (#19): its allocations, stage 1's source ALLOC
+    ranks = {topics.samples: 0, topics.events: 1, topics.metrics: 2}
+    # scheduler stage (#19): job allocations are a stage-1 input too, but never hold a node back
+    # (they come through the scheduler stage, and one behind the samples applies on arrival).
+    node_inputs = {*ranks, topics.allocations}
     backlog = Backlog(ranks)
 
     async def find_behind(fetched: Mapping[TP, list[Any]], partitions: set[int], assigned: set[TP]) -> None:
@@ -476,10 +478,10 @@ def build_app(
         fence = app.rebalancing_count
         trim.busy(sum(map(len, fetched.values())))
         assigned = app.consumer.assignment()
-        node_lists = [recs for tp, recs in fetched.items() if tp.topic in ranks and tp in assigned]
+        node_lists = [recs for tp, recs in fetched.items() if tp.topic in node_inputs and tp in assigned]
         partitions: set[int] = set()
         if node_lists:
-            partitions = {tp.partition for tp in fetched if tp.topic in ranks and tp in assigned}
+            partitions = {tp.partition for tp in fetched if tp.topic in node_inputs and tp in assigned}
             await find_behind(fetched, partitions, assigned)
             merged = node_lists[0] if len(node_lists) == 1 else \
                 list(heapq.merge(*node_lists, key=attrgetter("timestamp")))
