@@ -18,6 +18,7 @@ from gpuwarden.contract import AlertTransition, JobAllocation
 from gpuwarden.streams.coded import Verdict, judge
 from gpuwarden.streams.columns import GPU_INDEX, IDLE_UTIL
 from gpuwarden.streams.config import SchedulerRules
+from gpuwarden.streams.schedtext import TEXT
 from gpuwarden.streams.evaluate import resolve_all
 from gpuwarden.streams.statecodec import state
 
@@ -85,9 +86,7 @@ def evaluate(allocs: NodeAllocations, gpus: dict, cfg: SchedulerRules, now: floa
         tr = judge(a.alerts, Verdict(
             "job-gpus-unused", "attention", {k: a.labels[k] for k in ("cluster", "job", "node") if k in a.labels},
             a.labels, holds, cfg.unused_for,
-            "job {job} ({user}) holds {allocated:.0f} GPUs on {node} but uses {busy:.0f}",
-            "Ask for {busy:.0f} GPUs next time (or fix the job's device placement); the idle ones block "
-            "other users' jobs.",
+            *TEXT["job-gpus-unused"],
             {"values": {"allocated": float(len(held) or a.count), "busy": float(len(a.busy)),
                         "idle": float(len(a.idle))}, "note": note}), now)
         if tr is not None:

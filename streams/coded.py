@@ -36,7 +36,7 @@ def judge(alerts: dict[str, AlertSlot], v: Verdict, now: float) -> AlertTransiti
             return None
         slot = alerts[fp] = AlertSlot(v.rule)
     if v.holds:
-        values = {**v.evidence.get("values", {}), "note": v.evidence.get("note", "")}
+        values = v.evidence.get("values", {})  # what alert_text.template_names gives a translation
         slot.tier, slot.labels = v.tier, dict(v.labels)
         slot.summary = fill(v.summary, {**v.labels, **values})
         slot.action = fill(v.action, {**v.labels, **values})

@@ -29,6 +29,7 @@ from gpuwarden.streams.alerts import AlertSlot
 from gpuwarden.streams.baseline import median, median_mad
 from gpuwarden.streams.coded import Verdict, judge_all
 from gpuwarden.streams.config import EngineConfig
+from gpuwarden.streams.schedtext import TEXT
 from gpuwarden.streams.evaluate import resolve_all
 from gpuwarden.streams.statecodec import state
 
@@ -368,19 +369,13 @@ class SchedulerStage:
         n = track.requeues
         verdicts = [
             Verdict("scheduler-fragmentation", "attention", ident, labels, bool(note), cfg.fragmentation_for,
-                    "job {job} ({user}, {queue}) needs {gpus:.0f} GPUs on one node: {free:.0f} are free in "
-                    "total but no node has {gpus:.0f}",
-                    "Drain or pack a node ({note}), or let the job span nodes.",
+                    *TEXT["scheduler-fragmentation"],
                     {"values": {"gpus": float(track.gpus), "free": _free(note)}, "note": note}),
             Verdict("scheduler-requeued", "info", ident, labels, cfg.requeue_info <= n < cfg.requeue_attention,
-                    0.0, "job {job} ({user}) was preempted or requeued {requeues:.0f} times",
-                    "Nothing yet: it is recorded; attention from {attention:.0f} requeues (it would keep "
-                    "losing its work).",
+                    0.0, *TEXT["scheduler-requeued"],
                     {"values": {"requeues": float(n), "attention": float(cfg.requeue_attention)}, "count": n}),
             Verdict("scheduler-requeued-repeatedly", "attention", ident, labels, n >= cfg.requeue_attention, 0.0,
-                    "job {job} ({user}) was preempted or requeued {requeues:.0f} times: it loses its work "
-                    "each time", "Check preemption priorities and the job's checkpointing, or move it to a "
-                    "partition that does not preempt.",
+                    *TEXT["scheduler-requeued-repeatedly"],
                     {"values": {"requeues": float(n)}, "count": n}),
         ]
         return judge_all(track.alerts, verdicts, t)
@@ -410,16 +405,9 @@ class SchedulerStage:
             rate_values = {"rate": r_now, "baseline_rate": r_base, "jobs": float(len(recent))}
         verdicts = [
             Verdict("scheduler-wait-above-baseline", "attention", ident, labels, over,
-                    cfg.wait_periods * cfg.period,
-                    "{queue} jobs asking for {gpus} GPUs wait {wait_s:.0f} s (median of {pending:.0f} pending) "
-                    "against a usual {baseline_s:.0f} s",
-                    "See what holds the queue (pending reasons, fragmentation, a user's burst); add capacity "
-                    "or rebalance partitions.", {"values": wait_values}),
+                    cfg.wait_periods * cfg.period, *TEXT["scheduler-wait-above-baseline"], {"values": wait_values}),
             Verdict("scheduler-success-rate-drop", "attention", ident, labels, drop, 0.0,
-                    "{queue} jobs asking for {gpus} GPUs: {rate:.0%} of the last {jobs:.0f} ended well, "
-                    "against {baseline_rate:.0%} before",
-                    "Look at the failed jobs' exit codes and nodes (a bad node, a broken image, a full disk).",
-                    {"values": rate_values}),
+                    *TEXT["scheduler-success-rate-drop"], {"values": rate_values}),
         ]
         return judge_all(c.alerts, verdicts, t)
 
