@@ -81,3 +81,13 @@ class StandinClassStage:
 
     def drop(self, task_class: str) -> None:
         self.counts.pop(task_class, None)
+
+    # What the worker's metrics read (streams/telemetry.py): the stand-in keeps no baselines.
+    def classes(self) -> list[str]:
+        return sorted(self.counts)
+
+    def baseline(self, task_class: str) -> dict:
+        return {}
+
+    def latest(self, task_class: str) -> dict:
+        return {}
