@@ -30,6 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuwarden.app.display import band, urgency
+from gpuwarden.app.scheduler_view import ALLOCATION_COLUMNS, QUEUE_COLUMNS, allocation_rows, queue_rows
 from gpuwarden.app.serving_view import SERVICE_COLUMNS, service_rows
 from gpuwarden.contract import AlertTransition
 from gpuwarden.humantime import moment, relative, span
@@ -173,6 +174,11 @@ PANES: list[Pane] = [
          columns=("node", "task", "class", "GPUs", "class util % (band)"), wrap=("class util % (band)",)),
     Pane("Inference services (last hour)", lambda frame: service_rows(frame.engine), "services", ratio=1,
          columns=SERVICE_COLUMNS, wrap=("budget left",), optional=True),
+    # the scheduler stage (#19): left out while no cluster was heard from
+    Pane("Scheduler queues", lambda frame: queue_rows(frame.engine), "partitions", ratio=1,
+         columns=QUEUE_COLUMNS, wrap=("cluster notes",), optional=True),
+    Pane("Allocated vs used (scheduler jobs)", lambda frame: allocation_rows(frame.engine), "jobs", ratio=1,
+         columns=ALLOCATION_COLUMNS, optional=True),
 ]
 """The alerts pane first: it is the one that must always be there."""
 

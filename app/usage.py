@@ -12,7 +12,9 @@ import sys
 import time
 
 from gpuwarden.app.settings import Settings
-from gpuwarden.history.accounting import Usage, digest_record, render, usage_from_spool, weekly_usage
+from gpuwarden.history.accounting import Usage, digest_record, render, usage_from_spool, weekly_queues, \
+    weekly_usage
+from gpuwarden.history.queues import QueueReport
 from gpuwarden.notifiers.delivery import Delivery, Outcome
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.spool import Spool
@@ -54,9 +56,10 @@ def _post(settings: Settings, spool: Spool, now: float) -> int:
     return 0 if outcome.status != "failed" else 1
 
 
-def digest_notification(u: Usage, receiver: str, currency: str = "") -> Notification:
-    """The digest record as a notification for ``receiver``."""
-    return Notification(receiver=receiver, group_key="usage-digest", alerts=[digest_record(u, currency)],
+def digest_notification(u: Usage, receiver: str, currency: str = "",
+                        sched: QueueReport | None = None) -> Notification:
+    """The digest record (usage, and the scheduler's figures when ``sched`` has jobs) for ``receiver``."""
+    return Notification(receiver=receiver, group_key="usage-digest", alerts=[digest_record(u, currency, sched)],
                         reason="new", at=u.until, id=f"usage-digest-{receiver}-{int(u.until)}")
 
 
@@ -74,7 +77,8 @@ async def post_weekly_digest(settings: Settings, spool: Spool, *, now: float,
     if receiver not in names:
         raise ValueError(f"accounting.digest_receiver: no receiver named {receiver!r} "
                          f"in notify.receivers ({', '.join(sorted(names)) or 'none configured'})")
-    note = digest_notification(weekly_usage(settings, spool, now), receiver, settings.accounting.currency)
+    note = digest_notification(weekly_usage(settings, spool, now), receiver, settings.accounting.currency,
+                               weekly_queues(settings, spool, now))
     if delivery is not None:
         return await delivery.deliver(note)
     own = Delivery(settings.notify.receivers, spool=spool, language=settings.language)

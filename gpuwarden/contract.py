@@ -474,6 +474,24 @@ class SchedulerPoll(_TimedRecord):
     error: Text = ""
 
 
+class JobAllocation(_TimedRecord):
+    """scheduler.allocations, key node: the GPUs of this node one job holds, as the scheduler
+    stage learnt them from a poll (``released``: the job no longer holds any here). Stage 1,
+    which has the GPUs' utilization, joins them with its samples: "8 allocated, 2 busy"."""
+
+    schema_: Literal["job_allocation/1"] = Field(default="job_allocation/1", alias="schema")
+    cluster: Label
+    node: Label
+    job_id: Label
+    user: Label = ""
+    account: Label = ""
+    queue: Label = ""
+    gpus: list[NonNegInt] = Field(default_factory=list, max_length=4096,
+                                  description="GPU indices on this node; empty with ``count``: not known")
+    count: NonNegInt = Field(default=0, description="GPUs the job holds on this node")
+    released: bool = False
+
+
 # --------------------------------------------------------------------------- inference.metrics
 
 
@@ -700,6 +718,7 @@ Record = Annotated[
         SchedulerJob,
         NodeCapacity,
         SchedulerPoll,
+        JobAllocation,
         InferenceMetrics,
         AlertTransition,
         Silence,
@@ -710,6 +729,22 @@ Record = Annotated[
     Field(discriminator="schema_"),
 ]
 _RECORD = TypeAdapter(Record)
+
+
+class RecordUnion:
+    """Several record kinds that share a topic, decoded like one model (``decode(data, model)``)
+    by their ``schema``: ``scheduler.jobs`` carries jobs, node capacities and poll ends."""
+
+    def __init__(self, *models: type[Wire]) -> None:
+        self.models = models
+        self._adapter: TypeAdapter = TypeAdapter(Annotated[Union[models], Field(discriminator="schema_")])
+
+    def model_validate_json(self, data: bytes | str, context: dict | None = None) -> Any:
+        return self._adapter.validate_json(data, context=context)
+
+
+#: What ``scheduler.jobs`` holds.
+SCHEDULER_RECORDS = RecordUnion(SchedulerJob, NodeCapacity, SchedulerPoll)
 _CONTROL = TypeAdapter(ControlRecord)
 
 
@@ -867,6 +902,7 @@ class Topics:
         "metrics": "task.metrics",
         "summaries": "task.summaries",
         "jobs": "scheduler.jobs",
+        "allocations": "scheduler.allocations",
         "inference": "inference.metrics",
         "alerts": "alerts",
         "control": "control",
@@ -879,6 +915,7 @@ class Topics:
         self.metrics = prefix + self.BASE["metrics"]
         self.summaries = prefix + self.BASE["summaries"]
         self.jobs = prefix + self.BASE["jobs"]
+        self.allocations = prefix + self.BASE["allocations"]
         self.inference = prefix + self.BASE["inference"]
         self.alerts = prefix + self.BASE["alerts"]
         self.control = prefix + self.BASE["control"]
@@ -888,8 +925,8 @@ class Topics:
         return topic + ".dlq"
 
     def all(self) -> list[str]:
-        return [self.samples, self.events, self.metrics, self.summaries, self.jobs, self.inference, self.alerts,
-                self.control]
+        return [self.samples, self.events, self.metrics, self.summaries, self.jobs, self.allocations,
+                self.inference, self.alerts, self.control]
 
     def for_record(self, record: BaseModel) -> str:
         """The topic a contract record belongs on."""
@@ -902,6 +939,7 @@ class Topics:
             SchedulerJob: self.jobs,
             NodeCapacity: self.jobs,
             SchedulerPoll: self.jobs,
+            JobAllocation: self.allocations,
             InferenceMetrics: self.inference,
             AlertTransition: self.alerts,
             Silence: self.control,
@@ -912,7 +950,7 @@ class Topics:
 
 def record_key(record: BaseModel) -> str:
     """The partition key the design gives each record kind."""
-    if isinstance(record, (NodeSnapshot, GpuEvent, TaskMetric, InferenceMetrics)):
+    if isinstance(record, (NodeSnapshot, GpuEvent, TaskMetric, InferenceMetrics, JobAllocation)):
         return record.node
     if isinstance(record, TaskSummary):
         return record.task

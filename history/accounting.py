@@ -34,10 +34,11 @@ from gpuwarden.contract import (
     Topics,
     decode,
 )
-from gpuwarden.history import tables
+from gpuwarden.history import queues, tables
 from gpuwarden.history.config import AccountingConfig, HistorySettings
 from gpuwarden.history.flops import flops_per_token, peak_tflops
 from gpuwarden.history.serving import ServingRow, serving_rows
+from gpuwarden.humantime import span
 from gpuwarden.spool import Spool
 
 UNKNOWN = "(unknown)"
@@ -372,8 +373,15 @@ def weekly_usage(settings: HistorySettings, spool: Spool, now: float) -> Usage:
     return usage_from_spool(settings, spool, since=now - WEEK_S, until=now, by=settings.accounting.digest_by)
 
 
-def digest_record(u: Usage, currency: str = "") -> AlertTransition:
-    """The usage table as one info-tier alert record whose note is the table.
+def weekly_queues(settings: HistorySettings, spool: Spool, now: float) -> queues.QueueReport:
+    """The last 7 days of the scheduler's jobs in the spool, by partition: the digest's scheduler part."""
+    return queues.from_spool(spool, by="partition", since=now - WEEK_S, until=now,
+                             topic_prefix=settings.kafka.topic_prefix)
+
+
+def digest_record(u: Usage, currency: str = "", sched: queues.QueueReport | None = None) -> AlertTransition:
+    """The usage table (and the scheduler's, when ``sched`` holds jobs) as one info-tier alert
+    record whose note is the tables.
 
     The report stops here: the composition root (``gpuwarden.app.usage``) hands the
     record to the notifiers' delivery, so this room never imports delivery.
@@ -387,8 +395,17 @@ def digest_record(u: Usage, currency: str = "") -> AlertTransition:
         tokens = sum(r.output_tokens for r in u.serving)
         summary += f"; inference: {tokens / 1e6:,.1f} M output tokens over {len(u.serving)} service(s)"
     table = to_table(u, currency, width=100)
+    if sched is not None and sched.total.jobs:
+        t = sched.total
+        summary += (f"; scheduler: {t.jobs} jobs, {t.retried_jobs} retried, queue wait p50 "
+                    f"{_wait(t.queue_wait_p50_s)} / p90 {_wait(t.queue_wait_p90_s)}, {t.gpu_hours:.1f} GPU-hours")
+        table += "\n" + queues.render(sched, "table")
     return AlertTransition(
         fingerprint=f"usage-digest-{int(u.until)}", rule="usage.weekly_digest", tier=Tier.INFO,
         state=AlertState.FIRING, labels={"report": "usage", "by": u.by}, started_at=u.since,
         ts=u.until, summary=summary, evidence=Evidence(note="```\n" + table[:3900] + "```"),
     )
+
+
+def _wait(seconds: float | None) -> str:
+    return "-" if seconds is None else span(seconds)

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuwarden.contract import ContractError, GpuEvent, InferenceMetrics, NodeSnapshot, TaskMetric, Topics, decode
+from gpuwarden.contract import ContractError, GpuEvent, InferenceMetrics, NodeCapacity, NodeSnapshot, SchedulerJob, \
+    SchedulerPoll, TaskMetric, Topics, decode
 from gpuwarden.spool import Spool
 from gpuwarden.units import parse_time
 
 #: The record kinds the engine consumes; everything else in a source is passed over.
-INPUT_KINDS = (NodeSnapshot, GpuEvent, TaskMetric, InferenceMetrics)
-InputRecord = NodeSnapshot | GpuEvent | TaskMetric | InferenceMetrics
+INPUT_KINDS = (NodeSnapshot, GpuEvent, TaskMetric, InferenceMetrics, SchedulerJob, NodeCapacity, SchedulerPoll)
+InputRecord = NodeSnapshot | GpuEvent | TaskMetric | InferenceMetrics | SchedulerJob | NodeCapacity | SchedulerPoll
 OnReject = Callable[[str, str], None]
 
 
@@ -84,7 +85,7 @@ def read_file(path: str | Path, since: float | None = None, until: float | None 
 
 def input_topics(prefix: str = "") -> list[str]:
     t = Topics(prefix)
-    return [t.samples, t.events, t.metrics, t.inference]
+    return [t.samples, t.events, t.metrics, t.inference, t.jobs]
 
 
 def spool_path(location: str | Path) -> Path:

@@ -33,6 +33,7 @@ from gpuwarden.contract import (
 )
 from gpuwarden.producers import clocks
 from gpuwarden.producers.gpumodels import MIB, GpuModel, bus_id, model
+from gpuwarden.producers.schedsim import CLUSTER_SCENARIOS, ClusterSim
 from gpuwarden.producers.servingsim import ServingSim
 from gpuwarden.producers.xid import lookup
 
@@ -172,11 +173,31 @@ SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
           "chat-batch runs with a small max batch (48); from onset its load grows by 8 req/s over 10 "
           "min: the batch is full and requests wait while the KV cache has room.",
           "attention: inference-batch-full on chat-batch ~10 min after onset"),
+    _info("queue-buildup", "none",
+          "The scheduler's batch partition (2 unsampled nodes of 4 GPUs): a 1-GPU job every 2 min waits "
+          "1 min, until 25 min after onset a sweep takes every GPU and new jobs wait ever longer.",
+          "attention: scheduler-wait-above-baseline for batch/1 once the median wait passes 10 min and "
+          "holds for 3 periods (~1 h after onset)"),
+    _info("fragmentation", "none",
+          "The scheduler's train partition (2 unsampled nodes of 4 GPUs, a 2-GPU job on each): from "
+          "onset a 4-GPU job waits with 4 GPUs free in total and no node with 4.",
+          "attention: scheduler-fragmentation of job t3 ~10 min after onset, naming tn-0 and tn-1 with "
+          "2 free GPUs each"),
+    _info("preemption-storm", "none",
+          "The scheduler's spot partition: from onset a 2-GPU job is preempted every 5 min (pending "
+          "1 min, then running again), 6 times.",
+          "info: scheduler-requeued of job s1 at its 2nd preemption (~10 min after onset)",
+          "attention: scheduler-requeued-repeatedly at its 4th (~20 min after onset)"),
+    _info("gpus-unused", "none",
+          "An extra node runs an 8-GPU evaluation job (user erin, its own Slurm job); from onset it "
+          "works on 2 of its GPUs, the others idle with no process, while Slurm counts all allocated.",
+          "attention: job-gpus-unused for that job on the extra node (holds 8, uses 2) ~30 min after "
+          "onset, owner erin"),
     _info("mixed", "none",
           "A busy multi-user cluster: every fault above on a different GPU (spread over nodes), "
           "every serving scenario as a vLLM service of its own, "
           "plus driver-version skew: the last node of the multi-node job runs an older driver "
-          f"({SKEWED_DRIVER} vs {DRIVER}; needs nodes >= 2).",
+          f"({SKEWED_DRIVER} vs {DRIVER}; needs nodes >= 2), plus the scheduler scenarios.",
           "each fault scenario's alerts, on its GPU (see docs/scenarios.md for the placement)",
           "attention: driver version skew within task llama-pretrain (node-01 differs)"),
     _info("xid-app-error", "single",
@@ -243,6 +264,8 @@ class TaskClass:
 LLAMA = TaskClass("llama-pretrain", False, 0.78, 2.4, 0.02, 0.12, 0.72, 1800, 90, None,
                   "tokens/s", 4 * 4096 * 8, "chen", 1003, "foundation-models",
                   "python -m torch.distributed.run train_llama.py --config 70b.yaml")
+EVAL = TaskClass("llm-eval", False, 0.5, 1.2, 0.05, 0.05, 0.6, 0, 0, None, "samples/s", 8, "erin", 1005,
+                 "evals", "python eval_harness.py --shards 8")
 SINGLE = (
     TaskClass("sd-finetune", False, 0.45, 0.9, 0.05, 0.0, 0.55, 1200, 30, 8 * 3600,
               "samples/s", 16, "alice", 1001, "vision", "python finetune_sd.py --lr 1e-5"),
@@ -356,7 +379,7 @@ class GpuSim:
         self._counters(sim, ts, since, events)
         if self.lost:
             return GpuSample(index=self.index, uuid=self.uuid, name=spec.name), []
-        procs = self._processes(job, ts, since) if job is not None else []
+        procs = self._processes(job, ts, since) if job is not None and not _unused(self, since) else []
         used_mib = 615 + sum(p.used_memory_bytes or 0 for p in procs) // MIB
         util = duty * 100 + rng.gauss(0, 25 * math.sqrt(duty * (1 - duty)) + 0.5)
         util = int(min(100, max(0, util)))
@@ -477,7 +500,7 @@ class GpuSim:
 
 def _activity(gpu: GpuSim, job: Job | None, ts: float, since: float) -> tuple[float, float, float]:
     """(kernel duty for util, compute share for power/GPM, tensor share) of a GPU now."""
-    if job is None or gpu.lost:
+    if job is None or gpu.lost or _unused(gpu, since):
         return 0.0, 0.0, 0.0
     faults = job_faults(job)
     if "idle-allocated" in faults and since >= 0:
@@ -491,6 +514,11 @@ def _activity(gpu: GpuSim, job: Job | None, ts: float, since: float) -> tuple[fl
     data, comm = shares(job, since)
     compute = 1.0 - data - comm
     return min(1.0, compute + comm * 0.9), compute, job.cls.tensor
+
+
+def _unused(gpu: GpuSim, since: float) -> bool:
+    """``gpus-unused``: from onset its job works on its first 2 GPUs only."""
+    return "gpus-unused" in gpu.faults and since >= 0 and gpu.rank >= 2
 
 
 def job_faults(job: Job) -> set[str]:
@@ -610,6 +638,18 @@ class Simulator:
         self._start_jobs()
         self.serving = self._place_services(names)
         self._serving_seq = {node.name: 0 for node in self.nodes}
+        wanted = {n for n in names if n in CLUSTER_SCENARIOS} | (set(CLUSTER_SCENARIOS) if "mixed" in names else set())
+        if "gpus-unused" in wanted:  # a node of its own: the other faults keep their GPUs
+            name, base = sim_node(nodes), f"node-{nodes:02d}"  # the random streams keep their old seeds
+            rng = random.Random(f"{seed}/{base}")
+            node = NodeSim(self, name, str(uuid.UUID(int=rng.getrandbits(128))), DRIVER)
+            for i in range(gpus):
+                grng = random.Random(f"{seed}/{base}/{i}")
+                node.gpus.append(GpuSim(node, i, spec, grng, f"GPU-{uuid.UUID(int=grng.getrandbits(128))}",
+                                        faults={"gpus-unused"}))
+            self.nodes.append(node)
+            self._launch(EVAL, node.gpus, self.start_ts)
+        self.cluster = ClusterSim(self, wanted) if wanted else None
 
     # ------------------------------------------------------------------ layout
 
@@ -704,6 +744,8 @@ class Simulator:
                 if rec is not None:
                     self._serving_seq[sim.node] += 1
                     out.append(rec)
+        if self.cluster is not None:
+            out.extend(self.cluster.step(ts))
         out.sort(key=lambda r: r.ts)
         self.ts = ts + self.tick_s
         return out

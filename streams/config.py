@@ -12,6 +12,39 @@ from gpuwarden.streams.slo import ServiceSlo
 from gpuwarden.units import Duration
 
 
+class SchedulerRules(Section):
+    """``engine.scheduler``: the scheduler stage's figures and default rules (docs/scheduler.md)."""
+
+    period: Duration = Field(default=300.0, gt=0)
+    """The unit of "consecutive periods" for the waiting-time rule."""
+    wait_periods: int = Field(default=3, ge=1)
+    """A class's waiting time above its baseline this many periods in a row: attention."""
+    wait_mads: float = Field(default=3.0, gt=0)
+    """Above the baseline: past the median wait plus this many MADs."""
+    wait_min: Duration = Field(default=600.0, ge=0)
+    """And at least this long (a 2-minute wait against a 20-second baseline is no news)."""
+    wait_baseline_min: int = Field(default=10, ge=1)
+    """Started jobs a class needs before its waiting times are judged."""
+    fragmentation_for: Duration = Field(default=600.0, ge=0)
+    """A pending job blocked by fragmentation this long: attention with the nodes and free GPUs."""
+    unused_for: Duration = Field(default=1800.0, ge=0)
+    """A job holding GPUs it does not use (util under 5 %) this long: attention to its owner."""
+    unused_min_gpus: int = Field(default=1, ge=1)
+    """Unused GPUs of a job on one node before it counts (1: any)."""
+    requeue_info: int = Field(default=2, ge=1)
+    """Preemptions/requeues of one job: info from this many ..."""
+    requeue_attention: int = Field(default=4, ge=1)
+    """... attention from this many."""
+    success_window: int = Field(default=20, ge=1)
+    """A class's success rate: its last this many ended jobs ..."""
+    success_min_jobs: int = Field(default=20, ge=1)
+    """... against the jobs before them (at least this many) ..."""
+    success_drop: float = Field(default=0.2, gt=0, le=1)
+    """... attention when the recent rate is this far (a fraction) below the baseline rate."""
+    job_history: int = Field(default=512, ge=16)
+    """Waiting times and outcomes kept per class for the baselines."""
+
+
 class ServiceServing(Section):
     """``engine.serving.<service>``: the serving engine's own settings the rules compare with."""
 
@@ -55,6 +88,8 @@ class EngineConfig(MetricsEndpoint):
     job_expiry: Duration = 1800.0
     dedup_window: int = Field(default=4096, ge=16)
     """Recent record ids remembered per node for duplicate detection."""
+    scheduler: SchedulerRules = Field(default_factory=SchedulerRules)
+    """The scheduler stage (key cluster): queues, fragmentation, allocated versus used."""
     slo: dict[str, ServiceSlo] = Field(default_factory=dict)
     """Per inference service (``agent.inference.targets[].service``): its objectives and window,
     judged by multi-window burn-rate alerts (docs/inference.md)."""

@@ -1,9 +1,10 @@
-"""The pure engine: both stages wired in one process (standalone run, replay, tests).
+"""The pure engine: the stages wired in one process (standalone run, replay, tests).
 
 Records in, alert transitions out; event time only, so the same records in the
 same order give byte-identical transitions whether live or replayed. The faust
 topology runs :class:`NodeStage` and :class:`ClassStage` on separate partitions
-with the summaries in between on a topic.
+with the summaries in between on a topic, and :class:`SchedulerStage` (key cluster) on
+``scheduler.jobs``, its job allocations going to stage 1 on ``scheduler.allocations``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from gpuwarden.contract import DEFAULT_MAX_PAST_SKEW_S, AlertTransition, InferenceMetrics, TaskSummary
+from gpuwarden.contract import DEFAULT_MAX_PAST_SKEW_S, AlertTransition, InferenceMetrics, NodeCapacity, \
+    SchedulerJob, SchedulerPoll, TaskSummary
 from gpuwarden.streams.alerts import transition
 from gpuwarden.streams.classstage import ClassStage
 from gpuwarden.streams.config import EngineConfig
@@ -20,13 +22,16 @@ from gpuwarden.streams.inferencestage import InferenceStage
 from gpuwarden.streams.nodestage import NodeStage
 from gpuwarden.streams.output import StageOutput
 from gpuwarden.streams.rules import RulePack, load_rules
+from gpuwarden.streams.schedstage import SchedulerStage
 
-__all__ = ["ClassStage", "Engine", "InferenceStage", "NodeStage", "StageOutput"]
+__all__ = ["ClassStage", "Engine", "InferenceStage", "NodeStage", "SchedulerStage", "StageOutput"]
+_SCHEDULER = (SchedulerJob, NodeCapacity, SchedulerPoll)
 
 
 class Engine:
     """Both stages in one process (standalone run, replay, tests): records in, transitions out.
-    Inference records go to the inference stage (keyed by node, beside stage 1)."""
+    Inference records go to the inference stage (keyed by node, beside stage 1), scheduler
+    records to the scheduler stage (key cluster), whose job allocations go through stage 1."""
 
     def __init__(self, rules: RulePack | None = None, config: EngineConfig | None = None,
                  max_past_skew: float = DEFAULT_MAX_PAST_SKEW_S) -> None:
@@ -35,6 +40,7 @@ class Engine:
         self.nodes = NodeStage(self.rules, self.config, max_past_skew)
         self.classes = ClassStage(self.rules, self.config)
         self.inference = InferenceStage(self.config)
+        self.scheduler = SchedulerStage(self.config)
         self.summaries = 0
 
     def _stage2(self, out: StageOutput) -> list[AlertTransition]:
@@ -44,11 +50,20 @@ class Engine:
         self.summaries += len(out.summaries)
         return trs
 
+    def _scheduler(self, record: Any) -> list[AlertTransition]:
+        """A scheduler record; the allocations it yields go through stage 1 (the join)."""
+        trs, allocs = self.scheduler.process(record)
+        for a in allocs:
+            trs.extend(self._stage2(self.nodes.process(a)))
+        return trs
+
     def process(self, record: Any) -> list[AlertTransition]:
         if isinstance(record, TaskSummary):
             return self.classes.process(record)
         if isinstance(record, InferenceMetrics):
             return self.inference.process(record)
+        if isinstance(record, _SCHEDULER):
+            return self._scheduler(record)
         return self._stage2(self.nodes.process(record))
 
     def process_many(self, records: Iterable[Any]) -> list[AlertTransition]:
@@ -61,6 +76,9 @@ class Engine:
                 continue
             if isinstance(r, InferenceMetrics):
                 trs.extend(self.inference.process(r))
+                continue
+            if isinstance(r, _SCHEDULER):
+                trs.extend(self._scheduler(r))
                 continue
             nodes(r, out=out)
             if sums:
@@ -78,7 +96,8 @@ class Engine:
     def dump_all(self) -> bytes:
         state = {"nodes": {n: self.nodes.dump(n).decode() for n in self.nodes.nodes()},
                  "classes": {c: self.classes.dump(c).decode() for c in self.classes.classes()},
-                 "inference": {n: self.inference.dump(n).decode() for n in self.inference.nodes()}}
+                 "inference": {n: self.inference.dump(n).decode() for n in self.inference.nodes()},
+                 "clusters": {c: self.scheduler.dump(c).decode() for c in self.scheduler.clusters()}}
         return json.dumps(state, sort_keys=True, separators=(",", ":")).encode()
 
     def load_all(self, data: bytes) -> None:
@@ -89,14 +108,18 @@ class Engine:
             self.classes.load(c, v.encode())
         for n, v in state.get("inference", {}).items():  # saved before the inference stage: none
             self.inference.load(n, v.encode())
+        for c, v in state.get("clusters", {}).items():  # saved before the scheduler stage: none
+            self.scheduler.load(c, v.encode())
 
     def open_alerts(self) -> list[AlertTransition]:
         """Every firing alert as its firing transition (for the live view and restarts)."""
-        slots = self.nodes.open_slots() + self.classes.open_slots() + self.inference.open_slots()
+        slots = (self.nodes.open_slots() + self.classes.open_slots() + self.inference.open_slots()
+                 + self.scheduler.open_slots())
         return [transition(s.rule, fp, s, "firing", s.firing_since, s.firing_since) for fp, s in slots]
 
     def counters(self) -> dict[str, int]:
         """Stage 1's ``late``, ``duplicates`` and ``implausible`` records, summaries, stage 2's
-        ``summaries_late``."""
+        ``summaries_late``, the scheduler stage's late and incomplete polls."""
+        sched = self.scheduler.counters() if self.scheduler.clusters() else {}
         return {**self.nodes.counters(), "summaries": self.summaries,
-                "summaries_late": self.classes.counters()["late"], **self.inference.counters()}
+                "summaries_late": self.classes.counters()["late"], **self.inference.counters(), **sched}

@@ -33,9 +33,9 @@ from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
 
-from gpuwarden.contract import DEFAULT_MAX_PAST_SKEW_S, GpuEvent, NodeSnapshot, TaskMetric, decode, encode, \
-    simulated_labels
-from gpuwarden.streams import statecodec
+from gpuwarden.contract import DEFAULT_MAX_PAST_SKEW_S, GpuEvent, JobAllocation, NodeSnapshot, TaskMetric, \
+    decode, encode, simulated_labels
+from gpuwarden.streams import allocations, statecodec
 from gpuwarden.streams.alerts import AlertSlot
 from gpuwarden.streams.arrival import ArrivalContext, announce, arrival_rules, confirm, event_fields
 from gpuwarden.streams.columns import GPU_DERIVED_COLUMNS, GPU_INDEX, GPU_MISSING, NODE_COLUMNS, TASK_COLUMNS, \
@@ -44,7 +44,7 @@ from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.evaluate import evaluate, resolve_all
 from gpuwarden.streams.metrics import GPU_DERIVED, GPU_RAW, NODE_ROW, TASK_DERIVED, TASK_ROW
 from gpuwarden.streams.nodecontext import OOM_TREND_S, NodeContext
-from gpuwarden.streams.nodestate import EVENT, METRIC, SNAPSHOT, CheckpointMemory, GpuState, NodeState, \
+from gpuwarden.streams.nodestate import ALLOC, EVENT, METRIC, SNAPSHOT, CheckpointMemory, GpuState, NodeState, \
     TaskState, keep_for
 from gpuwarden.streams.output import StageOutput
 from gpuwarden.streams.reorder import ReorderBuffer, watermark
@@ -54,10 +54,11 @@ from gpuwarden.streams.snap import Snap
 from gpuwarden.streams.summaries import CHECKPOINT_BUCKET, fold, summarise
 
 #: A record stage 1 takes, as it arrives and as its reorder buffer holds it.
-Record = NodeSnapshot | GpuEvent | TaskMetric
-Held = Snap | GpuEvent | TaskMetric
+Record = NodeSnapshot | GpuEvent | TaskMetric | JobAllocation
+Held = Snap | GpuEvent | TaskMetric | JobAllocation
 #: A record's source: its release rank among records with the same ts, and its input.
-SOURCE_OF: dict[type, int] = {NodeSnapshot: SNAPSHOT, Snap: SNAPSHOT, GpuEvent: EVENT, TaskMetric: METRIC}
+SOURCE_OF: dict[type, int] = {NodeSnapshot: SNAPSHOT, Snap: SNAPSHOT, GpuEvent: EVENT, TaskMetric: METRIC,
+                              JobAllocation: ALLOC}
 _MEM, _UTIL = GPU_INDEX.mem_used_gib, GPU_INDEX.util_gpu
 _PRESENT, _IDLE = GPU_INDEX.present, GPU_INDEX.idle_allocated
 _gpu_derived = deriver(GPU_INDEX, GPU_DERIVED_COLUMNS)
@@ -171,6 +172,7 @@ class NodeStage:
             st = self._nodes[n]
             for ent in (st, *st.gpus.values(), *st.tasks.values()):
                 out.extend((fp, s) for fp, s in ent.alerts.items() if s.firing_since is not None)
+            out.extend(allocations.open_slots(st.allocs))
         return out
 
     # ------------------------------------------------------------------ input
@@ -189,7 +191,7 @@ class NodeStage:
         st = self._nodes.get(record.node)
         if st is None:
             st = self._nodes[record.node] = NodeState(record.node, self.keep_node, self.horizon)
-        if record.simulated:
+        if source != ALLOC and record.simulated:  # an allocation (scheduler stage) carries no flag
             st.simulated = True
         seen = st.seen
         if key in seen:
@@ -200,6 +202,9 @@ class NodeStage:
             self.implausible += 1
             return out
         if ts < st.released:
+            if source == ALLOC:  # a holding, not a reading: in faust it comes through the scheduler
+                out.transitions.extend(allocations.apply(st.allocs, record, st.released))  # stage, behind
+                return out  # the node's samples (a backlog): it applies from now, not dropped
             st.late += 1
             return out
         seen[key] = ts
@@ -282,6 +287,8 @@ class NodeStage:
             self._snapshot(st, rec)
         elif type(rec) is GpuEvent:
             self._event(st, rec, out)
+        elif type(rec) is JobAllocation:
+            out.transitions.extend(allocations.apply(st.allocs, rec, ts))
         else:
             self._metric(st, rec)  # type: ignore[arg-type]
         if st.announced:
@@ -292,6 +299,7 @@ class NodeStage:
         st.has_samples = True
         st.driver_version, st.cuda_version = snap.versions
         owners = snap.owners
+        st.allocs.gpu_jobs = snap.jobs
         gpus = st.gpus
         for idx, uuid, row in snap.gpus:
             gs = gpus.get(idx)
@@ -438,6 +446,8 @@ class NodeStage:
         ctx.select(st)
         out.transitions.extend(evaluate(rules["node"], ctx, t, {"node": st.node}, _node_labels(st),
                                         st.alerts))
+        if st.allocs.jobs:
+            out.transitions.extend(allocations.evaluate(st.allocs, st.gpus, self.cfg.scheduler, t, st.simulated))
 
     def _expire(self, st: NodeState, t: float, out: StageOutput) -> None:
         if len(st.seen) > 64:  # ids of released records: a copy of one is late anyway
@@ -507,6 +517,9 @@ def _key(record: Record | Held, source: int) -> tuple:
     if source == METRIC:
         m: TaskMetric = record  # type: ignore[assignment]
         return (METRIC, m.task_id, m.kind.value, -1 if m.step is None else m.step, m.ts)
+    if source == ALLOC:
+        a: JobAllocation = record  # type: ignore[assignment]
+        return (ALLOC, a.cluster, a.job_id, a.released, a.ts)
     return (source, record.boot_id, record.seq)  # type: ignore[union-attr]
 
 

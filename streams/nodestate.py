@@ -5,6 +5,7 @@ from __future__ import annotations
 from math import ceil
 
 from gpuwarden.streams.alerts import AlertSlot
+from gpuwarden.streams.allocations import NodeAllocations
 from gpuwarden.streams.growth import Minima
 from gpuwarden.streams.reorder import ReorderBuffer
 from gpuwarden.streams.statecodec import state
@@ -14,9 +15,10 @@ from gpuwarden.streams.windows import BucketWindow, EventLog, Keep
 CKPT_TOLERANCE = 0.005
 #: ``ckpt_released`` is absent this long after the last checkpoint_end.
 CKPT_HORIZON = 1800.0
-#: Release order among records with the same ts: snapshots (``Snap``), events, task metrics.
-SNAPSHOT, EVENT, METRIC = 0, 1, 2
-SOURCES = 3
+#: Release order among records with the same ts: snapshots (``Snap``), events, task metrics,
+#: job allocations (from the scheduler stage).
+SNAPSHOT, EVENT, METRIC, ALLOC = 0, 1, 2, 3
+SOURCES = 4
 
 def keep_for(reach: dict, raw: tuple[str, ...], derived: tuple[str, ...], bucket: float,
              extra: dict | None = None) -> Keep:
@@ -156,7 +158,7 @@ class TaskState:
 class NodeState:
     __slots__ = ("node", "buffer", "arrivals", "seen", "released", "max_ts", "src_max", "bucket", "period",
                  "gpus", "tasks", "events", "win", "alerts", "driver_version", "cuda_version", "late",
-                 "duplicates", "has_samples", "evaluated", "announced", "corrected", "simulated")
+                 "duplicates", "has_samples", "evaluated", "announced", "corrected", "simulated", "allocs")
 
     def __init__(self, node: str, keep: Keep, horizon: float) -> None:
         self.node = node
@@ -165,7 +167,7 @@ class NodeState:
         self.seen: dict[tuple, float] = {}  # dedup id -> ts, for records not older than the release point
         self.released = float("-inf")
         self.max_ts = float("-inf")
-        self.src_max = [float("-inf")] * SOURCES  # newest ts per source (SNAPSHOT, EVENT, METRIC)
+        self.src_max = [float("-inf")] * SOURCES  # newest ts per source (SNAPSHOT, EVENT, METRIC, ALLOC)
         self.bucket: int | None = None
         self.period: int | None = None
         self.gpus: dict[int, GpuState] = {}
@@ -182,3 +184,4 @@ class NodeState:
         self.announced: dict[str, list] = {}  # fingerprint -> [ts, transition JSON] sent on arrival
         self.corrected = 0  # ordered firings that differed from their announcement (arrival.py)
         self.simulated = False  # its records come from the simulator: its alerts say so
+        self.allocs = NodeAllocations()  # jobs holding its GPUs (the scheduler join)

@@ -8,13 +8,16 @@ followed by progress reports to every partition (:mod:`gpuwarden.streams.progres
 (key task class) reads ``task.summaries`` and runs :class:`gpuwarden.streams.engine.ClassStage`
 for the per-class baselines, releasing a class's summaries once every stage-1 partition has
 passed them. The inference stage (key node, #20) reads ``inference.metrics`` through its own
-runner (:mod:`gpuwarden.streams.inferencewire`) and produces to ``alerts``. Each stage keeps a
+runner (:mod:`gpuwarden.streams.inferencewire`) and produces to ``alerts``. The scheduler stage
+(key cluster, :class:`gpuwarden.streams.schedstage.SchedulerStage`, its runner in
+:mod:`gpuwarden.streams.schedrunner`, #19) reads ``scheduler.jobs`` and sends job allocations on
+``scheduler.allocations`` (key node), which stage 1 reads with its other inputs. Each stage keeps a
 faust Table (compacted changelog)
 of per-key envelopes (see :mod:`gpuwarden.streams.keyed`), written for the keys that changed
 every ``engine.checkpoint_interval`` of wall time; input events are acknowledged
 (so committed by faust) only after the checkpoint that covers them is on the broker.
 
-faust is driven through its public API only: one agent over the four input topics
+faust is driven through its public API only: one agent over the input topics
 takes batches of events with ``Stream.noack_take`` (values stay raw bytes, no faust
 Record), acknowledges them with ``Stream.ack`` after their checkpoint, writes the
 tables with ``Table.send_changelog`` (awaited: the envelopes are on the broker before the
@@ -45,6 +48,7 @@ from gpuwarden.contract import (
     AlertTransition,
     ContractError,
     GpuEvent,
+    JobAllocation,
     NodeSnapshot,
     StageProgress,
     TaskMetric,
@@ -66,6 +70,8 @@ from gpuwarden.streams.progress import HEADERS as PROGRESS_HEADERS
 from gpuwarden.streams.progress import Gate, Reporter, is_progress, partition_watermark
 from gpuwarden.streams.readorder import ReadOrder
 from gpuwarden.streams.runtime import HeapTrim
+from gpuwarden.streams.schedrunner import scheduler_runner  # scheduler stage (#19)
+from gpuwarden.streams.schedstage import SchedulerStage  # scheduler stage (#19)
 from gpuwarden.streams.statewire import partition_of
 from gpuwarden.streams.telemetry import StreamMetrics
 
@@ -97,6 +103,8 @@ TAKE_WITHIN_S = 0.25
 STREAM_BUFFER = 2 * TAKE_MAX
 #: How often nodes held back by an input judged behind are judged again when nothing comes.
 IDLE_S = 1.0
+#: The scheduler stage's table (#19), key cluster.
+SCHED_TABLE = "scheduler-state"
 
 
 class NodeStageT(Protocol):
@@ -189,25 +197,30 @@ class Topology:
 
         big = {"max.message.bytes": str(MAX_RECORD_BYTES)}  # changelogs and dead-letter topics
         self.outputs: dict[str, faust.TopicT] = {
-            **{name: self._raw_topic(name) for name in (topics.alerts, topics.summaries)},
+            **{name: self._raw_topic(name) for name in (topics.alerts, topics.summaries, topics.allocations)},
             **{name: self._raw_topic(name, config=big)
                for name in (Topics.dlq(t) for t in (topics.samples, topics.events, topics.metrics,
-                                                    topics.summaries, topics.inference))},
+                                                    topics.summaries, topics.inference,
+                                                    topics.jobs, topics.allocations))},
         }
         # bytes key and value types make faust use the raw codec both ways (a ``schema`` alone
         # leaves recovery decoding JSON). A key's changelog partition is its source records'
         # (see ``_partition``; ``use_partitioner``: no current event needed).
-        self.node_table, self.class_table, self.inference_table = (
+        self.node_table, self.class_table, self.inference_table, self.sched_table = (
             app.Table(name, default=None, partitions=k.partitions, use_partitioner=True,
                       key_type=bytes, value_type=bytes, extra_topic_configs=big)
-            for name in ("node-state", "class-state", INFERENCE_TABLE))
+            for name in ("node-state", "class-state", INFERENCE_TABLE, SCHED_TABLE))
         #: Per table, the size of each key's last stored envelope (the worker's state size metric).
-        self.stored: dict[str, dict[str, int]] = {"node-state": {}, "class-state": {}, INFERENCE_TABLE: {}}
+        self.stored: dict[str, dict[str, int]] = {"node-state": {}, "class-state": {}, INFERENCE_TABLE: {},
+                                                  SCHED_TABLE: {}}
         self.declaring: asyncio.Future[Any] | None = None
         self.partitioner = DefaultPartitioner()
         self.all_partitions = list(range(k.partitions))
 
         self.ranks = {topics.samples: 0, topics.events: 1, topics.metrics: 2}
+        # scheduler stage (#19): job allocations are a stage-1 input too, but never hold a node
+        # back (they come through the scheduler stage; one behind the samples applies on arrival).
+        self.node_inputs = {*self.ranks, topics.allocations}
         self.backlog = Backlog(self.ranks)
         self.scratch = StageOutput([], [])  # one per worker: a new one per record cost ~4 % of its CPU
         self.nodes_at: defaultdict[int, set[str]] = defaultdict(set)  # partition -> nodes read from it
@@ -221,7 +234,8 @@ class Topology:
         self.booked_generation = -1
         self.kept: set[TP] = set()  # the partitions the last booking kept
         #: Per table: the events its next checkpoint covers, acknowledged once it is stored.
-        self.held: dict[str, list[EventT]] = {"node-state": [], "class-state": [], INFERENCE_TABLE: []}
+        self.held: dict[str, list[EventT]] = {"node-state": [], "class-state": [], INFERENCE_TABLE: [],
+                                              SCHED_TABLE: []}
         self.stream: StreamT | None = None
         self.lock = asyncio.Lock()  # a batch and the idle timer, one at a time
         self.generation = -1  # the generation whose first batch was logged
@@ -240,16 +254,20 @@ class Topology:
             topics.samples: Source(NodeSnapshot, _node_of, Topics.dlq(topics.samples)),
             topics.events: Source(GpuEvent, _node_of, Topics.dlq(topics.events)),
             topics.metrics: Source(TaskMetric, _node_of, Topics.dlq(topics.metrics)),
+            topics.allocations: Source(JobAllocation, _node_of, Topics.dlq(topics.allocations)),  # scheduler stage (#19)
         }, self._emit_node, self.limits, float(settings.engine.checkpoint_interval))
         self.class_runner = KeyedRunner(class_stage, {
             topics.summaries: Source(TaskSummary, _class_of, Topics.dlq(topics.summaries)),
         }, self._emit_class, self.limits, float(settings.engine.checkpoint_interval))
         self.infer_runner = inference_runner(self.inference_stage, topics, self.limits,
                                              float(settings.engine.checkpoint_interval))
-        self.runners = (self.node_runner, self.class_runner, self.infer_runner)
+        # scheduler stage (#19): key cluster, its own table; allocations go to stage 1's inputs.
+        self.sched_runner = scheduler_runner(SchedulerStage(settings.engine), topics, self.limits,
+                                             float(settings.engine.checkpoint_interval))
+        self.runners = (self.node_runner, self.class_runner, self.infer_runner, self.sched_runner)
 
         self.inputs = self._raw_topic(topics.samples, topics.events, topics.metrics, topics.summaries,
-                                      topics.inference)
+                                      topics.inference, topics.jobs, topics.allocations)
         app.agent(self.inputs, name="gpuwarden-stages")(self._consume)
         app.timer(IDLE_S)(self._idle)
         app.on_partitions_assigned.connect(self._on_assigned)
@@ -431,13 +449,14 @@ class Topology:
         if generation != self.generation:
             self.generation = generation
             log.info("generation %s: first fetch, %d records", generation, len(events))
-        ranks, summaries_topic = self.ranks, self.topics.summaries
+        summaries_topic = self.topics.summaries
         fetched: dict[TP, list[Message]] = {}
         order = self.order.batch()
         node_events: list[EventT] = []
         class_events: list[EventT] = []
         inference_events: list[EventT] = []
-        inference_topic = self.topics.inference
+        sched_events: list[EventT] = []
+        inference_topic, jobs_topic = self.topics.inference, self.topics.jobs
         for event in events:
             msg = event.message
             tp = msg.tp
@@ -452,21 +471,23 @@ class Topology:
                 recs = fetched[tp] = []
             recs.append(msg)
             (class_events if msg.topic == summaries_topic else
-             inference_events if msg.topic == inference_topic else node_events).append(event)
+             inference_events if msg.topic == inference_topic else
+             sched_events if msg.topic == jobs_topic else node_events).append(event)
         self.metrics.fetched(fetched)
         if order.gaps:
             await self._rewind(order.gaps)
         partitions: set[int] = set()
         if node_events:
-            node_lists = [recs for tp, recs in fetched.items() if tp.topic in ranks]
-            partitions = {tp.partition for tp in fetched if tp.topic in ranks}
+            node_inputs = self.node_inputs  # ranks plus scheduler.allocations (not a rank: never behind)
+            node_lists = [recs for tp, recs in fetched.items() if tp.topic in node_inputs]
+            partitions = {tp.partition for tp in fetched if tp.topic in node_inputs}
             await self._find_behind(fetched, partitions)
             merged = node_lists[0] if len(node_lists) == 1 else \
                 list(heapq.merge(*node_lists, key=attrgetter("timestamp")))
             if not await self._apply(self.node_runner, self.node_table, node_events, merged, fence,
                                      self._settle_nodes(partitions)):
                 return
-            order.applied(tp for tp in fetched if tp.topic in ranks)
+            order.applied(tp for tp in fetched if tp.topic in node_inputs)
         await self._report_others(partitions, assigned)
         if class_events:
             summaries, progress = [], []
@@ -480,6 +501,10 @@ class Topology:
             if await self._apply(self.infer_runner, self.inference_table, inference_events,
                                  [e.message for e in inference_events], fence):
                 order.applied(tp for tp in fetched if tp.topic == inference_topic)
+        if sched_events:  # scheduler stage (#19): a cluster's polls, in offset order
+            if await self._apply(self.sched_runner, self.sched_table, sched_events,
+                                 [e.message for e in sched_events], fence):
+                order.applied(tp for tp in fetched if tp.topic == jobs_topic)
         self._report_counts()
 
     async def _apply(self, runner: KeyedRunner, table: faust.Table, events: list[EventT],
@@ -647,7 +672,8 @@ class Topology:
         try:
             behind = self.backlog.behind(msg.topic, msg.partition, msg.offset, msg.key)
             self.node_stage.process(record, behind, scratch)
-            self.nodes_at[msg.partition].add(record.node)
+            if type(record) is not JobAllocation:  # scheduler stage (#19): a node known only from its
+                self.nodes_at[msg.partition].add(record.node)  # allocations makes no summaries: no progress
             return self._node_outbound(scratch)
         finally:
             scratch.transitions.clear()

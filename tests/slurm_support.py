@@ -56,6 +56,20 @@ class LocalSlurm:
                        "--wrap", wrap)
         return out.strip().split(";")[0]
 
+    def fragment(self) -> tuple[str, str, str, str]:
+        """The fragmentation case, for real: a 2-GPU job running on each node (a, b), then a 4-GPU
+        job pending for ``Resources`` (4 free in total, no node with 4) and one behind it pending
+        for ``Priority``; their ids, once a scheduling pass gave the reasons. Cancels all first."""
+        self.cancel_all()
+        a = self.sbatch("-J", "train-a", "-w", "gn1", "--gres=gpu:2")
+        b = self.sbatch("-J", "train-b", "-w", "gn2", "--gres=gpu:2")
+        self.wait_state(a, "RUNNING")
+        self.wait_state(b, "RUNNING")
+        big = self.sbatch("-J", "big", "--gres=gpu:4", wrap="sleep 60")
+        later = self.sbatch("-J", "later", "--gres=gpu:4", wrap="sleep 60")
+        time.sleep(3)  # a scheduling pass (sched_interval=2) gives the pending reasons
+        return a, b, big, later
+
     def cancel_all(self) -> None:
         """Cancel every job and wait until none is left running or pending."""
         self.run("scancel", "--user", os.environ.get("USER", "root"))

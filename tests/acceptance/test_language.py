@@ -19,6 +19,7 @@ from gpuwarden.notifiers.pipeline import Notifier
 from gpuwarden.producers.simulator import Simulator
 from gpuwarden.streams.engine import Engine
 from gpuwarden.streams.rules import DEFAULT_RULES, load_rule_file
+from gpuwarden.streams.schedtext import TEXT as SCHED_TEXT
 from gpuwarden.streams.servingrules import TEXT as SERVING_TEXT
 from tests.acceptance.platforms import Feishu
 from tests.fakes.clock import SimClock
@@ -34,12 +35,15 @@ def placeholders(template: str) -> set[str]:
 def test_every_default_rule_has_a_zh_cn_summary_and_action_with_the_same_placeholders() -> None:
     zh = catalogue("zh-CN")
     rules = load_rule_file(DEFAULT_RULES).rules
-    assert set(zh) == {rule.name for rule in rules} | set(SERVING_TEXT)
+    assert set(zh) == {rule.name for rule in rules} | set(SERVING_TEXT) | set(SCHED_TEXT)
     for name, text in SERVING_TEXT.items():  # the inference rules' built-in templates
         assert zh[name]["en"] == text.summary, name
         assert placeholders(zh[name]["summary"]) == placeholders(text.summary), name
         assert placeholders(zh[name]["action"]) == placeholders(text.action), name
         assert CJK.search(zh[name]["summary"]) and CJK.search(zh[name]["action"]), name
+    for name, (summary, _) in SCHED_TEXT.items():  # the scheduler's rules, written in code
+        assert zh[name]["en"] == summary and CJK.search(zh[name]["summary"]) and CJK.search(zh[name]["action"])
+        assert placeholders(zh[name]["summary"]) == placeholders(summary), name
     for rule in rules:
         text = zh[rule.name]
         assert text["en"] == rule.summary, rule.name  # the msgid is the default rule's own template

@@ -8,7 +8,7 @@ import re
 from rich.console import Console
 
 from gpuwarden.app.live_view import render
-from gpuwarden.producers.simulator import Simulator
+from gpuwarden.producers.simulator import Simulator, sim_node
 from gpuwarden.streams.engine import Engine
 from gpuwarden.streams.rules import load_rules
 from gpuwarden.streams.view import node_view
@@ -35,8 +35,9 @@ def frame(engine: Engine, now: float, width: int = 200, height: int = 80) -> str
 def test_a_frame_shows_each_gpu_and_task_as_the_engine_holds_them():
     engine, now = simulated(nodes=2, gpus=2, span=600)
     text = frame(engine, now)
-    views = [node_view(engine.nodes.state(n)) for n in engine.nodes.nodes()]
-    assert len(views) == 2 and all(len(v.gpus) == 2 for v in views)
+    # mixed's 2 nodes and gpus-unused's own; the scheduler's unsampled nodes hold no GPUs
+    views = [v for v in (node_view(engine.nodes.state(n)) for n in engine.nodes.nodes()) if v.gpus]
+    assert len(views) == 3 and all(len(v.gpus) == 2 for v in views)
     for v in views:
         for g in v.gpus:
             util = g.latest["util_gpu"]
@@ -61,13 +62,38 @@ def test_a_registered_pane_is_drawn(monkeypatch):
     live_view.register(live_view.Pane("Queues", lambda f: [("gpu-a", "3 waiting")], "queues",
                                       columns=("partition", "jobs")))
     engine, now = simulated(nodes=1, gpus=1, span=120)
-    text = frame(engine, now, width=120, height=40)
+    text = frame(engine, now, width=120, height=60)  # mixed fills the inference and scheduler panes too
     assert "Queues" in text and "3 waiting" in text
 
 
 def test_a_view_is_a_copy():
     engine, _ = simulated(nodes=1, gpus=1, span=120)
-    node = engine.nodes.nodes()[0]
+    node = sim_node(0)  # (the scheduler's unsampled nodes sort before it)
     view = node_view(engine.nodes.state(node))
     view.gpus[0].labels["task"] = "changed"  # type: ignore[index]
     assert node_view(engine.nodes.state(node)).gpus[0].labels.get("task") != "changed"
+
+
+def test_the_scheduler_panes_show_queues_pending_reasons_and_allocated_versus_used():
+    engine, now = simulated(nodes=2, gpus=4, span=2400)
+    text = frame(engine, now, width=220, height=120)
+    assert "Scheduler queues" in text and "Allocated vs used" in text
+    assert re.search(r"│ sim +train +1 +2 ", text), text  # fragmentation's 4-GPU job waits
+    flat = " ".join(text.replace("│", " ").split())  # the cluster notes wrap
+    assert "pending: Resources" in flat and "job t3 fragmented (tn-0: 2 free, tn-1: 2 free)" in flat
+    f = engine.scheduler.figures("sim")
+    assert f"sim: {f.gpus_allocated}/{f.gpus_total} GPUs allocated" in flat
+    # gpus-unused: erin's job holds the extra node's 4 GPUs and works on 2 (the join of stage 1)
+    assert re.search(rf"│ {sim_node(2)} +\S+ +erin +4 +2 +2,3 ", text), text
+
+
+def test_the_scheduler_panes_are_left_out_without_a_scheduler():
+    from gpuwarden.app.scheduler_view import allocation_rows, queue_rows
+
+    engine = Engine(load_rules())
+    sim = Simulator("healthy", nodes=1, gpus=1, seed=1, start_ts=T0, tick_s=5.0)
+    while sim.ts < T0 + 120:
+        for rec in sim.step():
+            engine.process(rec)
+    assert queue_rows(engine) == [] and allocation_rows(engine) == []
+    assert "Scheduler queues" not in frame(engine, sim.ts)

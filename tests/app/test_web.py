@@ -13,6 +13,8 @@ import re
 import httpx
 import pytest
 
+from gpuwarden.contract import SchedulerJob, Topics, decode
+from gpuwarden.spool import Spool
 from tests.app.web_support import REPO, TOKEN_ENV, chromium, full_page_shot, gpuwarden, shot_dir, simulated_run, web_server
 
 TOKEN = "t0ken-not-shown-anywhere"
@@ -102,7 +104,12 @@ def test_console_in_chromium(console) -> None:
         queues = d.find_elements(By.CSS_SELECTOR, "#queues tbody tr")
         assert len(queues) >= 2, [q.text for q in queues]  # a partition and the total
         total = queues[-1].text.split()
-        assert total[:2] == ["total", str(len(philly.read_text().splitlines()))] and "min" in total, total
+        # the imported jobs plus the simulated run's own (mixed simulates a Slurm cluster, "sim")
+        with Spool(tmp / "spool.db") as spool:
+            simulated = len({(j.cluster, j.job_id) for j in (decode(r.value) for r in spool.read(Topics().jobs))
+                             if isinstance(j, SchedulerJob) and j.cluster == "sim"})
+        assert simulated > 0
+        assert total[:2] == ["total", str(len(philly.read_text().splitlines()) + simulated)] and "min" in total, total
         full_page_shot(d, shots / "web-scheduler.png")
 
         # a silence made in the browser is one the CLI sees; expired in the browser, it is gone

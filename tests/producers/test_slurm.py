@@ -26,14 +26,7 @@ def _poll(slurm: LocalSlurm) -> tuple[dict[str, SchedulerJob], dict[str, NodeCap
 
 @pytest.mark.slurm
 def test_running_pending_and_fragmentation_as_slurm_shows_them(slurm: LocalSlurm) -> None:
-    slurm.cancel_all()
-    a = slurm.sbatch("-J", "train-a", "-w", "gn1", "--gres=gpu:2")
-    b = slurm.sbatch("-J", "train-b", "-w", "gn2", "--gres=gpu:2")
-    slurm.wait_state(a, "RUNNING")
-    slurm.wait_state(b, "RUNNING")
-    big = slurm.sbatch("-J", "big", "--gres=gpu:4", wrap="sleep 60")
-    later = slurm.sbatch("-J", "later", "--gres=gpu:4", wrap="sleep 60")
-    time.sleep(3)  # a scheduling pass (sched_interval=2) gives the pending reasons
+    a, b, big, later = slurm.fragment()
     got, capacity = _poll(slurm)
     assert got[a].state is JobState.RUNNING and got[a].nodes == ["gn1"] and got[a].gpu_indices == {"gn1": [0, 1]}
     assert got[a].gpus == 2 and got[a].gpu_type == "h200" and got[a].name == "train-a" and got[a].queue == "gpu"

@@ -83,7 +83,7 @@ async def test_broker_killed_under_load_loses_nothing(own_broker: OwnBroker, tmp
 
     counts = Counter(topics.for_record(r) for r in records)
     got = {t: await consume_all(bootstrap, t, expected=counts[t], timeout=60)
-           for t in (topics.samples, topics.events, topics.metrics, topics.inference)}
+           for t in (topics.samples, topics.events, topics.metrics, topics.inference, topics.jobs)}
     alert_values = await consume_all(bootstrap, topics.alerts, expected=len(expected), timeout=60)
     back = [decode(r.value) for t in got for r in got[t]]
     unique = {encode(r): r for r in back}

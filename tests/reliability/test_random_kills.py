@@ -28,7 +28,7 @@ from gpuwarden.streams.engine import Engine, StageOutput
 from gpuwarden.streams.nodestage import NodeStage
 from gpuwarden.streams.topology import app_id
 from tests.kafka_support import create_topic
-from tests.streams_kafka.records import settings_for, transition_ids
+from tests.streams_kafka.records import BACKLOG_TIMED, settings_for, transition_ids
 from tests.streams_kafka.test_failover import CHUNK_S
 from tests.streams_kafka.workers import Worker, group_members, read_summaries, read_to_end, wait_for, write_config
 
@@ -89,7 +89,7 @@ async def test_random_kills_lose_no_transition_of_either_stage(
                     onset_s=900.0)
     records = list(sim.run(SPAN_S))
     engine = Engine(config=settings.engine)
-    expected = set(transition_ids([encode(t) for t in engine.process_many(records)]))
+    expected = set(transition_ids([encode(t) for t in engine.process_many(records)], BACKLOG_TIMED))
     stage1 = StageOutput([], [])
     node_stage = NodeStage(engine.rules, settings.engine)
     for r in records:
@@ -117,7 +117,8 @@ async def test_random_kills_lose_no_transition_of_either_stage(
         return await group_members(kafka_bootstrap, app_id(settings)) == 2
 
     async def alerts() -> list[tuple[str, str, float]]:
-        return transition_ids([r.value for r in await read_to_end(kafka_bootstrap, topics.alerts, PARTITIONS)])
+        return transition_ids([r.value for r in await read_to_end(kafka_bootstrap, topics.alerts, PARTITIONS)],
+                              BACKLOG_TIMED)
 
     async def summaries() -> set[bytes]:
         return {encode(s) for s in await read_summaries(kafka_bootstrap, topics.summaries, PARTITIONS)}

@@ -8,8 +8,9 @@ task summaries (their stats read most window columns), the counters and a digest
 1's state at the halfway dump. ``tests/streams/test_golden.py`` compares the lines with
 ``tests/fixtures/engine_golden.jsonl``: transitions, summaries and counters as the engine gave
 them when last re-recorded (issue #18: median deviation, growth-based memory-leak, SDK checkpoint
-buckets out of util summaries, resolve figures), the state digest of state format 7. A change
-meant to alter them re-records it:
+buckets out of util summaries, resolve figures; the scheduler scenarios, and mixed, which holds
+them, since their stage: session 9), the state digest of state format 9. A change meant to alter
+them re-records it:
 
     .venv/bin/python tests/streams/golden.py > tests/fixtures/engine_golden.jsonl
 
@@ -19,15 +20,18 @@ meant to alter them re-records it:
 from __future__ import annotations
 
 import hashlib
+import heapq
 import random
 import sys
 from collections.abc import Callable, Iterator
 
-from gpuwarden.contract import InferenceMetrics, encode
+from gpuwarden.contract import InferenceMetrics, NodeCapacity, SchedulerJob, SchedulerPoll, encode
 from gpuwarden.producers.servingsim import MAX_BATCH, SERVICES, SLO
-from gpuwarden.producers.simulator import SCENARIOS, Simulator
+from gpuwarden.producers.simulator import SCENARIOS, Simulator, sim_node
 from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.engine import Engine
+
+SCHEDULER = (SchedulerJob, NodeCapacity, SchedulerPoll)
 
 START = 1_700_000_000.0
 SPAN_S = 90 * 60.0
@@ -36,19 +40,35 @@ TICK_S = 5.0
 
 def _delivery(records: list, seed: str) -> list:
     """The records delayed by 0-20 s each (under the 30 s lateness), every 40th sent twice."""
+    return [r for _, _, r in _timed(records, seed)]
+
+
+def _timed(records: list, seed: str) -> list[tuple[float, int, object]]:
+    """``_delivery``'s records with their delivery times, in delivery order."""
     rng = random.Random(seed)
     keyed = [(r.ts + 5.0 * rng.randrange(5), n, r) for n, r in enumerate(records)]
     keyed += [(ts + 10.0, n, r) for ts, n, r in keyed[::40]]
-    return [r for _, _, r in sorted(keyed, key=lambda k: (k[0], k[1]))]
+    return sorted(keyed, key=lambda k: (k[0], k[1]))
 
 
 def _feed(engine: Engine, records: list, summary: Callable[[bytes], object], flush: bool = False) -> list[str]:
     """What ``Engine.process`` does per record, with stage 1's summaries hashed on the way
-    (inference records go to the inference stage)."""
+    (inference records go to the inference stage; a scheduler record goes to the scheduler stage,
+    its job allocations to stage 1)."""
     lines = []
     for r in records:
         if isinstance(r, InferenceMetrics):
             lines += [encode(t).decode() for t in engine.inference.process(r)]
+            continue
+        if isinstance(r, SCHEDULER):
+            trs, allocs = engine.scheduler.process(r)
+            lines += [encode(t).decode() for t in trs]
+            for a in allocs:
+                o = engine.nodes.process(a)
+                lines += [encode(t).decode() for t in o.transitions]
+                for s in o.summaries:
+                    summary(encode(s))
+                    lines += [encode(t).decode() for t in engine.classes.process(s)]
             continue
         o = engine.nodes.process(r)
         lines += [encode(t).decode() for t in o.transitions]
@@ -71,8 +91,15 @@ def scenario_lines(scenario: str, *, span_s: float = SPAN_S, nodes: int = 2, gpu
     """One line per transition of ``scenario``, then digests and counters."""
     sim = Simulator(scenario, nodes=nodes, gpus=gpus, seed=1, start_ts=START, tick_s=TICK_S)
     produced = list(sim.run(span_s))
-    # stage 1's inputs delivered as before the inference stage, its records on their own
-    node_records = _delivery([r for r in produced if not isinstance(r, InferenceMetrics)], scenario)
+    # stage 1's inputs delivered as before the inference and scheduler stages, their records on
+    # their own; the scheduler's merged with stage 1's by delivery time (its allocations join them)
+    # (so is the gpus-unused scenario's extra node, so that adding it to mixed changed nothing else)
+    fleet = {sim_node(n) for n in range(nodes)}
+    inputs = [r for r in produced if not isinstance(r, (InferenceMetrics, *SCHEDULER))]
+    node = _timed([r for r in inputs if r.node in fleet], scenario)
+    extra = _timed([r for r in inputs if r.node not in fleet], scenario + "/extra node")
+    sched = _timed([r for r in produced if isinstance(r, SCHEDULER)], scenario + "/scheduler")
+    node_records = [r for _, _, r in heapq.merge(node, extra, sched, key=lambda k: k[0])]
     inference = _delivery([r for r in produced if isinstance(r, InferenceMetrics)], scenario + "/inference")
     config = EngineConfig.model_validate({"observation_period": 1200.0, "slo": {s: SLO for s in SERVICES.values()},
                                           "serving": {s: {"max_batch": MAX_BATCH[s]} for s in SERVICES.values()}})

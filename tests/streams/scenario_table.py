@@ -47,7 +47,16 @@ CASES: list[tuple[str, str, str, float, str, tuple[str, ...], dict]] = [
     ("xid-node-repeat", "xid-hardware", "critical", 30, "10m", (), {}),
     ("driver-error", "driver-error", "critical", 30, "10m", (), {}),
     ("driver-error", "gpu-lost", "critical", 120, "10m", (), {}),
+    # The scheduler stage's coded rules (docs/scheduler.md), on the simulated cluster's polls.
+    ("queue-buildup", "scheduler-wait-above-baseline", "attention", 3900, "75m", (), {}),
+    ("fragmentation", "scheduler-fragmentation", "attention", 660, "15m", (), {}),
+    ("preemption-storm", "scheduler-requeued", "info", 660, "25m", (), {}),
+    ("preemption-storm", "scheduler-requeued-repeatedly", "attention", 1260, "25m", (), {}),
+    ("gpus-unused", "job-gpus-unused", "attention", 1900, "40m", (), {}),
 ]
+#: Rules written in code, not in the rule pack (their cases are above).
+CODED_RULES = {"scheduler-wait-above-baseline", "scheduler-fragmentation", "scheduler-requeued",
+               "scheduler-requeued-repeatedly", "job-gpus-unused"}
 
 
 def expected_rules() -> dict[str, set[str]]:

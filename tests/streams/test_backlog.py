@@ -13,7 +13,7 @@ import heapq
 from functools import cache
 from typing import Any
 
-from gpuwarden.contract import GpuEvent, InferenceMetrics, NodeSnapshot, TaskMetric, encode
+from gpuwarden.contract import GpuEvent, NodeSnapshot, TaskMetric, encode
 from gpuwarden.producers.simulator import Simulator
 from gpuwarden.streams.backlog import Backlog
 from gpuwarden.streams.config import EngineConfig
@@ -33,7 +33,7 @@ def _records(events_of: str | None = None) -> tuple[Any, ...]:
     """2 h of two nodes (faults from 15 min); with ``events_of``, only that node's GPU events.
     Stage 1's inputs only (the inference stage has its own)."""
     sim = Simulator("mixed", nodes=2, gpus=4, seed=3, start_ts=T0, tick_s=10.0, onset_s=900.0)
-    return tuple(r for r in sim.run(7200) if not isinstance(r, InferenceMetrics)
+    return tuple(r for r in sim.run(7200) if type(r) in TOPICS  # not the inference or scheduler records
                  and (events_of is None or not isinstance(r, GpuEvent) or r.node == events_of))
 
 

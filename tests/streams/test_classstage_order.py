@@ -89,10 +89,13 @@ def _run(sums: list[TaskSummary] | tuple[TaskSummary, ...], lateness: float,
     return out, stage
 
 
-def _bytes(transitions: list[AlertTransition]) -> list[bytes]:
-    """Each class's transitions in its order: classes are keys of their own (faust partitions), so
-    two classes' transitions of one instant may come in either order."""
-    return [encode(t) for t in sorted(transitions, key=lambda t: t.labels.get("task_class", ""))]
+def _bytes(transitions: list[AlertTransition]) -> dict[str, list[bytes]]:
+    """Per task class, in order: a class's order is what stage 2 defines (classes release
+    independently; mixed's gpus-unused node runs a class of its own that no lag holds back)."""
+    out: dict[str, list[bytes]] = {}
+    for t in transitions:
+        out.setdefault(t.labels.get("task_class", t.labels.get("task", "")), []).append(encode(t))
+    return out
 
 
 def _stage2_rules() -> set[str]:

@@ -114,7 +114,7 @@ def test_every_alert_has_evidence_labels_and_action() -> None:
     assert firing
     for t in firing:
         assert t.action and t.summary and "?" not in t.summary, t
-        assert "node" in t.labels or (t.rule == "version-skew" and "task" in t.labels), t
+        assert "node" in t.labels or "cluster" in t.labels or (t.rule == "version-skew" and "task" in t.labels), t
         ev = t.evidence
         assert ev.values or ev.count or ev.note, t
         assert ev.held_for_s is not None

@@ -1,0 +1,74 @@
+"""The scheduler stage in cluster mode, on real Kafka with a `gpuwarden streams` worker: polls on
+``scheduler.jobs`` give the fragmentation alert, their allocations reach stage 1 over
+``scheduler.allocations`` and, joined with the node's samples, the allocated-but-idle alert; a
+malformed scheduler record lands in ``scheduler.jobs.dlq`` with its reason."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuwarden.contract import JobState as S, Topics, encode
+from tests.kafka_support import consume_all, create_topic, produce
+from tests.streams.sched_records import CLUSTER, job, node, poll, samples
+from tests.streams_kafka.records import T0, keyed, settings_for
+from tests.streams_kafka.workers import read_to_end, wait_for, workers, write_config
+
+pytestmark = pytest.mark.kafka
+
+
+async def test_scheduler_polls_give_alerts_through_both_stages_and_bad_records_a_dead_letter(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    settings = settings_for(kafka_bootstrap, partitions=2, scheduler={"fragmentation_for": "60s",
+                                                                      "unused_for": "120s"})
+    topics = Topics(settings.kafka.topic_prefix)
+    for t in (topics.samples, topics.events, topics.metrics, topics.summaries, topics.jobs, topics.allocations):
+        await create_topic(kafka_bootstrap, t, partitions=2)
+    polls, snaps = [], []
+    for k in range(0, 600, 5):
+        ts = T0 + k
+        snaps.append(samples("node-00", ts, k, {0: 90.0, 1: 80.0}, "77"))
+        if k % 30 == 0:
+            polls += poll(ts, [job("77", S.RUNNING, ts, gpus=8, start=T0 - 5, alloc={"node-00": list(range(8))}),
+                               job("1", S.RUNNING, ts, gpus=2, start=T0 - 5, alloc={"gn1": [0, 1]}),
+                               job("2", S.RUNNING, ts, gpus=2, start=T0 - 5, alloc={"gn2": [0, 1]}),
+                               job("3", S.PENDING, ts, gpus=4, submit=T0, reason="Resources")],
+                          [node("node-00", ts, 8, 8), node("gn1", ts, 4, 2), node("gn2", ts, 4, 2)])
+    bad = json.loads(encode(polls[0]))
+    bad["gpu_indices"] = {"node-00": ["zero"]}
+    config = write_config(tmp_path / "gpuwarden.yaml", settings)
+    with workers(config, tmp_path, "w1") as (w1,):
+        await produce(kafka_bootstrap, topics.jobs, [(CLUSTER.encode(), json.dumps(bad).encode())] + keyed(polls))
+        dlq = await consume_all(kafka_bootstrap, Topics.dlq(topics.jobs), expected=1, timeout=90)
+
+        async def allocated() -> bool:
+            return bool(await read_to_end(kafka_bootstrap, topics.allocations, 2))
+
+        # As live: the scheduler's allocation reaches stage 1 before the node's later samples (one
+        # that comes after them, from a backlog, applies from its arrival: docs/scheduler.md).
+        await wait_for(allocated, 60, "the job allocations")
+        await produce(kafka_bootstrap, topics.samples, keyed(snaps))
+
+        seen: set[str] = set()
+
+        async def alerted() -> bool:
+            seen.update(json.loads(r.value)["rule"] for r in await read_to_end(kafka_bootstrap, topics.alerts, 2))
+            return {"scheduler-fragmentation", "job-gpus-unused"} <= seen
+
+        try:
+            await wait_for(alerted, 90, "the scheduler alerts")
+        except TimeoutError as e:
+            raise AssertionError(f"{e}; alerts seen: {sorted(seen)}\n{w1.tail()}") from None
+        assert w1.alive(), w1.tail()
+    letter = json.loads(dlq[0].value)
+    assert letter["topic"] == topics.jobs and "gpu_indices" in letter["error"]
+    alerts = [json.loads(r.value) for r in await read_to_end(kafka_bootstrap, topics.alerts, 2)]
+    unused = next(a for a in alerts if a["rule"] == "job-gpus-unused")
+    assert unused["labels"]["job"] == "77" and unused["evidence"]["values"] == {"allocated": 8.0, "busy": 2.0,
+                                                                                "idle": 6.0}
+    frag = next(a for a in alerts if a["rule"] == "scheduler-fragmentation")
+    assert frag["labels"]["job"] == "3" and frag["evidence"]["note"] == "gn1: 2 free, gn2: 2 free"
+    allocs = await read_to_end(kafka_bootstrap, topics.allocations, 2)
+    assert {r.key for r in allocs} == {b"node-00", b"gn1", b"gn2"}
