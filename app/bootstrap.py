@@ -107,15 +107,9 @@ def cmd_bootstrap(args: argparse.Namespace, settings: Settings) -> int:
             print("gpuwarden baseline bootstrap: this spool already holds live engine state (baselines "
                   "learned live); --replace drops it for the bootstrapped one", file=sys.stderr)
             return 2
-        try:
-            sums = _summaries(args, settings, engine, since, until)
-        except PrometheusError as e:
-            print(f"gpuwarden baseline bootstrap: {e}", file=sys.stderr)
-            return 1
-        except ReplayError as e:
-            print(f"gpuwarden baseline bootstrap: {e}", file=sys.stderr)
-            return 2
-        _learn(engine, sums)
+        sums = _learned(args, settings, engine, since, until)
+        if isinstance(sums, int):
+            return sums
         runner = Runner(engine, spool, Topics(settings.kafka.topic_prefix), json_out=None, record=None,
                         notifier=None, state_key=LIVE_STATE)
         runner.now = max((s.ts for s in sums), default=since or 0.0)
@@ -125,12 +119,10 @@ def cmd_bootstrap(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _bootstrap_kafka(args: argparse.Namespace, settings: Settings, engine: Engine, since: float | None,
-                     until: float) -> int:
-    """``--to-kafka``: the classes' envelopes onto the stream workers' class-state changelog
-    (the spool is not written: a cluster's workers restore from the changelog only)."""
-    from gpuwarden.kafka import KafkaConnectError
-
+def _learned(args: argparse.Namespace, settings: Settings, engine: Engine, since: float | None,
+             until: float) -> list[TaskSummary] | int:
+    """The history's task summaries, learned by the engine's class stage; or the exit code when
+    the history cannot be read (1: Prometheus away or refusing, 2: a bad file or spool)."""
     try:
         sums = _summaries(args, settings, engine, since, until)
     except PrometheusError as e:
@@ -140,6 +132,18 @@ def _bootstrap_kafka(args: argparse.Namespace, settings: Settings, engine: Engin
         print(f"gpuwarden baseline bootstrap: {e}", file=sys.stderr)
         return 2
     _learn(engine, sums)
+    return sums
+
+
+def _bootstrap_kafka(args: argparse.Namespace, settings: Settings, engine: Engine, since: float | None,
+                     until: float) -> int:
+    """``--to-kafka``: the classes' envelopes onto the stream workers' class-state changelog
+    (the spool is not written: a cluster's workers restore from the changelog only)."""
+    from gpuwarden.kafka import KafkaConnectError
+
+    sums = _learned(args, settings, engine, since, until)
+    if isinstance(sums, int):
+        return sums
     sys.stdout.write(_report(engine, sums, float(settings.engine.summary_interval)))
     classes = sorted({s.task for s in sums})
     if not classes:
