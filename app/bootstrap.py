@@ -95,8 +95,7 @@ def cmd_bootstrap(args: argparse.Namespace, settings: Settings) -> int:
         rules = load_rules(settings.engine.rules)
         since, until = time_range(args.since, args.until, time.time())
     except (RulesError, ReplayError) as e:
-        print(f"gpuwarden baseline bootstrap: {e}", file=sys.stderr)
-        return 2
+        return _failed(e, 2)
     until = until or time.time()
     engine = Engine(rules, settings.engine, settings.limits.max_past_skew)
     interval = float(settings.engine.summary_interval)
@@ -119,6 +118,12 @@ def cmd_bootstrap(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _failed(error: Exception, code: int) -> int:
+    """Say why the bootstrap stops (the error names the source and the problem) and give its exit code."""
+    print(f"gpuwarden baseline bootstrap: {error}", file=sys.stderr)
+    return code
+
+
 def _learned(args: argparse.Namespace, settings: Settings, engine: Engine, since: float | None,
              until: float) -> list[TaskSummary] | int:
     """The history's task summaries, learned by the engine's class stage; or the exit code when
@@ -126,11 +131,9 @@ def _learned(args: argparse.Namespace, settings: Settings, engine: Engine, since
     try:
         sums = _summaries(args, settings, engine, since, until)
     except PrometheusError as e:
-        print(f"gpuwarden baseline bootstrap: {e}", file=sys.stderr)
-        return 1
+        return _failed(e, 1)
     except ReplayError as e:
-        print(f"gpuwarden baseline bootstrap: {e}", file=sys.stderr)
-        return 2
+        return _failed(e, 2)
     _learn(engine, sums)
     return sums
 
@@ -153,11 +156,9 @@ def _bootstrap_kafka(args: argparse.Namespace, settings: Settings, engine: Engin
     try:
         lines = asyncio.run(write_classes(settings, engine.classes, classes, replace=args.replace))
     except ClassLogError as e:
-        print(f"gpuwarden baseline bootstrap: {e}", file=sys.stderr)
-        return 2
+        return _failed(e, 2)
     except KafkaConnectError as e:
-        print(f"gpuwarden baseline bootstrap: {e}", file=sys.stderr)
-        return 1
+        return _failed(e, 1)
     sys.stdout.write("".join(f"{line}\n" for line in lines))
     return 0
 
