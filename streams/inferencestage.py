@@ -32,7 +32,7 @@ from gpuwarden.streams.reorder import ReorderBuffer
 from gpuwarden.streams.servicewindow import MINUTE_S, ServiceWindow
 from gpuwarden.streams.servingrules import MIN_RESTART_OBS, RESTART_BASE_S, TEXT, Restart, Verdict, batch_full, \
     burn_verdicts, failures, kv_knee, preemptions, restart_verdicts, tail_verdicts
-from gpuwarden.streams.slo import budget_remaining, error_events, latency_events
+from gpuwarden.streams.slo import DEFAULT_ALERTS, budget_remaining, burn_rate, error_events, latency_events
 
 RECENT_IDS = 1024  # (boot_id, seq) remembered per node to drop duplicates
 
@@ -78,6 +78,22 @@ class NodeServing:
         self.released = float("-inf")
         self.recent: deque = deque(maxlen=RECENT_IDS)
         self.services: dict[str, ServiceState] = {}
+
+
+@dataclass(frozen=True)
+class SloStatus:
+    """One objective of one service on one node at its last closed minute: the budget left
+    (1 untouched, below 0 overspent) and the burn rate over each window the burn alerts use."""
+
+    node: str
+    service: str
+    sli: str
+    budget_remaining: float
+    burn: dict[float, float]  # window (s) -> burn rate
+
+
+#: The windows of the burn alerts' pairs (long and short), in seconds.
+BURN_WINDOWS = tuple(sorted({s for a in DEFAULT_ALERTS for s in (a.long_s, a.short_s)}))
 
 
 @dataclass(frozen=True)
@@ -271,6 +287,23 @@ class InferenceStage:
         return out
 
     # ------------------------------------------------------------------ views
+
+    def slo_status(self) -> list[SloStatus]:
+        """Every objective of every service with an SLO, as the burn rules see it (the worker's
+        metrics read it)."""
+        out = []
+        for node in self.nodes():
+            for name, st in sorted(self._nodes[node].services.items()):
+                slo = self.cfg.slo.get(name)
+                if slo is None or st.open_minute is None:
+                    continue
+                now, win, window = st.open_minute, st.window, float(slo.window)
+                seen = min(window, now - (win.first_ts or now)) / window
+                for key, budget in sorted(slo.budgets().items()):
+                    left = budget_remaining(win.events(key, now - window, now), budget, seen)
+                    burn = {w: burn_rate(win.events(key, now - w, now), budget) for w in BURN_WINDOWS}
+                    out.append(SloStatus(node, name, key, left, burn))
+        return out
 
     def views(self) -> list[ServiceView]:
         """Each service's last closed hour as the live view shows it."""
