@@ -88,7 +88,7 @@ class SchedulerMetrics:
                 started = True
             if before is not None:
                 requeued.inc(max(0, j.restarts - before[1]))
-                preempted.inc(j.state is JobState.PREEMPTED and before[0] is not JobState.PREEMPTED)
+                preempted.inc(int(j.state is JobState.PREEMPTED and before[0] is not JobState.PREEMPTED))
             seen[j.job_id] = (j.state, j.restarts, started and j.state is not JobState.PENDING)
         self._jobs = seen
 
