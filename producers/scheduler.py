@@ -134,7 +134,6 @@ async def _collect(args: argparse.Namespace, settings: SchedulerSettings) -> int
         print(f"gpuwarden scheduler: cannot configure the {'Kubernetes' if args.kubernetes else 'Slurm'} "
               f"client: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_FAIL
-    sink = Sink(args.output, settings)
     metrics = None
     if args.metrics_port or cfg.metrics_port:
         from gpuwarden.exposition import serve_from
@@ -144,9 +143,10 @@ async def _collect(args: argparse.Namespace, settings: SchedulerSettings) -> int
         try:
             serve_from(metrics.registry, cfg, args.metrics_port)
         except OSError as e:
-            print(f"gpuwarden scheduler: cannot serve metrics on port {args.metrics_port or cfg.metrics_port}: "
-                  f"{e.strerror or e}", file=sys.stderr)
+            print(f"gpuwarden scheduler: cannot serve /metrics on {cfg.metrics_bind}:"
+                  f"{args.metrics_port or cfg.metrics_port}: {e.strerror or e}", file=sys.stderr)
             return EXIT_FAIL
+    sink = Sink(args.output, settings)
     collector = Collector(source, args.cluster or cfg.cluster, kind, sink.put, interval_s=cfg.interval,
                           max_backoff_s=cfg.max_backoff, polled=metrics.polled if metrics else None)
     stop = asyncio.Event()

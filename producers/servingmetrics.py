@@ -112,18 +112,13 @@ class ServingSeries(Collector):
             if n in OUTCOMES.values():
                 requests.add_metric((*key, n), v)
         yield requests
-        for name, (series, doc) in COUNTERS.items():
-            fam = CounterMetricFamily(series, doc, labels=LABELS)
-            for (n, key), v in sorted(counters.items()):
-                if n == name:
-                    fam.add_metric(key, v)
-            yield fam
-        for name, (series, doc) in GAUGES.items():
-            gauge = GaugeMetricFamily(series, doc, labels=LABELS)
-            for (n, key), v in sorted(gauges.items()):
-                if n == name:
-                    gauge.add_metric(key, v)
-            yield gauge
+        for table, values, kind in ((COUNTERS, counters, CounterMetricFamily), (GAUGES, gauges, GaugeMetricFamily)):
+            for name, (series, doc) in table.items():
+                fam = kind(series, doc, labels=LABELS)
+                for (n, key), v in sorted(values.items()):
+                    if n == name:
+                        fam.add_metric(key, v)
+                yield fam
         services = GaugeMetricFamily("gpuwarden_inference_service_info", "a scraped service (1): the GPUs its "
                                      "process and children hold and its pid", labels=(*LABELS, "gpus", "pid"))
         for key, (gpus, pid) in sorted(info.items()):

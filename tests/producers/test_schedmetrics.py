@@ -4,6 +4,10 @@ scheduler did not answer (tests/integration/test_prometheus_stack.py has a real 
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from gpuwarden.contract import JobState, NodeCapacity, SchedulerJob
@@ -79,3 +83,16 @@ async def test_each_answered_poll_rebuilds_the_queue_and_counts_what_changed_sin
     assert v("gpuwarden_scheduler_node_gpus", {"cluster": "c1", "node": "gn2", "state": "total"}) is None
     assert v("gpuwarden_scheduler_polls_total", {"cluster": "c1", "outcome": "ok"}) == 2
     assert v("gpuwarden_scheduler_poll_duration_seconds_count", {"cluster": "c1"}) == 3
+
+
+def test_a_metrics_port_taken_is_said_at_start_before_any_poll(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "gpuwarden.app.cli", "scheduler", "--slurm", "--output",
+                              str(tmp_path / "jobs.jsonl"), "--metrics-port", str(port), "--polls", "1"],
+                             capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out.stderr
+    assert f"gpuwarden scheduler: cannot serve /metrics on 127.0.0.1:{port}: Address already in use" in out.stderr
+    assert not (tmp_path / "jobs.jsonl").exists()
