@@ -1,11 +1,12 @@
 """PyTorch Lightning → the task SDK: ``Trainer(callbacks=[GpuwardenCallback()])``.
 
-A step is one training batch: from the previous batch's end to this one's, less the validation
-and checkpoint time between them; its data wait is the part before ``on_train_batch_start``
-(fetching the batch and moving it to the device). A checkpoint runs from ``on_save_checkpoint``
-(the state being gathered) to the strategy's writer returning; ranks and strategies that do not
-write through ``strategy.checkpoint_io`` (ranks other than 0, DeepSpeed) end it at the next hook,
-an upper bound. Times are the host's clock, without a device synchronisation (one per step would
+A step is one training batch, its data wait and its compute. The loop fetches the next batch (and
+moves it to the device) last before ``on_train_batch_start``, after any validation and checkpoint,
+so the data wait runs from the last of the previous batch's end, a validation's end and a
+checkpoint's end, to ``on_train_batch_start``. A checkpoint runs from ``on_save_checkpoint``
+(Lightning calls it once the state is gathered, just before the write: there is no earlier hook)
+to the strategy's writer returning; ranks and strategies that do not write through
+``strategy.checkpoint_io`` (ranks other than 0, DeepSpeed) end it at the next hook, an upper bound. Times are the host's clock, without a device synchronisation (one per step would
 slow training). Imports Lightning and ``gpuwarden.sdk`` only.
 """
 
@@ -54,12 +55,12 @@ class GpuwardenCallback(Callback):
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._training = True
         self._model = (self.params or parameters(pl_module), *shape_of(pl_module))
-        self._mark, self._excluded = time.perf_counter(), 0.0
+        self._mark = self._busy_until = time.perf_counter()
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         self._written()  # a checkpoint not written through checkpoint_io ends here at the latest
         now = time.perf_counter()
-        self._wait, self._begin = max(0.0, now - self._mark - self._excluded), now
+        self._wait, self._begin = now - max(self._mark, self._busy_until), now
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
@@ -72,23 +73,18 @@ class GpuwardenCallback(Callback):
                             seq_len=self.seq_len or (tokens // samples if tokens and samples else None))
         self.reporter.step(trainer.global_step, self._wait + now - self._begin, self._wait,
                            samples=samples and samples * world, tokens=tokens and tokens * world)
-        self._mark, self._excluded = now, 0.0
-
-    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._validation_start = time.perf_counter()
+        self._mark = now
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if self._training:
-            self._excluded += time.perf_counter() - self._validation_start
+        self._busy_until = time.perf_counter()
 
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
         if self._training:
-            self._checkpoint_start = time.perf_counter()
             self.reporter.checkpoint_begin()
 
     def _written(self) -> None:
         if self._training and self.reporter.checkpoint_end():
-            self._excluded += time.perf_counter() - self._checkpoint_start
+            self._busy_until = time.perf_counter()
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._training = False
