@@ -35,14 +35,14 @@ class GpuwardenCallback(Callback):
     def __init__(self, task: str | None = None, task_id: str | None = None, *, tokens: BatchCount | None = None,
                  samples: BatchCount | None = None, seq_len: int | None = None, params: int | None = None,
                  throughput_every_s: float = 10.0, socket_path: str | None = None) -> None:
-        self.task = Task(task, task_id, socket_path)
         self.tokens, self.samples, self.seq_len, self.params = tokens, samples or first_dimension, seq_len, params
-        self.throughput_every_s = throughput_every_s
+        # made here so that an exception before setup (another callback's, the data module's) is an exit too
+        self.reporter = Reporter(Task(task, task_id, socket_path), throughput_every_s=throughput_every_s, main=True)
         self._io: _TimedCheckpointIO | None = None
         self._training = False
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        self.reporter = Reporter(self.task, throughput_every_s=self.throughput_every_s, main=trainer.is_global_zero)
+        self.reporter.main = trainer.is_global_zero
         if stage == "fit":
             self._io = _TimedCheckpointIO(trainer.strategy.checkpoint_io, self._written)
             trainer.strategy.checkpoint_io = self._io
@@ -54,6 +54,7 @@ class GpuwardenCallback(Callback):
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._training = True
+        self.reporter.flush()  # nothing trained yet: the first throughput window starts here
         self._model = (self.params or parameters(pl_module), *shape_of(pl_module))
         self._mark = self._busy_until = time.perf_counter()
 

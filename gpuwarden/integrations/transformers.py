@@ -34,13 +34,13 @@ class GpuwardenCallback(TrainerCallback):
 
     def __init__(self, task: str | None = None, task_id: str | None = None, *, params: int | None = None,
                  throughput_every_s: float = 10.0, socket_path: str | None = None) -> None:
-        self.task = Task(task, task_id, socket_path)
-        self.params, self.throughput_every_s = params, throughput_every_s
+        self.params = params
+        self.reporter = Reporter(Task(task, task_id, socket_path), throughput_every_s=throughput_every_s, main=True)
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        model: Any = None, **kwargs: Any) -> None:
-        self.reporter = Reporter(self.task, throughput_every_s=self.throughput_every_s,
-                                 main=state.is_world_process_zero)
+        self.reporter.main = state.is_world_process_zero
+        self.reporter.flush()  # nothing trained yet: the first throughput window starts here
         self._model = (self.params or parameters(model), *shape_of(model))
         self._tokens_seen = state.num_input_tokens_seen
         self._mark = time.perf_counter()

@@ -58,7 +58,8 @@ def main(out: str) -> None:
         trainer(bad, f"{out}/bad").fit(Tiny(fail_at=1), DataLoader(Slow(), batch_size=BATCH))
     except RuntimeError:
         pass
-    print(json.dumps({"dropped": ok.task.dropped + bad.task.dropped, "params": sum(p.numel() for p in Tiny().parameters())}))
+    dropped = ok.reporter.task.dropped + bad.reporter.task.dropped
+    print(json.dumps({"dropped": dropped, "params": sum(p.numel() for p in Tiny().parameters())}))
 
 
 if __name__ == "__main__":

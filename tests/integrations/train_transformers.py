@@ -47,7 +47,7 @@ def main(out: str) -> None:
                         bos_token_id=0, eos_token_id=0)
     ok, model = GpuwardenCallback(throughput_every_s=0.05), GPT2LMHeadModel(config)
     Trainer(model=model, args=args(f"{out}/ok"), train_dataset=Slow(), callbacks=[ok]).train()
-    print(json.dumps({"dropped": ok.task.dropped, "params": sum(p.numel() for p in model.parameters())}), flush=True)
+    print(json.dumps({"dropped": ok.reporter.task.dropped, "params": sum(p.numel() for p in model.parameters())}), flush=True)
     bad = GpuwardenCallback(task_id="transformers-fails")
     # accelerate's loader fetches one batch ahead: the third batch is fetched in the second step
     Trainer(model=GPT2LMHeadModel(config), args=args(f"{out}/bad"), train_dataset=Slow(fail_at_item=2 * BATCH + 1),
