@@ -35,6 +35,8 @@ class Allocation:
         self.job_id = rec.job_id
         self.labels = {k: v for k, v in (("cluster", rec.cluster), ("job", rec.job_id), ("node", rec.node),
                                           ("user", rec.user), ("queue", rec.queue), ("project", rec.account)) if v}
+        if rec.simulated:  # the scheduler's records come from the simulator
+            self.labels = simulated_labels(self.labels)
         self.gpus, self.count, self.since = list(rec.gpus), rec.count, rec.ts
         self.busy: list[int] = []
         self.idle: list[int] = []

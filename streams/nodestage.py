@@ -191,7 +191,7 @@ class NodeStage:
         st = self._nodes.get(record.node)
         if st is None:
             st = self._nodes[record.node] = NodeState(record.node, self.keep_node, self.horizon)
-        if source != ALLOC and record.simulated:  # an allocation (scheduler stage) carries no flag
+        if source != ALLOC and record.simulated:  # an allocation's flag marks its job's labels (allocations.py)
             st.simulated = True
         seen = st.seen
         if key in seen:

@@ -23,7 +23,7 @@ from collections import deque
 from typing import Any
 
 from gpuwarden.contract import SCHEDULER_RECORDS, AlertTransition, JobAllocation, JobState, NodeCapacity, \
-    SchedulerJob, SchedulerPoll, decode, encode
+    SchedulerJob, SchedulerPoll, decode, encode, simulated_labels
 from gpuwarden.streams import statecodec
 from gpuwarden.streams.alerts import AlertSlot
 from gpuwarden.streams.baseline import median, median_mad
@@ -145,10 +145,12 @@ def add(poll: OpenPoll, record: SchedulerJob | NodeCapacity | SchedulerPoll) -> 
 
 @state
 class ClusterState:
-    __slots__ = ("cluster", "closed", "open", "jobs", "ended", "classes", "figures", "late", "incomplete")
+    __slots__ = ("cluster", "simulated", "closed", "open", "jobs", "ended", "classes", "figures", "late",
+                 "incomplete")
 
     def __init__(self, cluster: str) -> None:
         self.cluster = cluster
+        self.simulated = False  # its records come from the simulator: its alerts and allocations say so
         self.closed = float("-inf")  # ts of the last closed poll
         self.open: dict = {}  # poll ts -> OpenPoll
         self.jobs: dict = {}  # job id -> JobTrack
@@ -204,6 +206,8 @@ class SchedulerStage:
         st = self._clusters.get(record.cluster)
         if st is None:
             st = self._clusters[record.cluster] = ClusterState(record.cluster)
+        if record.simulated:
+            st.simulated = True
         if record.ts <= st.closed:
             st.late += 1
             return [], []
@@ -295,7 +299,8 @@ class SchedulerStage:
             if track.alloc.get(node) != want[node]:
                 count = len(want[node]) or (job.gpus // max(1, len(want)))
                 out.append(JobAllocation(ts=t, cluster=st.cluster, node=node, job_id=job.job_id, user=job.user,
-                                         account=job.account, queue=job.queue, gpus=want[node], count=count))
+                                         account=job.account, queue=job.queue, gpus=want[node], count=count,
+                                         simulated=st.simulated))
         gone = sorted(set(track.alloc) - set(want))
         out.extend(self._released(st, track, gone, t))
         track.alloc = want
@@ -309,7 +314,8 @@ class SchedulerStage:
     @staticmethod
     def _released(st: ClusterState, track: JobTrack, nodes: list[str], t: float) -> list[JobAllocation]:
         return [JobAllocation(ts=t, cluster=st.cluster, node=n, job_id=track.job_id, user=track.user,
-                              account=track.account, queue=track.queue, released=True) for n in nodes]
+                              account=track.account, queue=track.queue, released=True, simulated=st.simulated)
+                for n in nodes]
 
     # ------------------------------------------------------------------ figures
 
@@ -365,6 +371,7 @@ class SchedulerStage:
         labels = {**ident, "user": track.user, "queue": track.queue}
         if track.account:
             labels["project"] = track.account
+        labels = _mark(st, labels)
         note = f.fragmented.get(track.job_id, "")
         n = track.requeues
         verdicts = [
@@ -384,7 +391,7 @@ class SchedulerStage:
         cfg, c = self.cfg, st.classes[key]
         queue, _, gpus = key.rpartition("/")
         ident = {"cluster": st.cluster, "queue": queue, "gpus": gpus}
-        labels = dict(ident)
+        labels = _mark(st, dict(ident))
         waits = sorted(t - j.wait_from for j in st.jobs.values()
                        if j.state == JobState.PENDING and class_key(j.queue, j.gpus) == key)
         wait_values: dict[str, float] = {}
@@ -431,6 +438,11 @@ def fragmented(job: SchedulerJob, nodes: dict[str, NodeCapacity]) -> str:
                                                                          default=0) < n:
         return ""
     return ", ".join(f"{node}: {k} free" for node, k in sorted(free.items()) if k)
+
+
+def _mark(st: ClusterState, labels: dict[str, str]) -> dict[str, str]:
+    """An alert's labels, marked when the cluster's records come from the simulator."""
+    return simulated_labels(labels) if st.simulated else labels
 
 
 def _free(note: str) -> float:
