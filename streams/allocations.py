@@ -14,7 +14,9 @@ card-hours).
 
 from __future__ import annotations
 
-from gpuwarden.contract import AlertTransition, JobAllocation, simulated_labels
+import bisect
+
+from gpuwarden.contract import AlertTransition, JobAllocation, decode, encode, simulated_labels
 from gpuwarden.streams.coded import Verdict, judge
 from gpuwarden.streams.columns import GPU_INDEX, IDLE_UTIL
 from gpuwarden.streams.config import SchedulerRules
@@ -45,13 +47,63 @@ class Allocation:
 
 @state
 class NodeAllocations:
-    """A node's allocations by job id, and the job id each GPU's process carried last."""
+    """A node's allocations by job id, the job id each GPU's process carried last, and what waits
+    for the scheduler stage's watermark (faust: allocations come behind the node's samples)."""
 
-    __slots__ = ("jobs", "gpu_jobs")
+    __slots__ = ("jobs", "gpu_jobs", "instants", "queue", "judged", "heard")
 
     def __init__(self) -> None:
         self.jobs: dict = {}
         self.gpu_jobs: dict = {}  # GPU index -> job id (slurm_job_id, else namespace/pod)
+        self.instants: list = []  # evaluation instants not judged yet: [t, {GPU: util}, {GPU: job id}, simulated]
+        self.queue: list = []  # allocations received while instants wait: [ts, job id, released, JSON]
+        self.judged = float("-inf")  # the last instant judged
+        self.heard = float("-inf")  # the scheduler watermark it was judged under: allocations up to it had come
+
+
+def receive(allocs: NodeAllocations, rec: JobAllocation) -> list[AlertTransition] | None:
+    """One allocation record (released by the node's buffer, or behind what it released): applied
+    now, or kept for its turn among the instants that wait. None: a copy (the scheduler had
+    released past it when the instants after it were judged: it was applied then)."""
+    ts = rec.ts
+    if ts < allocs.judged:  # instants after it were judged already
+        if ts <= allocs.heard:
+            return None
+        ts = allocs.judged  # late (the wait for the scheduler ran out): it applies from there on
+    if allocs.instants:
+        entry = [ts, rec.job_id, rec.released, encode(rec).decode()]
+        if entry not in allocs.queue:
+            bisect.insort(allocs.queue, entry)
+        return []
+    return apply(allocs, rec, ts)
+
+
+def hold(allocs: NodeAllocations, gpus: dict, t: float, simulated: bool) -> None:
+    """An evaluation instant of the node (``gpus``: stage 1's GpuState by index), kept with what
+    the judgement reads until the scheduler stage has released its allocations up to ``t``."""
+    allocs.instants.append([t, {i: gpus[i].win.latest(_UTIL) for i in sorted(gpus)}, dict(allocs.gpu_jobs),
+                            simulated])
+
+
+def judge_through(allocs: NodeAllocations, cfg: SchedulerRules, through: float,
+                  heard: float) -> list[AlertTransition]:
+    """Judge the held instants up to ``through``, each after the allocations dated before it;
+    ``heard``: the scheduler watermark behind ``through`` (allocations up to it have all come)."""
+    out: list[AlertTransition] = []
+    instants, queue = allocs.instants, allocs.queue
+    while instants and instants[0][0] <= through:
+        t, utils, procs, simulated = instants.pop(0)
+        while queue and queue[0][0] < t:
+            ts, _, _, raw = queue.pop(0)
+            out += apply(allocs, decode(raw.encode(), JobAllocation), ts)
+        if allocs.jobs:
+            out += evaluate(allocs, utils, procs, cfg, t, simulated)
+        allocs.judged = t
+        allocs.heard = max(allocs.heard, heard)
+    while queue and not instants:  # nothing waits: what came applies now
+        ts, _, _, raw = queue.pop(0)
+        out += apply(allocs, decode(raw.encode(), JobAllocation), ts)
+    return out
 
 
 def apply(allocs: NodeAllocations, rec: JobAllocation, now: float) -> list[AlertTransition]:
@@ -66,21 +118,21 @@ def apply(allocs: NodeAllocations, rec: JobAllocation, now: float) -> list[Alert
     return []
 
 
-def evaluate(allocs: NodeAllocations, gpus: dict, cfg: SchedulerRules, now: float,
+def evaluate(allocs: NodeAllocations, utils: dict, procs_of: dict, cfg: SchedulerRules, now: float,
              simulated: bool = False) -> list[AlertTransition]:
-    """Judge every job holding GPUs here (``gpus``: stage 1's GpuState by index); ``simulated``:
-    the node's records come from the simulator, so its alerts say so."""
+    """Judge every job holding GPUs here (``utils``: each GPU's newest utilization, ``procs_of``:
+    the job id of each GPU's process, both at ``now``); ``simulated``: the node's records come
+    from the simulator, so its alerts say so."""
     out = []
     for jid in sorted(allocs.jobs):
         a = allocs.jobs[jid]
-        held = a.gpus or sorted(i for i, j in allocs.gpu_jobs.items() if j == jid)
+        procs = sorted(i for i, j in procs_of.items() if j == jid)
+        held = a.gpus or procs
         a.busy, a.idle = [], []
         for i in held:
-            gs = gpus.get(i)
-            util = None if gs is None else gs.win.latest(_UTIL)
+            util = utils.get(i)
             if util is not None:
                 (a.busy if util >= IDLE_UTIL else a.idle).append(i)
-        procs = sorted(i for i, j in allocs.gpu_jobs.items() if j == jid)
         # A job using none of its GPUs while its processes hold each of them is the rule pack's
         # idle-allocated-gpu case (per GPU, info and then attention by idle card-hours).
         covered = not a.busy and set(a.idle) <= set(procs)
