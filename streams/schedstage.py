@@ -185,6 +185,12 @@ class SchedulerStage:
     def drop(self, cluster: str) -> None:
         self._clusters.pop(cluster, None)
 
+    def position(self, cluster: str) -> tuple[float, float]:
+        """``(released, newest)``: the ts of the cluster's last closed poll (its allocations up to
+        there are sent) and of its newest record (the scheduler stage's watermark, progress.py)."""
+        st = self._clusters[cluster]
+        return st.closed, max([st.closed, *st.open])
+
     def counters(self) -> dict[str, int]:
         return {"scheduler_late": sum(s.late for s in self._clusters.values()),
                 "scheduler_incomplete": sum(s.incomplete for s in self._clusters.values())}
@@ -267,7 +273,7 @@ class SchedulerStage:
             track = st.jobs[jid]
             job = jobs.get(jid)
             if job is not None and job.state not in ENDED:
-                trs.extend(self._judge_job(st, track, figures, t))
+                trs.extend(self._judge_job(st, track, figures, t, nodes))
             else:  # ended, or gone from the scheduler's view (a whole poll without it)
                 trs.extend(resolve_all(track.alerts, t))
                 allocs.extend(self._release(st, track, t))
@@ -365,7 +371,8 @@ class SchedulerStage:
 
     # ------------------------------------------------------------------ rules
 
-    def _judge_job(self, st: ClusterState, track: JobTrack, f: ClusterFigures, t: float) -> list[AlertTransition]:
+    def _judge_job(self, st: ClusterState, track: JobTrack, f: ClusterFigures, t: float,
+                   nodes: dict[str, NodeCapacity]) -> list[AlertTransition]:
         cfg = self.cfg
         ident = {"cluster": st.cluster, "job": track.job_id}
         labels = {**ident, "user": track.user, "queue": track.queue}
@@ -374,10 +381,16 @@ class SchedulerStage:
         labels = _mark(st, labels)
         note = f.fragmented.get(track.job_id, "")
         n = track.requeues
+        # not (or no longer) fragmented: why, for a resolve (the job started, or the free GPUs now)
+        gone = "" if note or "scheduler-fragmentation" not in {s.rule for s in track.alerts.values()} else \
+            "the job started" if track.state == JobState.RUNNING else \
+            "free now: " + (", ".join(f"{m}: {k} free" for m, k in sorted(free_gpus(track.queue, nodes).items())
+                                      if k) or "none")
         verdicts = [
             Verdict("scheduler-fragmentation", "attention", ident, labels, bool(note), cfg.fragmentation_for,
                     *TEXT["scheduler-fragmentation"],
-                    {"values": {"gpus": float(track.gpus), "free": _free(note)}, "note": note}),
+                    {"values": {"gpus": float(track.gpus), "free": _free(note)}, "note": note} if note else
+                    {"note": gone}),
             Verdict("scheduler-requeued", "info", ident, labels, cfg.requeue_info <= n < cfg.requeue_attention,
                     0.0, *TEXT["scheduler-requeued"],
                     {"values": {"requeues": float(n), "attention": float(cfg.requeue_attention)}, "count": n}),
@@ -432,8 +445,8 @@ def fragmented(job: SchedulerJob, nodes: dict[str, NodeCapacity]) -> str:
     n = job.gpus
     if n <= 0 or job.state != JobState.PENDING or job.reason not in RESOURCE_REASONS:
         return ""
-    part = [c for c in nodes.values() if not job.queue or not c.partitions or job.queue in c.partitions]
-    free = {c.node: max(0, c.gpus_total - c.gpus_allocated) for c in part}
+    part = _partition(job.queue, nodes)
+    free = free_gpus(job.queue, nodes)
     if sum(free.values()) < n or max(free.values(), default=0) >= n or max((c.gpus_total for c in part),
                                                                          default=0) < n:
         return ""
@@ -443,6 +456,15 @@ def fragmented(job: SchedulerJob, nodes: dict[str, NodeCapacity]) -> str:
 def _mark(st: ClusterState, labels: dict[str, str]) -> dict[str, str]:
     """An alert's labels, marked when the cluster's records come from the simulator."""
     return simulated_labels(labels) if st.simulated else labels
+
+
+def _partition(queue: str, nodes: dict[str, NodeCapacity]) -> list[NodeCapacity]:
+    return [c for c in nodes.values() if not queue or not c.partitions or queue in c.partitions]
+
+
+def free_gpus(queue: str, nodes: dict[str, NodeCapacity]) -> dict[str, int]:
+    """Free GPUs per node of the partition (or queue) ``queue``."""
+    return {c.node: max(0, c.gpus_total - c.gpus_allocated) for c in _partition(queue, nodes)}
 
 
 def _free(note: str) -> float:

@@ -142,11 +142,14 @@ def test_success_rate_drop_against_the_class_baseline() -> None:
     assert trs[0].evidence.values == {"rate": 0.6, "baseline_rate": 1.0, "jobs": 5.0}
 
 
-def _held(busy: dict[int, float], until: float, procs_on: list[int] | None = None) -> list[Any]:
-    """Job 77 holds node-00's 8 GPUs; the samples show ``busy``; Slurm lets it go at ``until``."""
+def _held(busy: dict[int, float], until: float, procs_on: list[int] | None = None,
+          until_busy: float | None = None) -> list[Any]:
+    """Job 77 holds node-00's 8 GPUs; the samples show ``busy`` (from ``until_busy`` on: all 8);
+    Slurm lets it go at ``until``."""
     out = []
     for k in range(0, int(until) + 60, 5):
-        out.append(samples("node-00", T + k, k, busy if k < until else {}, "77", procs_on=procs_on))
+        now = busy if until_busy is None or k < until_busy else {i: 90.0 for i in range(8)}
+        out.append(samples("node-00", T + k, k, now if k < until else {}, "77", procs_on=procs_on))
         if k % 30 == 0:
             running = k < until
             out += poll(T + k, [job("77", S.RUNNING, T + k, gpus=8, start=T - 5, alloc={"node-00": list(range(8))})]
@@ -270,3 +273,18 @@ def test_a_pod_whose_allocation_names_no_gpus_is_judged_on_the_gpus_its_processe
     trs = [t for t in run(eng, recs) if t.rule == "job-gpus-unused"]
     assert fired(trs) == [("job-gpus-unused", "firing", 1810.0)]
     assert trs[0].evidence.values == {"allocated": 2.0, "busy": 1.0, "idle": 1.0}
+
+
+def test_resolves_say_the_figures_at_resolution_not_the_firings() -> None:
+    """Issue #19: a scheduler alert's resolve is filled with what was measured when it ended."""
+    eng = Engine()
+    frag = run(eng, fragmented_polls(0, 1200, big_starts=900))
+    assert [t.state.value for t in frag] == ["firing", "resolved"]
+    assert frag[1].summary == frag[0].summary and frag[1].evidence.note == "the job started"
+    assert frag[1].evidence.held_for_s == 300.0
+    eng = Engine()
+    unused = [t for t in run(eng, _held({0: 90.0, 1: 85.0}, 2400, until_busy=2100)) + eng.flush()
+              if t.rule == "job-gpus-unused"]
+    assert [t.state.value for t in unused] == ["firing", "resolved"]
+    assert unused[0].evidence.values["busy"] == 2.0 and unused[1].evidence.values["busy"] == 8.0
+    assert unused[1].summary == "job 77 (alice) holds 8 GPUs on node-00 but uses 8"

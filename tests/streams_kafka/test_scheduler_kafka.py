@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuwarden.contract import JobState as S, Topics, encode
+from gpuwarden.contract import JobState as S, StageProgress, Topics, decode, encode
+from gpuwarden.streams.progress import is_progress
+from gpuwarden.streams.statewire import partition_of
 from tests.kafka_support import consume_all, create_topic, produce
 from tests.streams.sched_records import CLUSTER, job, node, poll, samples
 from tests.streams_kafka.records import T0, keyed, settings_for
@@ -70,5 +72,11 @@ async def test_scheduler_polls_give_alerts_through_both_stages_and_bad_records_a
                                                                                 "idle": 6.0}
     frag = next(a for a in alerts if a["rule"] == "scheduler-fragmentation")
     assert frag["labels"]["job"] == "3" and frag["evidence"]["note"] == "gn1: 2 free, gn2: 2 free"
-    allocs = await read_to_end(kafka_bootstrap, topics.allocations, 2)
+    records = await read_to_end(kafka_bootstrap, topics.allocations, 2)
+    allocs = [r for r in records if not is_progress(r.headers)]
     assert {r.key for r in allocs} == {b"node-00", b"gn1", b"gn2"}
+    # behind them, the scheduler stage's progress on both scheduler.jobs partitions, to both
+    # scheduler.allocations partitions (stage 1's allocation join waits for it)
+    reports = [decode(r.value, StageProgress) for r in records if is_progress(r.headers)]
+    assert {r.partition for r in reports} == {0, 1}
+    assert (partition_of(CLUSTER.encode(), 2), polls[-1].ts) in {(r.partition, r.watermark) for r in reports}
