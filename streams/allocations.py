@@ -25,6 +25,9 @@ from gpuwarden.streams.evaluate import resolve_all
 from gpuwarden.streams.statecodec import state
 
 _UTIL = GPU_INDEX.util_gpu
+#: Allocations applied that a node remembers, to know a copy (a scheduler-stage worker that took
+#: over sends again what was made after the last checkpoint: a few polls' changes).
+APPLIED_KEPT = 64
 
 
 @state
@@ -50,7 +53,7 @@ class NodeAllocations:
     """A node's allocations by job id, the job id each GPU's process carried last, and what waits
     for the scheduler stage's watermark (faust: allocations come behind the node's samples)."""
 
-    __slots__ = ("jobs", "gpu_jobs", "instants", "queue", "judged", "heard")
+    __slots__ = ("jobs", "gpu_jobs", "instants", "queue", "judged", "applied")
 
     def __init__(self) -> None:
         self.jobs: dict = {}
@@ -58,16 +61,16 @@ class NodeAllocations:
         self.instants: list = []  # evaluation instants not judged yet: [t, {GPU: util}, {GPU: job id}, simulated]
         self.queue: list = []  # allocations received while instants wait: [ts, job id, released, JSON]
         self.judged = float("-inf")  # the last instant judged
-        self.heard = float("-inf")  # the scheduler watermark it was judged under: allocations up to it had come
+        self.applied: dict = {}  # the newest allocations applied, by "job id/released/ts": copies are dropped
 
 
 def receive(allocs: NodeAllocations, rec: JobAllocation) -> list[AlertTransition] | None:
     """One allocation record (released by the node's buffer, or behind what it released): applied
-    now, or kept for its turn among the instants that wait. None: a copy (the scheduler had
-    released past it when the instants after it were judged: it was applied then)."""
+    now, or kept for its turn among the instants that wait. None: a copy of one applied (the
+    scheduler stage sends again what it made after its last checkpoint)."""
     ts = rec.ts
     if ts < allocs.judged:  # instants after it were judged already
-        if ts <= allocs.heard:
+        if _id(rec.job_id, rec.released, ts) in allocs.applied:
             return None
         ts = allocs.judged  # late (the wait for the scheduler ran out): it applies from there on
     if allocs.instants:
@@ -85,10 +88,8 @@ def hold(allocs: NodeAllocations, gpus: dict, t: float, simulated: bool) -> None
                             simulated])
 
 
-def judge_through(allocs: NodeAllocations, cfg: SchedulerRules, through: float,
-                  heard: float) -> list[AlertTransition]:
-    """Judge the held instants up to ``through``, each after the allocations dated before it;
-    ``heard``: the scheduler watermark behind ``through`` (allocations up to it have all come)."""
+def judge_through(allocs: NodeAllocations, cfg: SchedulerRules, through: float) -> list[AlertTransition]:
+    """Judge the held instants up to ``through``, each after the allocations dated before it."""
     out: list[AlertTransition] = []
     instants, queue = allocs.instants, allocs.queue
     while instants and instants[0][0] <= through:
@@ -99,7 +100,6 @@ def judge_through(allocs: NodeAllocations, cfg: SchedulerRules, through: float,
         if allocs.jobs:
             out += evaluate(allocs, utils, procs, cfg, t, simulated)
         allocs.judged = t
-        allocs.heard = max(allocs.heard, heard)
     while queue and not instants:  # nothing waits: what came applies now
         ts, _, _, raw = queue.pop(0)
         out += apply(allocs, decode(raw.encode(), JobAllocation), ts)
@@ -108,6 +108,10 @@ def judge_through(allocs: NodeAllocations, cfg: SchedulerRules, through: float,
 
 def apply(allocs: NodeAllocations, rec: JobAllocation, now: float) -> list[AlertTransition]:
     """One allocation record, in event-time order: a job's GPUs here, or their release."""
+    applied = allocs.applied
+    applied[_id(rec.job_id, rec.released, rec.ts)] = None
+    if len(applied) > APPLIED_KEPT:
+        del applied[next(iter(applied))]
     old = allocs.jobs.pop(rec.job_id, None)
     if rec.released:
         return [] if old is None else resolve_all(old.alerts, now)
@@ -152,6 +156,10 @@ def evaluate(allocs: NodeAllocations, utils: dict, procs_of: dict, cfg: Schedule
 
 def open_slots(allocs: NodeAllocations) -> list:
     return [(fp, s) for a in allocs.jobs.values() for fp, s in a.alerts.items() if s.firing_since is not None]
+
+
+def _id(job_id: str, released: bool, ts: float) -> str:
+    return f"{job_id}/{int(released)}/{ts!r}"
 
 
 def _list(indices: list[int]) -> str:

@@ -278,9 +278,8 @@ class NodeStage:
 
     def _judge_allocations(self, st: NodeState, out: StageOutput, through: float | None = None) -> None:
         """The held allocation instants the scheduler watermark (``gate``) allows, or up to ``through``."""
-        gate = self.gate
         out.transitions.extend(allocations.judge_through(
-            st.allocs, self.cfg.scheduler, gate.through(st.max_ts) if through is None else through, gate.value))
+            st.allocs, self.cfg.scheduler, self.gate.through(st.max_ts) if through is None else through))
 
     def flush(self) -> StageOutput:
         """Release every buffered record (end of a finite input) and close the open buckets."""

@@ -87,18 +87,14 @@ class Reporter:
 
 
 class AllocationGate(Protocol):
-    """What stage 1's allocation join reads of a gate: ``value`` (every allocation up to it has
-    come) and ``through(newest)`` (how far a node may be judged)."""
-
-    value: float
+    """What stage 1's allocation join reads of a gate: ``through(newest)``, how far a node whose
+    newest record is at ``newest`` may be judged."""
 
     def through(self, newest: float) -> float: ...
 
 
 class _Open:
     """One process: allocations come in event order with the samples, nothing to wait for."""
-
-    value = -math.inf
 
     @staticmethod
     def through(newest: float) -> float:
@@ -142,11 +138,12 @@ class Gate:
     def through(self, newest: float) -> float:
         """Stage 1's allocation join (the gate over the scheduler stage's partitions): how far a
         node whose newest record is at ``newest`` may judge, at most the bound behind it when the
-        scheduler is silent (``lateness``) or, while any partition catches up or was never heard
-        from, ``skew``."""
+        scheduler is silent or absent (every partition empty: ``lateness``) or, while any
+        partition catches up or was never heard from, ``skew``."""
         heard = self._heard
         waiting = len(heard) < self.sources or any(h.catching_up for h in heard.values())
-        return max(self.value, newest - (self.skew if waiting else self.lateness))
+        released = self.value if self.value < math.inf else -math.inf  # no cluster anywhere: none released
+        return max(released, newest - (self.skew if waiting else self.lateness))
 
     def _floor(self) -> float:
         """The minimum over the partitions of their watermarks, each held no further back than
