@@ -20,7 +20,7 @@ from gpuwarden.contract import AlertTransition, JobAllocation, decode, encode, s
 from gpuwarden.streams.coded import Verdict, judge
 from gpuwarden.streams.columns import GPU_INDEX, IDLE_UTIL
 from gpuwarden.streams.config import SchedulerRules
-from gpuwarden.streams.schedtext import TEXT
+from gpuwarden.streams.schedtext import RESOLVED, TEXT
 from gpuwarden.streams.evaluate import resolve_all
 from gpuwarden.streams.statecodec import state
 
@@ -148,7 +148,7 @@ def evaluate(allocs: NodeAllocations, utils: dict, procs_of: dict, cfg: Schedule
             simulated_labels(a.labels) if simulated else a.labels, holds, cfg.unused_for,
             *TEXT["job-gpus-unused"],
             {"values": {"allocated": float(len(held) or a.count), "busy": float(len(a.busy)),
-                        "idle": float(len(a.idle))}, "note": note}), now)
+                        "idle": float(len(a.idle))}, "note": note}, RESOLVED["job-gpus-unused"]), now)
         if tr is not None:
             out.append(tr)
     return out

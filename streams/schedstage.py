@@ -29,7 +29,7 @@ from gpuwarden.streams.alerts import AlertSlot
 from gpuwarden.streams.baseline import median, median_mad
 from gpuwarden.streams.coded import Verdict, judge_all
 from gpuwarden.streams.config import EngineConfig
-from gpuwarden.streams.schedtext import TEXT
+from gpuwarden.streams.schedtext import RESOLVED, TEXT
 from gpuwarden.streams.evaluate import resolve_all
 from gpuwarden.streams.statecodec import state
 
@@ -328,7 +328,7 @@ class SchedulerStage:
     def _figures(self, st: ClusterState, t: float, jobs: dict[str, SchedulerJob],
                  nodes: dict[str, NodeCapacity]) -> ClusterFigures:
         f = ClusterFigures(t)
-        usable = {n: c for n, c in nodes.items() if not c.state.lower().startswith(UNUSABLE)}
+        usable_nodes = {n: c for n, c in nodes.items() if usable(c)}
         f.gpus_total = sum(c.gpus_total for c in nodes.values())
         f.gpus_allocated = sum(min(c.gpus_allocated, c.gpus_total) for c in nodes.values())
         waits: dict[tuple[str, str], list[float]] = {}
@@ -352,7 +352,7 @@ class SchedulerStage:
             if pending:
                 reason = job.reason or "unknown"
                 f.reasons[reason] = f.reasons.get(reason, 0) + 1
-                note = fragmented(job, usable)
+                note = fragmented(job, usable_nodes)
                 if note:
                     f.fragmented[jid] = note
             f.jobs[jid] = [track.queue_s, track.compute_s]
@@ -381,16 +381,18 @@ class SchedulerStage:
         labels = _mark(st, labels)
         note = f.fragmented.get(track.job_id, "")
         n = track.requeues
-        # not (or no longer) fragmented: why, for a resolve (the job started, or the free GPUs now)
-        gone = "" if note or "scheduler-fragmentation" not in {s.rule for s in track.alerts.values()} else \
-            "the job started" if track.state == JobState.RUNNING else \
-            "free now: " + (", ".join(f"{m}: {k} free" for m, k in sorted(free_gpus(track.queue, nodes).items())
-                                      if k) or "none")
+        frag: dict = {"values": {"gpus": float(track.gpus), "free": _free(note)}, "note": note}
+        if not note and "scheduler-fragmentation" in {s.rule for s in track.alerts.values()}:
+            # no longer fragmented: the figures of its resolve (the job started, or the free GPUs now)
+            free = free_gpus(track.queue, {k: c for k, c in nodes.items() if usable(c)})
+            frag = {"values": {"gpus": float(track.gpus), "free": float(sum(free.values())),
+                               "most": float(max(free.values(), default=0))},
+                    "note": "the job started" if track.state == JobState.RUNNING else
+                    "still pending; " + (", ".join(f"{m}: {k} free" for m, k in sorted(free.items()) if k) or
+                                         "no GPU free")}
         verdicts = [
             Verdict("scheduler-fragmentation", "attention", ident, labels, bool(note), cfg.fragmentation_for,
-                    *TEXT["scheduler-fragmentation"],
-                    {"values": {"gpus": float(track.gpus), "free": _free(note)}, "note": note} if note else
-                    {"note": gone}),
+                    *TEXT["scheduler-fragmentation"], frag, RESOLVED["scheduler-fragmentation"]),
             Verdict("scheduler-requeued", "info", ident, labels, cfg.requeue_info <= n < cfg.requeue_attention,
                     0.0, *TEXT["scheduler-requeued"],
                     {"values": {"requeues": float(n), "attention": float(cfg.requeue_attention)}, "count": n}),
@@ -409,11 +411,11 @@ class SchedulerStage:
                        if j.state == JobState.PENDING and class_key(j.queue, j.gpus) == key)
         wait_values: dict[str, float] = {}
         over = False
-        if waits and len(c.waits) >= cfg.wait_baseline_min:
+        if len(c.waits) >= cfg.wait_baseline_min:  # none pending: a wait of 0 (a resolve's figure)
             med, mad, _ = median_mad(c.waits)
             limit = max(med + cfg.wait_mads * mad, cfg.wait_min)
-            now_wait = median(waits)
-            over = now_wait > limit
+            now_wait = median(waits) if waits else 0.0
+            over = bool(waits) and now_wait > limit
             wait_values = {"wait_s": now_wait, "baseline_s": med, "limit_s": limit, "pending": float(len(waits))}
         rate_values: dict[str, float] = {}
         drop = False
@@ -425,9 +427,11 @@ class SchedulerStage:
             rate_values = {"rate": r_now, "baseline_rate": r_base, "jobs": float(len(recent))}
         verdicts = [
             Verdict("scheduler-wait-above-baseline", "attention", ident, labels, over,
-                    cfg.wait_periods * cfg.period, *TEXT["scheduler-wait-above-baseline"], {"values": wait_values}),
+                    cfg.wait_periods * cfg.period, *TEXT["scheduler-wait-above-baseline"], {"values": wait_values},
+                    RESOLVED["scheduler-wait-above-baseline"]),
             Verdict("scheduler-success-rate-drop", "attention", ident, labels, drop, 0.0,
-                    *TEXT["scheduler-success-rate-drop"], {"values": rate_values}),
+                    *TEXT["scheduler-success-rate-drop"], {"values": rate_values},
+                    RESOLVED["scheduler-success-rate-drop"]),
         ]
         return judge_all(c.alerts, verdicts, t)
 
@@ -456,6 +460,11 @@ def fragmented(job: SchedulerJob, nodes: dict[str, NodeCapacity]) -> str:
 def _mark(st: ClusterState, labels: dict[str, str]) -> dict[str, str]:
     """An alert's labels, marked when the cluster's records come from the simulator."""
     return simulated_labels(labels) if st.simulated else labels
+
+
+def usable(node: NodeCapacity) -> bool:
+    """Whether a job can get the node's free GPUs (not down, drained, ...)."""
+    return not node.state.lower().startswith(UNUSABLE)
 
 
 def _partition(queue: str, nodes: dict[str, NodeCapacity]) -> list[NodeCapacity]:

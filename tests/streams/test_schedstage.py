@@ -280,11 +280,22 @@ def test_resolves_say_the_figures_at_resolution_not_the_firings() -> None:
     eng = Engine()
     frag = run(eng, fragmented_polls(0, 1200, big_starts=900))
     assert [t.state.value for t in frag] == ["firing", "resolved"]
-    assert frag[1].summary == frag[0].summary and frag[1].evidence.note == "the job started"
-    assert frag[1].evidence.held_for_s == 300.0
+    assert frag[1].summary == "job 3 (alice, gpu) is no longer held by fragmentation: 2 GPUs free in its " \
+                              "partition, at most 2 on one node"  # job 3 took gn1's 4
+    assert frag[1].evidence.note == "the job started" and frag[1].evidence.held_for_s == 300.0
+    assert frag[0].evidence.values == {"gpus": 4.0, "free": 4.0}
+    cfg = EngineConfig.model_validate({"scheduler": {"period": "60s", "wait_periods": 3, "wait_min": "5m",
+                                                     "wait_baseline_min": 10}})
+    eng = Engine(config=cfg)
+    drained = [p for t in range(1800, 2000, 30) for p in poll(T + t, [], [node("gn1", T + t, 4, 0)])]
+    wait = run(eng, _waits(12, 900, 1800) + drained)  # the stuck job is cancelled at 1800
+    assert [(t.state.value, t.ts - T) for t in wait] == [("firing", 1410.0), ("resolved", 1800.0)]
+    assert wait[0].summary == "gpu jobs asking for 1 GPUs wait 8 min (median of 1 pending) against a usual 1 min"
+    assert wait[1].summary == "gpu jobs asking for 1 GPUs: wait back to 0 s (median of 0 pending) against a " \
+                              "usual 1 min"
     eng = Engine()
     unused = [t for t in run(eng, _held({0: 90.0, 1: 85.0}, 2400, until_busy=2100)) + eng.flush()
               if t.rule == "job-gpus-unused"]
     assert [t.state.value for t in unused] == ["firing", "resolved"]
     assert unused[0].evidence.values["busy"] == 2.0 and unused[1].evidence.values["busy"] == 8.0
-    assert unused[1].summary == "job 77 (alice) holds 8 GPUs on node-00 but uses 8"
+    assert unused[1].summary == "job 77 (alice) holds 8 GPUs on node-00 and uses 8 of them now"
