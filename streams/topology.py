@@ -267,8 +267,9 @@ class Topology:
         self.infer_runner = inference_runner(self.inference_stage, topics, self.limits,
                                              float(settings.engine.checkpoint_interval))
         # scheduler stage (#19): key cluster, its own table; allocations go to stage 1's inputs.
+        self.cluster_at: dict[str, int] = {}  # cluster -> its scheduler.jobs partition
         self.sched_runner = scheduler_runner(SchedulerStage(settings.engine), topics, self.limits,
-                                             float(settings.engine.checkpoint_interval))
+                                             float(settings.engine.checkpoint_interval), self.cluster_at)
         self.runners = (self.node_runner, self.class_runner, self.infer_runner, self.sched_runner)
 
         self.inputs = self._raw_topic(topics.samples, topics.events, topics.metrics, topics.summaries,
@@ -749,8 +750,8 @@ class Topology:
         highs = await self._highwaters([TP(jobs, q) for q in partitions])
         marks: defaultdict[int, list[tuple[float, float]]] = defaultdict(list)
         for c in stage.clusters():
-            if runner.synced(c):
-                marks[self._partition(c.encode())].append(stage.position(c))
+            if runner.synced(c) and c in self.cluster_at:
+                marks[self.cluster_at[c]].append(stage.position(c))
         wall = asyncio.get_running_loop().time()
         sends: list[Outbound] = []
         for q in sorted(partitions):
@@ -802,9 +803,13 @@ class Topology:
         return moved
 
     def _sched_gate(self, partition: int) -> Gate:
+        """The scheduler watermark read on a ``scheduler.allocations`` partition: over the
+        ``scheduler.jobs`` partitions there are (a topic auto-created with fewer than
+        ``kafka.partitions`` would otherwise leave some never heard from)."""
         g = self.sched_gates.get(partition)
         if g is None:
-            g = self.sched_gates[partition] = Gate(self.partitions, self.lateness, self.max_source_skew)
+            sources = self.app.consumer.topic_partitions(self.topics.jobs) or self.partitions
+            g = self.sched_gates[partition] = Gate(sources, self.lateness, self.max_source_skew)
         return g
 
     def _gate(self, partition: int) -> Gate:

@@ -214,7 +214,7 @@ def test_late_incomplete_and_error_polls_change_nothing() -> None:
 
 def test_a_malformed_scheduler_record_goes_to_the_dead_letter_topic_with_its_reason() -> None:
     topics = Topics()
-    runner = scheduler_runner(SchedulerStage(EngineConfig()), topics, Limits(), 0.0)
+    runner = scheduler_runner(SchedulerStage(EngineConfig()), topics, Limits(), 0.0, {})
     good = poll(T, [job("1", S.PENDING, T, submit=T - 10, gpus=4)], [node("gn1", T, 4, 0)])
     bad = b'{"schema":"scheduler_job/1","ts":1700000000,"cluster":"lab","scheduler":"slurm","job_id":"2",' \
           b'"state":"pending","gpus":-4}'

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,23 +23,38 @@ from tests.streams_kafka.workers import read_summaries, read_to_end, wait_for, w
 pytestmark = pytest.mark.kafka
 
 
-async def test_scheduler_polls_give_alerts_through_both_stages_and_bad_records_a_dead_letter(
-        kafka_bootstrap: str, tmp_path: Path) -> None:
-    settings = settings_for(kafka_bootstrap, partitions=2, scheduler={"fragmentation_for": "60s",
-                                                                      "unused_for": "120s"})
+async def _topics(bootstrap: str, settings: Any, jobs_partitions: int = 2) -> Topics:
     topics = Topics(settings.kafka.topic_prefix)
     for t in (topics.samples, topics.events, topics.metrics, topics.summaries, topics.jobs, topics.allocations):
-        await create_topic(kafka_bootstrap, t, partitions=2)
+        await create_topic(bootstrap, t, partitions=jobs_partitions if t == topics.jobs else 2)
+    return topics
+
+
+def _job_77(fragmented: bool) -> tuple[list[Any], list[Any]]:
+    """10 min of polls and node-00's samples: job 77 holds its 8 GPUs and uses 2; ``fragmented``:
+    jobs 1 and 2 hold 2 GPUs each of gn1 and gn2 while job 3 waits for 4 on one node."""
     polls, snaps = [], []
     for k in range(0, 600, 5):
         ts = T0 + k
         snaps.append(samples("node-00", ts, k, {0: 90.0, 1: 80.0}, "77"))
         if k % 30 == 0:
-            polls += poll(ts, [job("77", S.RUNNING, ts, gpus=8, start=T0 - 5, alloc={"node-00": list(range(8))}),
-                               job("1", S.RUNNING, ts, gpus=2, start=T0 - 5, alloc={"gn1": [0, 1]}),
-                               job("2", S.RUNNING, ts, gpus=2, start=T0 - 5, alloc={"gn2": [0, 1]}),
-                               job("3", S.PENDING, ts, gpus=4, submit=T0, reason="Resources")],
-                          [node("node-00", ts, 8, 8), node("gn1", ts, 4, 2), node("gn2", ts, 4, 2)])
+            jobs = [job("77", S.RUNNING, ts, gpus=8, start=T0 - 5, alloc={"node-00": list(range(8))})]
+            nodes = [node("node-00", ts, 8, 8)]
+            if fragmented:
+                jobs += [job("1", S.RUNNING, ts, gpus=2, start=T0 - 5, alloc={"gn1": [0, 1]}),
+                         job("2", S.RUNNING, ts, gpus=2, start=T0 - 5, alloc={"gn2": [0, 1]}),
+                         job("3", S.PENDING, ts, gpus=4, submit=T0, reason="Resources")]
+                nodes += [node("gn1", ts, 4, 2), node("gn2", ts, 4, 2)]
+            polls += poll(ts, jobs, nodes)
+    return polls, snaps
+
+
+async def test_scheduler_polls_give_alerts_through_both_stages_and_bad_records_a_dead_letter(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    settings = settings_for(kafka_bootstrap, partitions=2, scheduler={"fragmentation_for": "60s",
+                                                                      "unused_for": "120s"})
+    topics = await _topics(kafka_bootstrap, settings)
+    polls, snaps = _job_77(fragmented=True)
     bad = json.loads(encode(polls[0]))
     bad["gpu_indices"] = {"node-00": ["zero"]}
     config = write_config(tmp_path / "gpuwarden.yaml", settings)
@@ -83,24 +99,18 @@ async def test_scheduler_polls_give_alerts_through_both_stages_and_bad_records_a
     assert (partition_of(CLUSTER.encode(), 2), polls[-1].ts) in {(r.partition, r.watermark) for r in reports}
 
 
+@pytest.mark.parametrize("jobs_partitions", [2, 1])
 async def test_allocations_behind_a_backlog_of_samples_give_the_in_process_transitions(
-        kafka_bootstrap: str, tmp_path: Path) -> None:
+        kafka_bootstrap: str, tmp_path: Path, jobs_partitions: int) -> None:
     """The node's samples are read first (a backlog), the scheduler's polls after: stage 1 holds
     ``job-gpus-unused`` until the scheduler stage's progress has passed each instant, so the
     alert is exactly the one-process Engine's (before the watermark, the allocation applied from
-    its arrival, after the last sample: no alert at all)."""
+    its arrival, after the last sample: no alert at all). With ``scheduler.jobs`` of one partition
+    (auto-created) the gate waits for that one."""
     # summary_lateness: how long stage 1 waits for a scheduler it has not heard from (its topic empty)
     settings = settings_for(kafka_bootstrap, partitions=2, summary_lateness="30m", scheduler={"unused_for": "120s"})
-    topics = Topics(settings.kafka.topic_prefix)
-    for t in (topics.samples, topics.events, topics.metrics, topics.summaries, topics.jobs, topics.allocations):
-        await create_topic(kafka_bootstrap, t, partitions=2)
-    polls, snaps = [], []
-    for k in range(0, 600, 5):
-        ts = T0 + k
-        snaps.append(samples("node-00", ts, k, {0: 90.0, 1: 80.0}, "77"))
-        if k % 30 == 0:
-            polls += poll(ts, [job("77", S.RUNNING, ts, gpus=8, start=T0 - 5, alloc={"node-00": list(range(8))})],
-                          [node("node-00", ts, 8, 8)])
+    topics = await _topics(kafka_bootstrap, settings, jobs_partitions)
+    polls, snaps = _job_77(fragmented=False)
     engine = Engine(config=settings.engine)
     want = transition_ids([encode(t) for t in engine.process_many(sorted([*polls, *snaps], key=lambda r: r.ts))
                            if t.rule == "job-gpus-unused"])
