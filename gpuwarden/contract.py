@@ -390,7 +390,12 @@ class StageProgress(Wire):
     after the summaries it covers, on the same partitions, so a stage-2 worker that reads it
     has read every summary from that input partition up to ``watermark``; it releases a task
     class's summaries once every input partition has passed them (a watermark). Without it,
-    stage 2 could only wait for nodes it had already heard from."""
+    stage 2 could only wait for nodes it had already heard from.
+
+    The scheduler stage sends the same record on ``scheduler.allocations`` (to every partition,
+    key ``progress:<partition>``, the same header) behind its job allocations: ``partition`` is a
+    ``scheduler.jobs`` partition, ``watermark`` its last poll closed over its clusters, ``nodes``
+    the clusters it holds there; stage 1 judges allocation-dependent rules only that far."""
 
     schema_: Literal["stage_progress/1"] = Field(default="stage_progress/1", alias="schema")
     partition: NonNegInt = Field(description="the stage-1 input partition (gpu.samples, gpu.events, task.metrics)")

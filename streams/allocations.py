@@ -2,7 +2,11 @@
 
 The scheduler stage sends ``job_allocation/1`` records (key node) when a job's GPUs on a node
 change; they go through the node's reorder buffer like its samples, so they apply at their
-event time. At each evaluation instant each job is judged on this node: of the GPUs it holds,
+event time. In faust they come through the scheduler stage, behind the node's samples (hours
+behind after a backlog), so an evaluation instant is held (``hold``: what the judgement reads)
+until the scheduler watermark has passed it (``streams/progress.py``), and judged then after the
+allocations dated before it (``judge_through``); in one process the gate is open and an instant
+is judged at once. At each evaluation instant each job is judged on this node: of the GPUs it holds,
 how many are busy (utilization at least ``IDLE_UTIL`` in the newest bucket), how many idle,
 how many have no readings (not judged). "Allocated" is the scheduler's word, "busy" the
 GPUs': the pitfall of treating allocated as used. The processes' ``slurm_job_id`` (or pod
