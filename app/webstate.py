@@ -2,14 +2,14 @@
 control records, the engine state ``gpuwarden run`` saves there, and its sample history.
 
 Read-only and rebuilt per page: the console runs beside ``gpuwarden run`` (another process
-writing the same SQLite file, which WAL lets us read without blocking it). Cluster mode (the
-``alerts`` and ``control`` topics) is read for control records only (``notify.control: kafka``);
-the fleet and alerts come from the local spool.
+writing the same SQLite file, which WAL lets us read without blocking it). In cluster mode
+(``web.source: kafka``) the same page state is assembled from :mod:`gpuwarden.app.webcluster`'s
+in-memory view of the topics instead (:func:`assemble` serves both).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuwarden.app.display import band, clamp, urgency
 from gpuwarden.app.settings import Settings
@@ -73,9 +73,12 @@ class Fleet:
     source: str
     as_of: float
     nodes: list[NodeView]
-    classes: list[ClassRow]
+    classes: list[ClassRow] | None
+    """None: this source has no class baselines (cluster mode: they are the stream workers' tables)."""
     groups: list[tuple[dict[str, str], list[AlertCard]]]
     silences: list[Silence]
+    banner: str = ""
+    """What the reader must know first ('' when all is well): Kafka unreachable, topics missing."""
 
 
 def open_spool(settings: Settings) -> Spool:
@@ -122,7 +125,8 @@ def _chart(t: AlertTransition, series: dict[tuple[str, int], GpuSeries], as_of: 
 
 
 def read_fleet(settings: Settings, control: ControlState, wall_now: float) -> Fleet:
-    """The whole console's state; silences are those active at ``wall_now`` (people set them in wall time)."""
+    """The whole console's state from the spool; silences are those active at ``wall_now``
+    (people set them in wall time)."""
     with open_spool(settings) as spool:
         engine, which, until = _engine(settings, spool)
         firing = open_alerts(settings, spool) or {}
@@ -130,14 +134,24 @@ def read_fleet(settings: Settings, control: ControlState, wall_now: float) -> Fl
         since = min((t.started_at - (t.evidence.window_s or 0) for t in firing.values()), default=as_of)
         records = read_spool(spool, since - CHART_MARGIN_S, as_of + 1, topic_prefix=settings.kafka.topic_prefix)
         series = collect(records, []).series if firing else {}
-    nodes = [node_view(st) for n in engine.nodes.nodes() if (st := engine.nodes.state(n)) is not None]
     classes = [ClassRow(c, m, band(m, b), b) for c in engine.classes.classes()
                for m, b in engine.classes.baseline(c).items() if m in CLASS_ROW]
+    return assemble(settings, engine, firing, control, wall_now,
+                    Fleet(which, as_of, [], classes, [], []), series)
+
+
+def assemble(settings: Settings, engine: Engine, firing: dict[str, AlertTransition], control: ControlState,
+             wall_now: float, head: Fleet, series: dict[tuple[str, int], GpuSeries] | None = None) -> Fleet:
+    """``head`` (source, as_of, classes, banner) completed with the nodes of ``engine``, the open
+    alerts grouped as the router groups them (charts where ``series`` has the samples) and the
+    silences active at ``wall_now``."""
+    nodes = [node_view(st) for n in engine.nodes.nodes() if (st := engine.nodes.state(n)) is not None]
     w = words(settings.language)
     ordered = sorted(firing.values(), key=urgency)
-    cards = {t.fingerprint: AlertCard(t, evidence_parts(t.evidence, w), control.ack(t), _chart(t, series, as_of))
+    cards = {t.fingerprint: AlertCard(t, evidence_parts(t.evidence, w), control.ack(t),
+                                      _chart(t, series, head.as_of) if series else None)
              for t in ordered}
     groups = sorted(([(labels, [cards[t.fingerprint] for t in alerts])
                       for labels, alerts in alert_groups(settings.notify, ordered)]),
                     key=lambda g: min(urgency(c.alert) for c in g[1]))
-    return Fleet(which, as_of, nodes, classes, groups, control.silences(wall_now))
+    return replace(head, nodes=nodes, groups=groups, silences=control.silences(wall_now))
