@@ -42,13 +42,15 @@ from gpuwarden.notifiers.am_server import ListenError, authorized, listen, read_
 from gpuwarden.notifiers.control import ControlRecord, ControlState
 from gpuwarden.notifiers.control_cli import expired, new_silence, open_alerts, read_state, write_record
 from gpuwarden.notifiers.verdict import authorization
+from gpuwarden.streams.inferencestage import VIEW_METRICS, VIEW_QUANTILES
 from gpuwarden.units import parse_duration, parse_time
 
 HERE = Path(__file__).resolve().parent
 COOKIE = "gpuwarden_session"
 FORM_LIMIT = 16 * 1024
-PAGES = (("/", "Fleet"), ("/alerts", "Alerts"), ("/classes", "Task classes"), ("/scheduler", "Scheduler"),
-         ("/silences", "Silences"), ("/retro", "Retro reports"))
+PAGES = (("/", "Fleet"), ("/alerts", "Alerts"), ("/classes", "Task classes"), ("/services", "Inference SLOs"),
+         ("/scheduler", "Scheduler"), ("/silences", "Silences"), ("/retro", "Retro reports"))
+METRIC_NAMES = {"ttft": "time to first token", "itl": "inter-token latency", "e2e": "end to end"}
 
 
 class Guard:
@@ -153,7 +155,9 @@ def build_app(settings: Settings) -> Starlette:
             await view.has(lambda r: r.control.records.get(key) == record)
 
     async def fleet_page(request: Request, name: str, **context: object) -> Response:
-        return page(request, name, fleet=await current(), now=time.time(), cluster=view is not None, **context)
+        fleet = await current()
+        shown = {c.alert.fingerprint: c.alert for _, cards in fleet.groups for c in cards}
+        return page(request, name, fleet=fleet, now=time.time(), cluster=view is not None, open_alerts=shown, **context)
 
     async def overview(request: Request) -> Response:
         return await fleet_page(request, "fleet.html")
@@ -163,6 +167,10 @@ def build_app(settings: Settings) -> Starlette:
 
     async def classes(request: Request) -> Response:
         return await fleet_page(request, "classes.html")
+
+    async def services(request: Request) -> Response:
+        return await fleet_page(request, "services.html", quantiles=VIEW_QUANTILES, metrics=VIEW_METRICS,
+                                metric_names=METRIC_NAMES)
 
     async def scheduler(request: Request) -> Response:
         """Queue waits, retries and GPU-hours per partition (``report scheduler``'s), the last week
@@ -288,7 +296,7 @@ def build_app(settings: Settings) -> Starlette:
             await task
 
     return Starlette(lifespan=lifespan, routes=[
-        Route("/", overview), Route("/alerts", alerts), Route("/classes", classes), Route("/scheduler", scheduler),
+        Route("/", overview), Route("/alerts", alerts), Route("/classes", classes), Route("/services", services), Route("/scheduler", scheduler),
         Route("/silences", silences), Route("/silences", add_silence, methods=["POST"]),
         Route("/silences/{sid}/expire", expire_silence, methods=["POST"]),
         Route("/alerts/{fp}/ack", ack, methods=["POST"]), Route("/retro", retro),

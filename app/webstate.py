@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from gpuwarden.app.display import band, clamp, urgency
 from gpuwarden.app.settings import Settings
-from gpuwarden.app.standalone import LIVE_STATE, SIM_STATE, STATE_NS
+from gpuwarden.app.standalone import LIVE_STATE, SIM_STATE, STATE_NS, with_simulated_services
 from gpuwarden.contract import Ack, AlertTransition, Baseline, Silence
 from gpuwarden.history.retro import GpuSeries, collect
 from gpuwarden.history.sources import read_spool
@@ -23,6 +23,7 @@ from gpuwarden.notifiers.render import evidence_parts, words
 from gpuwarden.notifiers.router import alert_groups
 from gpuwarden.spool import Spool
 from gpuwarden.streams.engine import Engine
+from gpuwarden.streams.inferencestage import ServiceView
 from gpuwarden.streams.metrics import CLASS_ROW
 from gpuwarden.streams.rules import load_rules
 from gpuwarden.streams.view import NodeView, node_view
@@ -77,6 +78,8 @@ class Fleet:
     """None: this source has no class baselines (cluster mode: they are the stream workers' tables)."""
     groups: list[tuple[dict[str, str], list[AlertCard]]]
     silences: list[Silence]
+    services: list[ServiceView] | None = None
+    """The inference services (None: this source has no SLO state; cluster mode)."""
     banner: str = ""
     """What the reader must know first ('' when all is well): Kafka unreachable, topics missing."""
 
@@ -87,12 +90,16 @@ def open_spool(settings: Settings) -> Spool:
 
 def _engine(settings: Settings, spool: Spool) -> tuple[Engine, str, float]:
     """The engine state ``gpuwarden run`` saved (live sampling before a simulation's), restored
-    into an engine of our own; (engine, which, until)."""
-    engine = Engine(load_rules(settings.engine.rules), settings.engine, settings.limits.max_past_skew)
+    into an engine configured as that run's was (a simulation's services judged by its SLOs);
+    (engine, which, until)."""
+    rules = load_rules(settings.engine.rules)
+    engine = Engine(rules, settings.engine, settings.limits.max_past_skew)
     for key, which in ((LIVE_STATE, "live GPUs"), (SIM_STATE, "simulated GPUs")):
         data = spool.kv_get(STATE_NS, key)
         if data is not None:
             until = float(spool.kv_get(STATE_NS, key + ":until") or b"0")
+            if key == SIM_STATE:
+                engine = Engine(rules, with_simulated_services(settings.engine), settings.limits.max_past_skew)
             try:
                 engine.load_all(data)
             except ValueError as e:  # written by another version: the alerts still show
@@ -137,7 +144,7 @@ def read_fleet(settings: Settings, control: ControlState, wall_now: float) -> Fl
     classes = [ClassRow(c, m, band(m, b), b) for c in engine.classes.classes()
                for m, b in engine.classes.baseline(c).items() if m in CLASS_ROW]
     return assemble(settings, engine, firing, control, wall_now,
-                    Fleet(which, as_of, [], classes, [], []), series)
+                    Fleet(which, as_of, [], classes, [], [], services=engine.inference.views()), series)
 
 
 def assemble(settings: Settings, engine: Engine, firing: dict[str, AlertTransition], control: ControlState,
