@@ -93,10 +93,9 @@ async def partitions(kafka: KafkaConfig, topics: list[str]) -> dict[str, list[To
 class ClusterView:
     """The newest caught-up :class:`Replica` and a line saying how it stands (``status``)."""
 
-    def __init__(self, settings: Settings, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.topics = Topics(settings.kafka.topic_prefix)
-        self.clock = clock
         self.replica: Replica | None = None
         self.problem = f"connecting to Kafka at {settings.kafka.bootstrap}"
         self.missing: list[str] = []
@@ -120,10 +119,14 @@ class ClusterView:
         while not stop.is_set():
             try:
                 await self._session(stop)
-            except (KafkaError, KafkaConnectError, OSError, TimeoutError) as e:
+            except (KafkaError, KafkaConnectError, OSError, TimeoutError, asyncio.CancelledError) as e:
+                me = asyncio.current_task()
+                if isinstance(e, asyncio.CancelledError) and (me is None or me.cancelling()):
+                    raise  # we are being stopped; otherwise a probe timed out as the broker went away
                 kept = "" if self.replica is None else \
                     f"; showing what was read up to {moment(self.replica.as_of, self.settings.notify.timezone)}"
-                self.problem = (f"Kafka at {self.settings.kafka.bootstrap} unreachable ({e or type(e).__name__})"
+                why = "no answer" if isinstance(e, (asyncio.CancelledError, TimeoutError)) else str(e) or type(e).__name__
+                self.problem = (f"Kafka at {self.settings.kafka.bootstrap} unreachable ({why})"
                                 f"{kept}; retrying every {RETRY_S:g} s")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), RETRY_S)
@@ -156,7 +159,7 @@ class ClusterView:
         if whole:
             await consumer.seek_to_beginning(*whole)
         if tail:
-            since_ms = int((self.clock() - FLEET_TAIL_S) * 1000)
+            since_ms = int((time.time() - FLEET_TAIL_S) * 1000)  # Kafka's timestamps: wall time
             found = await consumer.offsets_for_times({p: since_ms for p in tail})
             for p, at in found.items():
                 if at is None:

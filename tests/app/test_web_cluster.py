@@ -132,3 +132,26 @@ def test_empty_topics_and_an_unreachable_broker_are_said(kafka_bootstrap: str) -
         page = until(client, "/", lambda b: "unreachable" in b)
         assert 'id="banner"' in page and "unreachable" in page and "retrying every" in page, page
         assert client.get("/classes", headers=AUTH).status_code == 200
+
+
+def test_a_broker_that_dies_is_said_and_the_view_comes_back_with_it(own_broker, monkeypatch) -> None:
+    """Killed mid-session, the pages keep what was read and say so; restarted, what was produced
+    since shows and the banner goes (probes shortened so the test waits seconds, not a minute)."""
+    from gpuwarden.app import webcluster
+
+    for name, value in (("PROBE_S", 1.0), ("PROBE_TIMEOUT_S", 3.0), ("RETRY_S", 1.0)):
+        monkeypatch.setattr(webcluster, name, value)
+    prefix = unique_topic("gw") + "."
+    topics = Topics(prefix)
+    asyncio.run(create_topic(own_broker.bootstrap, topics.alerts))
+    asyncio.run(create_topic(own_broker.bootstrap, topics.samples))
+    asyncio.run(produce(own_broker.bootstrap, topics.alerts, keyed([_alert("fp-before", "oom-risk", "gpu-b1")])))
+    with console({**_config(own_broker.bootstrap, prefix), "notify": {"control": "spool"}}) as client:
+        assert 'id="alert-fp-before"' in until(client, "/alerts", lambda b: "fp-before" in b)
+        own_broker.run("kill")
+        page = until(client, "/alerts", lambda b: "unreachable" in b)
+        assert "unreachable" in page and "showing what was read up to" in page and 'id="alert-fp-before"' in page, page
+        own_broker.run("restart")
+        asyncio.run(produce(own_broker.bootstrap, topics.alerts, keyed([_alert("fp-after", "thermal-throttle", "gpu-b2")])))
+        page = until(client, "/alerts", lambda b: "fp-after" in b and 'id="banner"' not in b)
+        assert 'id="alert-fp-after"' in page and 'id="alert-fp-before"' in page and 'id="banner"' not in page, page
