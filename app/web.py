@@ -308,8 +308,9 @@ def build_app(settings: Settings) -> Starlette:
 def cmd_web(args: argparse.Namespace, settings: Settings) -> int:
     """``gpuwarden web``: serve until Ctrl-C; exit 1 when the address cannot be bound, 2 (ConfigError,
     said by the CLI) when ``--bind`` leaves loopback without credentials."""
-    given = {k: v for k, v in (("bind", args.bind), ("port", args.port)) if v is not None}
-    web = validate(WebConfig, {**settings.web.model_dump(exclude_unset=True), **given}, "web (config, --bind, --port)")
+    given = {k: v for k, v in (("bind", args.bind), ("port", args.port), ("source", args.source)) if v is not None}
+    web = validate(WebConfig, {**settings.web.model_dump(exclude_unset=True), **given},
+                   "web (config, --bind, --port, --source)")
     settings = settings.model_copy(update={"web": web})
     asgi = build_app(settings)
     try:

@@ -1,12 +1,14 @@
-"""The console's cluster-mode source: the topics the notifier reads, consumed into memory.
+"""The console's cluster-mode source: the topics the notifier and the stream workers keep, read into memory.
 
 ``web.source: kafka`` makes the console a reader of its own (no consumer group, nothing
-committed): the ``alerts`` topic and, with ``notify.control: kafka``, the ``control`` topic
-from the beginning of their retention, so a console on any host shows the open alerts the
-notifier routes and the silences and acks it applies; and the last :data:`FLEET_TAIL_S` of
-``gpu.samples`` through an engine of its own, for the fleet page (its transitions are
-dropped: the stream workers raise the alerts). Class baselines and SLO budgets live in the
-workers' tables, which are not read here; the pages say so.
+committed) of, from the beginning of their retention:
+
+* the ``alerts`` topic and, with ``notify.control: kafka``, the ``control`` topic: a console on
+  any host shows the open alerts the notifier routes and the silences and acks it applies;
+* the stream workers' node, class and inference tables (their compacted changelogs, named by
+  the workers' app id: the same ``kafka.topic_prefix`` and ``kafka.client_id`` as theirs),
+  each key's newest envelope loaded into an engine of the console's own, which only shows
+  them: the fleet, the class baselines and the services' SLO windows are the workers' own.
 
 A session that fails (Kafka unreachable, a probe unanswered) is retried every
 :data:`RETRY_S`; the pages keep what was read before and say since when. A new session
@@ -17,27 +19,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from gpuwarden.app.settings import Settings
-from gpuwarden.app.webstate import Fleet, assemble
+from gpuwarden.app.webstate import Fleet, assemble, class_rows
 from gpuwarden.config import KafkaConfig
-from gpuwarden.contract import AlertState, AlertTransition, ContractError, NodeSnapshot, Topics, decode
+from gpuwarden.contract import AlertState, AlertTransition, ContractError, Topics, decode
 from gpuwarden.humantime import moment
 from gpuwarden.kafka import KafkaConnectError, kafka_kwargs, start_client
 from gpuwarden.notifiers.control import ControlState, warn_each
 from gpuwarden.notifiers.kafka import apply_record, ensure_control_topic
 from gpuwarden.streams.engine import Engine
+from gpuwarden.streams.inferencewire import TABLE as INFERENCE_TABLE
+from gpuwarden.streams.keyed import unpack
 from gpuwarden.streams.rules import load_rules
+from gpuwarden.streams.statewire import CLASS_TABLE, NODE_TABLE, changelog_topic
+from gpuwarden.streams.topology import app_id
 
-#: How much of ``gpu.samples`` the fleet page is rebuilt from (a few of stage 1's buckets).
-FLEET_TAIL_S = 300.0
 RETRY_S = 5.0
 #: How often a running session asks the broker for the end offsets; unanswered in
 #: :data:`PROBE_TIMEOUT_S`, the session ends (the broker is away) and is retried.
@@ -45,33 +49,55 @@ PROBE_S = 5.0
 PROBE_TIMEOUT_S = 10.0
 
 
+class Keyed(Protocol):
+    def load(self, key: str, data: bytes, /) -> None: ...
+
+    def drop(self, key: str, /) -> None: ...
+
+
 @dataclass
 class Replica:
-    """What one session has read: the open alerts, the control state, a fleet engine."""
+    """What one session has read: the open alerts, the control state, the workers' tables."""
 
     engine: Engine
+    tables: dict[str, Keyed]
+    """Changelog topic → the engine stage its envelopes load into."""
     control: ControlState = field(default_factory=ControlState)
     firing: dict[str, AlertTransition] = field(default_factory=dict)
     as_of: float = 0.0
-    bad: int = 0  # records that broke the contract (the workers dead-letter them; here: skipped)
+    bad: int = 0  # records that broke the contract or envelopes in another format: skipped
 
     def apply(self, topics: Topics, r: ConsumerRecord) -> None:
         if r.topic == topics.control:
             warn_each([p] if (p := apply_record(self.control, r.key, r.value)) is not None else [])
-            return
+        elif r.topic == topics.alerts:
+            self._alert(r)
+        elif r.key is not None:
+            self._envelope(self.tables[r.topic], r.key.decode(errors="replace"), r.value, r.timestamp / 1000)
+
+    def _alert(self, r: ConsumerRecord) -> None:
         try:
-            rec = decode(r.value or b"", AlertTransition if r.topic == topics.alerts else NodeSnapshot)
+            t = decode(r.value or b"", AlertTransition)
         except ContractError:
             self.bad += 1
             return
-        self.as_of = max(self.as_of, rec.ts)
-        if isinstance(rec, AlertTransition):
-            if rec.state == AlertState.FIRING:
-                self.firing[rec.fingerprint] = rec
-            else:
-                self.firing.pop(rec.fingerprint, None)
+        self.as_of = max(self.as_of, t.ts)
+        if t.state == AlertState.FIRING:
+            self.firing[t.fingerprint] = t
         else:
-            self.engine.process(rec)
+            self.firing.pop(t.fingerprint, None)
+
+    def _envelope(self, stage: Keyed, key: str, value: bytes | None, written: float) -> None:
+        """A key's newest state as a worker checkpointed it (None: the key was dropped)."""
+        if value is None:
+            stage.drop(key)
+            return
+        try:
+            stage.load(key, unpack(value)[1])
+        except ValueError:
+            self.bad += 1
+            return
+        self.as_of = max(self.as_of, written)
 
 
 async def partitions(kafka: KafkaConfig, topics: list[str]) -> dict[str, list[TopicPartition]]:
@@ -96,6 +122,7 @@ class ClusterView:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.topics = Topics(settings.kafka.topic_prefix)
+        self.changelogs = [changelog_topic(app_id(settings), t) for t in (NODE_TABLE, CLASS_TABLE, INFERENCE_TABLE)]
         self.replica: Replica | None = None
         self.problem = f"connecting to Kafka at {settings.kafka.bootstrap}"
         self.missing: list[str] = []
@@ -103,7 +130,9 @@ class ClusterView:
 
     def new_replica(self) -> Replica:
         s = self.settings
-        return Replica(Engine(load_rules(s.engine.rules), s.engine, s.limits.max_past_skew))
+        engine = Engine(load_rules(s.engine.rules), s.engine, s.limits.max_past_skew)
+        return Replica(engine, {self.changelogs[0]: engine.nodes, self.changelogs[1]: engine.classes,
+                                self.changelogs[2]: engine.inference})
 
     @property
     def status(self) -> str:
@@ -111,7 +140,8 @@ class ClusterView:
         if self.problem:
             return self.problem
         if self.missing:
-            return f"no topic {', '.join(self.missing)} on Kafka yet (nothing published there): shown as empty"
+            return (f"no topic {', '.join(self.missing)} on Kafka yet (no alert published, or no stream worker "
+                    f"of app id {app_id(self.settings)} checkpointed that table): shown as empty")
         return ""
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -136,36 +166,20 @@ class ClusterView:
         consumer = AIOKafkaConsumer(**kw, enable_auto_commit=False)
         await start_client(consumer, kw)
         try:
-            whole = [self.topics.alerts]
-            parts = []
-            if self.settings.notify.control == "kafka":
-                parts += await ensure_control_topic(self.settings.kafka)
-                whole.append(self.topics.control)
-            found = await partitions(self.settings.kafka, [self.topics.alerts, self.topics.samples])
+            parts = await ensure_control_topic(self.settings.kafka) if self.settings.notify.control == "kafka" else []
+            wanted = [self.topics.alerts, *self.changelogs]
+            found = await partitions(self.settings.kafka, wanted)
             parts += [p for ps in found.values() for p in ps]
-            self.missing = [t for t in (self.topics.alerts, self.topics.samples) if t not in found]
+            self.missing = [t for t in wanted if t not in found]
             if not parts:
                 self.replica, self.problem = self.new_replica(), ""
                 await self._until_topics_appear(consumer, stop)
                 return
             consumer.assign(parts)
-            await self._seek(consumer, [p for p in parts if p.topic in whole], [p for p in parts if p.topic not in whole])
+            await consumer.seek_to_beginning(*parts)
             await self._follow(consumer, parts, stop)
         finally:
             await asyncio.wait_for(consumer.stop(), PROBE_TIMEOUT_S)
-
-    async def _seek(self, consumer: AIOKafkaConsumer, whole: list[TopicPartition], tail: list[TopicPartition]) -> None:
-        """The alerts and control from their beginning; the samples from ``FLEET_TAIL_S`` ago."""
-        if whole:
-            await consumer.seek_to_beginning(*whole)
-        if tail:
-            since_ms = int((time.time() - FLEET_TAIL_S) * 1000)  # Kafka's timestamps: wall time
-            found = await consumer.offsets_for_times({p: since_ms for p in tail})
-            for p, at in found.items():
-                if at is None:
-                    await consumer.seek_to_end(p)
-                else:
-                    consumer.seek(p, at.offset)
 
     async def _follow(self, consumer: AIOKafkaConsumer, parts: list[TopicPartition], stop: asyncio.Event) -> None:
         """Apply batches; the new replica replaces the shown one once it reached the end offsets
@@ -200,13 +214,14 @@ class ClusterView:
     def fleet(self, wall_now: float) -> Fleet:
         """The pages' state from the newest caught-up replica (empty before the first one)."""
         r = self.replica or self.new_replica()
-        source = f"Kafka at {self.settings.kafka.bootstrap}: topics {self.topics.alerts}" + (
-            f", {self.topics.control}" if self.settings.notify.control == "kafka" else "") + \
-            f" from their beginning, the last {FLEET_TAIL_S / 60:g} min of {self.topics.samples}"
+        source = (f"Kafka at {self.settings.kafka.bootstrap}: {self.topics.alerts}"
+                  + (f", {self.topics.control}" if self.settings.notify.control == "kafka" else "")
+                  + f" and the stream workers' tables (app {app_id(self.settings)})")
         if r.bad:
-            source += f" ({r.bad} records that broke the contract skipped)"
+            source += f"; {r.bad} records skipped (not of the contract, or state in another format)"
         return assemble(self.settings, r.engine, r.firing, r.control, wall_now,
-                        Fleet(source, r.as_of, [], None, [], [], banner=self.status))
+                        Fleet(source, r.as_of, [], class_rows(r.engine), [], [], services=r.engine.inference.views(),
+                              banner=self.status))
 
     async def has(self, seen: Callable[[Replica], bool], timeout_s: float = 10.0) -> bool:
         """Wait until the view shows what was just written (a silence, an ack): a page drawn

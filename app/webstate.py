@@ -9,7 +9,7 @@ in-memory view of the topics instead (:func:`assemble` serves both).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from gpuwarden.app.display import band, clamp, urgency
 from gpuwarden.app.settings import Settings
@@ -74,12 +74,11 @@ class Fleet:
     source: str
     as_of: float
     nodes: list[NodeView]
-    classes: list[ClassRow] | None
-    """None: this source has no class baselines (cluster mode: they are the stream workers' tables)."""
+    classes: list[ClassRow]
     groups: list[tuple[dict[str, str], list[AlertCard]]]
     silences: list[Silence]
-    services: list[ServiceView] | None = None
-    """The inference services (None: this source has no SLO state; cluster mode)."""
+    services: list[ServiceView] = field(default_factory=list)
+    """The inference services as the inference stage keeps them."""
     banner: str = ""
     """What the reader must know first ('' when all is well): Kafka unreachable, topics missing."""
 
@@ -141,10 +140,14 @@ def read_fleet(settings: Settings, control: ControlState, wall_now: float) -> Fl
         since = min((t.started_at - (t.evidence.window_s or 0) for t in firing.values()), default=as_of)
         records = read_spool(spool, since - CHART_MARGIN_S, as_of + 1, topic_prefix=settings.kafka.topic_prefix)
         series = collect(records, []).series if firing else {}
-    classes = [ClassRow(c, m, band(m, b), b) for c in engine.classes.classes()
-               for m, b in engine.classes.baseline(c).items() if m in CLASS_ROW]
     return assemble(settings, engine, firing, control, wall_now,
-                    Fleet(which, as_of, [], classes, [], [], services=engine.inference.views()), series)
+                    Fleet(which, as_of, [], class_rows(engine), [], [], services=engine.inference.views()), series)
+
+
+def class_rows(engine: Engine) -> list[ClassRow]:
+    """Each task class's statistics with their bands (clamped for display) or "learning"."""
+    return [ClassRow(c, m, band(m, b), b) for c in engine.classes.classes()
+            for m, b in engine.classes.baseline(c).items() if m in CLASS_ROW]
 
 
 def assemble(settings: Settings, engine: Engine, firing: dict[str, AlertTransition], control: ControlState,
