@@ -13,6 +13,6 @@ def service_rows(engine: Engine) -> list[tuple[str, ...]]:
     rows = []
     for v in engine.inference.views():
         budget = ", ".join(f"{k} {max(x, 0.0):.1%}" for k, x in sorted(v.budget_remaining.items())) or "no SLO"
-        rows.append((v.node, v.service, v.model, v.engine, v.p99("ttft"), v.p99("itl"), f"{v.tokens_per_s:,.0f}", budget,
+        rows.append((v.node, v.service, v.model, v.engine, v.ttft_p99, v.itl_p99, f"{v.tokens_per_s:,.0f}", budget,
                      str(len(v.firing)) if v.firing else ""))
     return rows

@@ -109,7 +109,15 @@ class ServiceView:
     def budget_remaining(self) -> dict[str, float]:
         return {o.key: o.remaining for o in self.objectives}
 
-    def p99(self, metric: str) -> str:
+    @property
+    def ttft_p99(self) -> str:
+        return self._p99("ttft")
+
+    @property
+    def itl_p99(self) -> str:
+        return self._p99("itl")
+
+    def _p99(self, metric: str) -> str:
         """``≤ 2.5 s``: the bucket bound its last hour's p99 lies under; "—" without observations."""
         q = self.quantiles[metric][0.99]
         return "—" if q is None else q.bound()

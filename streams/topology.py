@@ -72,7 +72,7 @@ from gpuwarden.streams.readorder import ReadOrder
 from gpuwarden.streams.runtime import HeapTrim
 from gpuwarden.streams.schedrunner import scheduler_runner  # scheduler stage (#19)
 from gpuwarden.streams.schedstage import SchedulerStage  # scheduler stage (#19)
-from gpuwarden.streams.statewire import CLASS_TABLE, NODE_TABLE, partition_of
+from gpuwarden.streams.statewire import partition_of
 from gpuwarden.streams.telemetry import StreamMetrics
 
 log = logging.getLogger("gpuwarden.streams")
@@ -209,9 +209,9 @@ class Topology:
         self.node_table, self.class_table, self.inference_table, self.sched_table = (
             app.Table(name, default=None, partitions=k.partitions, use_partitioner=True,
                       key_type=bytes, value_type=bytes, extra_topic_configs=big)
-            for name in (NODE_TABLE, CLASS_TABLE, INFERENCE_TABLE, SCHED_TABLE))
+            for name in ("node-state", "class-state", INFERENCE_TABLE, SCHED_TABLE))
         #: Per table, the size of each key's last stored envelope (the worker's state size metric).
-        self.stored: dict[str, dict[str, int]] = {NODE_TABLE: {}, CLASS_TABLE: {}, INFERENCE_TABLE: {},
+        self.stored: dict[str, dict[str, int]] = {"node-state": {}, "class-state": {}, INFERENCE_TABLE: {},
                                                   SCHED_TABLE: {}}
         self.declaring: asyncio.Future[Any] | None = None
         self.partitioner = DefaultPartitioner()
@@ -234,7 +234,7 @@ class Topology:
         self.booked_generation = -1
         self.kept: set[TP] = set()  # the partitions the last booking kept
         #: Per table: the events its next checkpoint covers, acknowledged once it is stored.
-        self.held: dict[str, list[EventT]] = {NODE_TABLE: [], CLASS_TABLE: [], INFERENCE_TABLE: [],
+        self.held: dict[str, list[EventT]] = {"node-state": [], "class-state": [], INFERENCE_TABLE: [],
                                               SCHED_TABLE: []}
         self.stream: StreamT | None = None
         self.lock = asyncio.Lock()  # a batch and the idle timer, one at a time

@@ -50,4 +50,4 @@ def test_healthy_serving_for_7_days_raises_nothing_above_info() -> None:
     out += stage.flush()
     assert [(t.rule, t.tier.value) for t in out if t.tier.value != "info"] == []
     view = stage.views()[0]
-    assert view.p99("ttft") == "≤ 0.75 s" and min(view.budget_remaining.values()) > 0.9
+    assert view.ttft_p99 == "≤ 0.75 s" and min(view.budget_remaining.values()) > 0.9
