@@ -262,11 +262,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(p)
     p.set_defaults(handler="gpuwarden.app.doctor:cmd_doctor")
 
-    p = sub.add_parser("web", help="the web console: fleet, open alerts with evidence, baselines, silences, retros")
+    p = sub.add_parser("web", help="the web console: fleet, open alerts with evidence, baselines, SLOs, silences, retros")
     _add_config(p)
     p.add_argument("--bind", metavar="ADDR", default=None,
                    help="address to listen on (default: web.bind, 127.0.0.1; another needs web.token or web.basic_auth)")
     p.add_argument("--port", type=int, default=None, metavar="P", help="port (default: web.port, 8470; 0: any free port)")
+    p.add_argument("--source", choices=("spool", "kafka"), default=None,
+                   help="spool: what gpuwarden run writes; kafka: the alerts and control topics (cluster mode) "
+                        "(default: web.source, spool)")
     p.set_defaults(handler="gpuwarden.app.web:cmd_web")
 
     p = sub.add_parser("test-notify", help="send a test message to every configured receiver")

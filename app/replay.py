@@ -86,13 +86,19 @@ def _source(args: argparse.Namespace, settings: Settings, since: float | None, u
             yield read_spool(spool, since, until, topic_prefix=settings.kafka.topic_prefix,
                              on_reject=reject)
     else:
-        import asyncio
+        yield _from_kafka(settings, args.kafka, since, until, reject)
 
-        from gpuwarden.kafka import client_kwargs
 
-        kw = {**client_kwargs(settings), "bootstrap_servers": args.kafka}
-        yield asyncio.run(read_kafka(kw, input_topics(settings.kafka.topic_prefix), since, until,
-                                     slack_s=settings.limits.max_future_skew, on_reject=reject))
+def _from_kafka(settings: Settings, bootstrap: str, since: float | None, until: float | None,
+                reject: OnReject) -> list[InputRecord]:
+    """The input topics' records in ``[since, until)`` (``--kafka``, and the console in cluster mode)."""
+    import asyncio
+
+    from gpuwarden.kafka import client_kwargs
+
+    kw = {**client_kwargs(settings), "bootstrap_servers": bootstrap}
+    return asyncio.run(read_kafka(kw, input_topics(settings.kafka.topic_prefix), since, until,
+                                  slack_s=settings.limits.max_future_skew, on_reject=reject))
 
 
 def _report(engine: Engine, records: list[InputRecord], transitions: list[AlertTransition], source: str) -> str:
@@ -106,17 +112,30 @@ def _report(engine: Engine, records: list[InputRecord], transitions: list[AlertT
 
 
 def retro_html(settings: Settings, since: float, until: float) -> str:
-    """The retro report of the spool's records in ``[since, until)``, replayed with the config's
-    rules (the web console's report links); ReplayError when the spool cannot be read or has nothing then."""
-    from gpuwarden.spool import Spool
-
+    """The retro report of the records in ``[since, until)`` (the spool's, or the input topics'
+    with ``web.source: kafka``), replayed with the config's rules (the web console's report
+    links); ReplayError when the source cannot be read or has nothing then."""
     engine = Engine(load_rules(settings.engine.rules), settings.engine, settings.limits.max_past_skew)
-    with Spool(settings.spool.path, settings.spool.max_bytes, settings.spool.max_age) as spool:
-        records = list(read_spool(spool, since, until, topic_prefix=settings.kafka.topic_prefix))
+    if settings.web.source == "kafka":
+        from aiokafka.errors import KafkaError
+
+        from gpuwarden.kafka import KafkaConnectError
+
+        source, where = f"Kafka {settings.kafka.bootstrap}", "input topics on Kafka"
+        try:
+            records = _from_kafka(settings, settings.kafka.bootstrap, since, until, lambda where, why: None)
+        except (KafkaError, KafkaConnectError, OSError, TimeoutError) as e:
+            raise ReplayError(f"{source}: {e or type(e).__name__}") from None
+    else:
+        from gpuwarden.spool import Spool
+
+        source, where = f"spool {settings.spool.path}", "spool"
+        with Spool(settings.spool.path, settings.spool.max_bytes, settings.spool.max_age) as spool:
+            records = list(read_spool(spool, since, until, topic_prefix=settings.kafka.topic_prefix))
     if not records:
-        raise ReplayError(f"no records in the spool from {moment(since)} to {moment(until)}")
+        raise ReplayError(f"no records in the {where} from {moment(since)} to {moment(until)}")
     transitions = engine.process_many(records) + engine.flush()
-    return _report(engine, records, transitions, f"spool {settings.spool.path}")
+    return _report(engine, records, transitions, source)
 
 
 def _compare(args: argparse.Namespace, settings: Settings, records: list[InputRecord],

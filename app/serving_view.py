@@ -14,5 +14,5 @@ def service_rows(engine: Engine) -> list[tuple[str, ...]]:
     for v in engine.inference.views():
         budget = ", ".join(f"{k} {max(x, 0.0):.1%}" for k, x in sorted(v.budget_remaining.items())) or "no SLO"
         rows.append((v.node, v.service, v.model, v.engine, v.ttft_p99, v.itl_p99, f"{v.tokens_per_s:,.0f}", budget,
-                     str(v.firing) if v.firing else ""))
+                     str(len(v.firing)) if v.firing else ""))
     return rows

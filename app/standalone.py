@@ -75,7 +75,7 @@ def _source(args: argparse.Namespace, settings: Settings) -> tuple[Source, list[
                      tick_s=tick, **kw), []
 
 
-def _with_simulated_services(cfg: EngineConfig) -> EngineConfig:
+def with_simulated_services(cfg: EngineConfig) -> EngineConfig:
     """A simulation's vLLM services are judged by the simulator's SLO and max batch unless the
     config declares its own for them (so ``--simulate serving-errors`` shows its burn alerts)."""
     slo = {**{s: ServiceSlo.model_validate(SIM_SLO) for s in SIM_SERVICES.values()}, **cfg.slo}
@@ -251,7 +251,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     except NoGpus as e:
         print(f"gpuwarden run: {e}", file=sys.stderr)
         return 1
-    config = _with_simulated_services(settings.engine) if isinstance(source, Simulator) else settings.engine
+    config = with_simulated_services(settings.engine) if isinstance(source, Simulator) else settings.engine
     engine = Engine(rules, config, settings.limits.max_past_skew)
     try:
         return asyncio.run(_run(args, settings, engine, source, extras))

@@ -1,7 +1,8 @@
 """``gpuwarden web``: the console (Starlette, Jinja2 templates, uPlot charts) over the notifier's state.
 
-Pages are rendered on the server from :func:`gpuwarden.app.webstate.read_fleet`; the only
-script draws the charts. Reading needs the credentials when ``web.token`` or
+Pages are rendered on the server from :func:`gpuwarden.app.webstate.read_fleet` (the spool)
+or, with ``web.source: kafka``, from :class:`gpuwarden.app.webcluster.ClusterView` (the topics
+the notifier reads); the only script draws the charts. Reading needs the credentials when ``web.token`` or
 ``web.basic_auth`` is set (it must be off loopback); writing (silences, acks) always needs
 them, so a console nobody configured cannot change what pages whom. A browser signs in once
 (the sign-in page sets a cookie derived from the credentials, never the credentials
@@ -18,7 +19,8 @@ import hmac
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from urllib.parse import parse_qs, quote, urlsplit
 
@@ -31,20 +33,24 @@ from starlette.templating import Jinja2Templates
 
 from gpuwarden.app.settings import Settings
 from gpuwarden.app.webconfig import WebConfig
-from gpuwarden.app.webstate import Chart, open_spool, read_fleet
+from gpuwarden.app.webcluster import ClusterView
+from gpuwarden.app.webstate import Chart, Fleet, open_spool, read_fleet
 from gpuwarden.config import validate
-from gpuwarden.contract import Ack, Silence
+from gpuwarden.contract import Ack, AlertTransition, Silence, record_key
 from gpuwarden.humantime import moment, relative, span
 from gpuwarden.notifiers.am_server import ListenError, authorized, listen, read_body, serve
+from gpuwarden.notifiers.control import ControlRecord, ControlState
 from gpuwarden.notifiers.control_cli import expired, new_silence, open_alerts, read_state, write_record
 from gpuwarden.notifiers.verdict import authorization
+from gpuwarden.streams.inferencestage import VIEW_METRICS, VIEW_QUANTILES
 from gpuwarden.units import parse_duration, parse_time
 
 HERE = Path(__file__).resolve().parent
 COOKIE = "gpuwarden_session"
 FORM_LIMIT = 16 * 1024
-PAGES = (("/", "Fleet"), ("/alerts", "Alerts"), ("/classes", "Task classes"), ("/scheduler", "Scheduler"),
-         ("/silences", "Silences"), ("/retro", "Retro reports"))
+PAGES = (("/", "Fleet"), ("/alerts", "Alerts"), ("/classes", "Task classes"), ("/services", "Inference SLOs"),
+         ("/scheduler", "Scheduler"), ("/silences", "Silences"), ("/retro", "Retro reports"))
+METRIC_NAMES = {"ttft": "time to first token", "itl": "inter-token latency", "e2e": "end to end"}
 
 
 class Guard:
@@ -107,6 +113,7 @@ def _chart_data(c: Chart) -> dict[str, object]:
 
 def build_app(settings: Settings) -> Starlette:
     guard = Guard(settings.web)
+    view = ClusterView(settings) if settings.web.source == "kafka" else None
     zone = settings.notify.timezone
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     env = templates.env
@@ -123,10 +130,36 @@ def build_app(settings: Settings) -> Starlette:
                                                           "can_write": guard.expected is not None,
                                                           **context}, status_code=status)
 
+    async def control_state() -> ControlState:
+        """Silences and acks: the view's copy of the control topic in cluster mode with
+        ``notify.control: kafka``, else where ``notify.control`` keeps them."""
+        if view is None or settings.notify.control != "kafka":
+            return await read_state(settings)
+        return view.replica.control if view.replica is not None else ControlState()
+
+    async def current() -> Fleet:
+        if view is not None:
+            return view.fleet(time.time(), await control_state())
+        return await asyncio.to_thread(read_fleet, settings, await read_state(settings), time.time())
+
+    async def firing() -> dict[str, AlertTransition]:
+        if view is not None:
+            return view.replica.firing if view.replica is not None else {}
+        with open_spool(settings) as spool:
+            return open_alerts(settings, spool) or {}
+
+    async def write(record: ControlRecord) -> None:
+        """Written where ``notify.control`` says; in cluster mode the page that follows waits
+        (a few seconds at most) for the view to have read it back from the topic."""
+        await write_record(settings, record)
+        if view is not None and settings.notify.control == "kafka":
+            key = record_key(record)
+            await view.has(lambda r: r.control.records.get(key) == record)
+
     async def fleet_page(request: Request, name: str, **context: object) -> Response:
-        state = await read_state(settings)
-        fleet = await asyncio.to_thread(read_fleet, settings, state, time.time())
-        return page(request, name, fleet=fleet, now=time.time(), **context)
+        fleet = await current()
+        shown = {c.alert.fingerprint: c.alert for _, cards in fleet.groups for c in cards}
+        return page(request, name, fleet=fleet, now=time.time(), cluster=view is not None, open_alerts=shown, **context)
 
     async def overview(request: Request) -> Response:
         return await fleet_page(request, "fleet.html")
@@ -136,6 +169,10 @@ def build_app(settings: Settings) -> Starlette:
 
     async def classes(request: Request) -> Response:
         return await fleet_page(request, "classes.html")
+
+    async def services(request: Request) -> Response:
+        return await fleet_page(request, "services.html", quantiles=VIEW_QUANTILES, metrics=VIEW_METRICS,
+                                metric_names=METRIC_NAMES)
 
     async def scheduler(request: Request) -> Response:
         """Queue waits, retries and GPU-hours per partition (``report scheduler``'s), the last week
@@ -174,7 +211,7 @@ def build_app(settings: Settings) -> Starlette:
             record = await make(request)
         except (ValueError, LookupError) as e:
             return RedirectResponse(f"/silences?error={quote(str(e))}", 303)
-        await write_record(settings, record)
+        await write(record)
         return RedirectResponse("/silences", 303)
 
     async def new_from_form(request: Request) -> Silence:
@@ -184,7 +221,7 @@ def build_app(settings: Settings) -> Starlette:
                            form.get("comment", ""), time.time())
 
     async def ended(request: Request) -> Silence:
-        return expired(await read_state(settings), request.path_params["sid"], time.time())
+        return expired(await control_state(), request.path_params["sid"], time.time())
 
     async def add_silence(request: Request) -> Response:
         return await change_silences(request, new_from_form)
@@ -196,12 +233,10 @@ def build_app(settings: Settings) -> Starlette:
         if (refused := refuse_write(request)) is not None:
             return refused
         fp = request.path_params["fp"]
-        with open_spool(settings) as spool:
-            firing = open_alerts(settings, spool) or {}
-        if fp not in firing:
+        if fp not in await firing():
             return PlainTextResponse(f"no open alert {fp}\n", 404)
         form = _form(await read_body(request, FORM_LIMIT))
-        await write_record(settings, Ack(fingerprint=fp, by=form.get("by", "").strip() or "web", at=time.time(),
+        await write(Ack(fingerprint=fp, by=form.get("by", "").strip() or "web", at=time.time(),
                                          comment=form.get("comment", "")))
         return RedirectResponse(f"/alerts#alert-{fp}", 303)
 
@@ -248,8 +283,22 @@ def build_app(settings: Settings) -> Starlette:
         resp.delete_cookie(COOKIE)
         return resp
 
-    return Starlette(routes=[
-        Route("/", overview), Route("/alerts", alerts), Route("/classes", classes), Route("/scheduler", scheduler),
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        """In cluster mode the topics are followed for as long as the console serves."""
+        if view is None:
+            yield
+            return
+        stop = asyncio.Event()
+        task = asyncio.create_task(view.run(stop))
+        try:
+            yield
+        finally:
+            stop.set()
+            await task
+
+    return Starlette(lifespan=lifespan, routes=[
+        Route("/", overview), Route("/alerts", alerts), Route("/classes", classes), Route("/services", services), Route("/scheduler", scheduler),
         Route("/silences", silences), Route("/silences", add_silence, methods=["POST"]),
         Route("/silences/{sid}/expire", expire_silence, methods=["POST"]),
         Route("/alerts/{fp}/ack", ack, methods=["POST"]), Route("/retro", retro),
@@ -261,8 +310,9 @@ def build_app(settings: Settings) -> Starlette:
 def cmd_web(args: argparse.Namespace, settings: Settings) -> int:
     """``gpuwarden web``: serve until Ctrl-C; exit 1 when the address cannot be bound, 2 (ConfigError,
     said by the CLI) when ``--bind`` leaves loopback without credentials."""
-    given = {k: v for k, v in (("bind", args.bind), ("port", args.port)) if v is not None}
-    web = validate(WebConfig, {**settings.web.model_dump(exclude_unset=True), **given}, "web (config, --bind, --port)")
+    given = {k: v for k, v in (("bind", args.bind), ("port", args.port), ("source", args.source)) if v is not None}
+    web = validate(WebConfig, {**settings.web.model_dump(exclude_unset=True), **given},
+                   "web (config, --bind, --port, --source)")
     settings = settings.model_copy(update={"web": web})
     asgi = build_app(settings)
     try:
@@ -271,15 +321,16 @@ def cmd_web(args: argparse.Namespace, settings: Settings) -> int:
         print(f"gpuwarden web: {e}", file=sys.stderr)
         return 1
     host, port = sock.getsockname()[:2]
-    print(f"gpuwarden web: console at http://{f'[{host}]' if ':' in host else host}:{port}/ "
-          f"(spool {settings.spool.path})", file=sys.stderr, flush=True)
+    source = f"Kafka {settings.kafka.bootstrap}" if settings.web.source == "kafka" else f"spool {settings.spool.path}"
+    print(f"gpuwarden web: console at http://{f'[{host}]' if ':' in host else host}:{port}/ ({source})",
+          file=sys.stderr, flush=True)
 
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await serve(sock, asgi, stop)
+        await serve(sock, asgi, stop, lifespan=True)
 
     asyncio.run(main())
     return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from gpuwarden.config import SecretRef, Section
@@ -21,6 +23,10 @@ class WebConfig(Section):
     """A bearer token (sent as ``Authorization: Bearer``, or typed once into the sign-in page)."""
     basic_auth: BasicAuth | None = None
     """HTTP basic auth instead of a token."""
+    source: Literal["spool", "kafka"] = "spool"
+    """Where the pages come from: ``spool`` (standalone: what ``gpuwarden run`` writes) or
+    ``kafka`` (cluster mode: the ``alerts`` topic, ``control`` with ``notify.control: kafka``,
+    and the newest ``gpu.samples``, read by the console itself; see docs/web.md)."""
     retro_max_span: Duration = 7 * 86400.0
     """The longest time range a retro report is generated for from the console."""
 

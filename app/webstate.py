@@ -2,18 +2,18 @@
 control records, the engine state ``gpuwarden run`` saves there, and its sample history.
 
 Read-only and rebuilt per page: the console runs beside ``gpuwarden run`` (another process
-writing the same SQLite file, which WAL lets us read without blocking it). Cluster mode (the
-``alerts`` and ``control`` topics) is read for control records only (``notify.control: kafka``);
-the fleet and alerts come from the local spool.
+writing the same SQLite file, which WAL lets us read without blocking it). In cluster mode
+(``web.source: kafka``) the same page state is assembled from :mod:`gpuwarden.app.webcluster`'s
+in-memory view of the topics instead (:func:`assemble` serves both).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from gpuwarden.app.display import band, clamp, urgency
 from gpuwarden.app.settings import Settings
-from gpuwarden.app.standalone import LIVE_STATE, SIM_STATE, STATE_NS
+from gpuwarden.app.standalone import LIVE_STATE, SIM_STATE, STATE_NS, with_simulated_services
 from gpuwarden.contract import Ack, AlertTransition, Baseline, Silence
 from gpuwarden.history.retro import GpuSeries, collect
 from gpuwarden.history.sources import read_spool
@@ -23,6 +23,7 @@ from gpuwarden.notifiers.render import evidence_parts, words
 from gpuwarden.notifiers.router import alert_groups
 from gpuwarden.spool import Spool
 from gpuwarden.streams.engine import Engine
+from gpuwarden.streams.inferencestage import ServiceView
 from gpuwarden.streams.metrics import CLASS_ROW
 from gpuwarden.streams.rules import load_rules
 from gpuwarden.streams.view import NodeView, node_view
@@ -76,6 +77,10 @@ class Fleet:
     classes: list[ClassRow]
     groups: list[tuple[dict[str, str], list[AlertCard]]]
     silences: list[Silence]
+    services: list[ServiceView] = field(default_factory=list)
+    """The inference services as the inference stage keeps them."""
+    banner: str = ""
+    """What the reader must know first ('' when all is well): Kafka unreachable, topics missing."""
 
 
 def open_spool(settings: Settings) -> Spool:
@@ -84,12 +89,16 @@ def open_spool(settings: Settings) -> Spool:
 
 def _engine(settings: Settings, spool: Spool) -> tuple[Engine, str, float]:
     """The engine state ``gpuwarden run`` saved (live sampling before a simulation's), restored
-    into an engine of our own; (engine, which, until)."""
-    engine = Engine(load_rules(settings.engine.rules), settings.engine, settings.limits.max_past_skew)
+    into an engine configured as that run's was (a simulation's services judged by its SLOs);
+    (engine, which, until)."""
+    rules = load_rules(settings.engine.rules)
+    engine = Engine(rules, settings.engine, settings.limits.max_past_skew)
     for key, which in ((LIVE_STATE, "live GPUs"), (SIM_STATE, "simulated GPUs")):
         data = spool.kv_get(STATE_NS, key)
         if data is not None:
             until = float(spool.kv_get(STATE_NS, key + ":until") or b"0")
+            if key == SIM_STATE:
+                engine = Engine(rules, with_simulated_services(settings.engine), settings.limits.max_past_skew)
             try:
                 engine.load_all(data)
             except ValueError as e:  # written by another version: the alerts still show
@@ -122,7 +131,8 @@ def _chart(t: AlertTransition, series: dict[tuple[str, int], GpuSeries], as_of: 
 
 
 def read_fleet(settings: Settings, control: ControlState, wall_now: float) -> Fleet:
-    """The whole console's state; silences are those active at ``wall_now`` (people set them in wall time)."""
+    """The whole console's state from the spool; silences are those active at ``wall_now``
+    (people set them in wall time)."""
     with open_spool(settings) as spool:
         engine, which, until = _engine(settings, spool)
         firing = open_alerts(settings, spool) or {}
@@ -130,14 +140,28 @@ def read_fleet(settings: Settings, control: ControlState, wall_now: float) -> Fl
         since = min((t.started_at - (t.evidence.window_s or 0) for t in firing.values()), default=as_of)
         records = read_spool(spool, since - CHART_MARGIN_S, as_of + 1, topic_prefix=settings.kafka.topic_prefix)
         series = collect(records, []).series if firing else {}
+    return assemble(settings, engine, firing, control, wall_now,
+                    Fleet(which, as_of, [], class_rows(engine), [], [], services=engine.inference.views()), series)
+
+
+def class_rows(engine: Engine) -> list[ClassRow]:
+    """Each task class's statistics with their bands (clamped for display) or "learning"."""
+    return [ClassRow(c, m, band(m, b), b) for c in engine.classes.classes()
+            for m, b in engine.classes.baseline(c).items() if m in CLASS_ROW]
+
+
+def assemble(settings: Settings, engine: Engine, firing: dict[str, AlertTransition], control: ControlState,
+             wall_now: float, head: Fleet, series: dict[tuple[str, int], GpuSeries] | None = None) -> Fleet:
+    """``head`` (source, as_of, classes, banner) completed with the nodes of ``engine``, the open
+    alerts grouped as the router groups them (charts where ``series`` has the samples) and the
+    silences active at ``wall_now``."""
     nodes = [node_view(st) for n in engine.nodes.nodes() if (st := engine.nodes.state(n)) is not None]
-    classes = [ClassRow(c, m, band(m, b), b) for c in engine.classes.classes()
-               for m, b in engine.classes.baseline(c).items() if m in CLASS_ROW]
     w = words(settings.language)
     ordered = sorted(firing.values(), key=urgency)
-    cards = {t.fingerprint: AlertCard(t, evidence_parts(t.evidence, w), control.ack(t), _chart(t, series, as_of))
+    cards = {t.fingerprint: AlertCard(t, evidence_parts(t.evidence, w), control.ack(t),
+                                      _chart(t, series, head.as_of) if series else None)
              for t in ordered}
     groups = sorted(([(labels, [cards[t.fingerprint] for t in alerts])
                       for labels, alerts in alert_groups(settings.notify, ordered)]),
                     key=lambda g: min(urgency(c.alert) for c in g[1]))
-    return Fleet(which, as_of, nodes, classes, groups, control.silences(wall_now))
+    return replace(head, nodes=nodes, groups=groups, silences=control.silences(wall_now))

@@ -140,9 +140,10 @@ def webhook_url(sock: socket.socket) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}{WEBHOOK_PATH}"
 
 
-async def serve(sock: socket.socket, asgi: Starlette, stop: asyncio.Event) -> None:
-    """Serve ``asgi`` on ``sock`` until ``stop`` is set (or the server fails, which raises here)."""
-    server = _Server(uvicorn.Config(asgi, log_level="warning", access_log=False, lifespan="off"))
+async def serve(sock: socket.socket, asgi: Starlette, stop: asyncio.Event, lifespan: bool = False) -> None:
+    """Serve ``asgi`` on ``sock`` until ``stop`` is set (or the server fails, which raises here);
+    ``lifespan``: run the app's startup and shutdown (the web console's Kafka reader)."""
+    server = _Server(uvicorn.Config(asgi, log_level="warning", access_log=False, lifespan="on" if lifespan else "off"))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     stopped = asyncio.create_task(stop.wait())
     try:

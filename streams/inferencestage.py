@@ -27,11 +27,11 @@ from gpuwarden.contract import AlertTransition, InferenceMetrics, decode, encode
 from gpuwarden.streams import statecodec
 from gpuwarden.streams.alerts import AlertSlot, fingerprint, step, transition
 from gpuwarden.streams.config import EngineConfig
-from gpuwarden.streams.quantiles import Buckets, quantile
+from gpuwarden.streams.quantiles import Buckets, Quantile, quantile
 from gpuwarden.streams.reorder import ReorderBuffer
 from gpuwarden.streams.servicewindow import MINUTE_S, ServiceWindow
-from gpuwarden.streams.servingrules import MIN_RESTART_OBS, RESTART_BASE_S, TEXT, Restart, Verdict, batch_full, \
-    burn_verdicts, failures, kv_knee, preemptions, restart_verdicts, tail_verdicts
+from gpuwarden.streams.servingrules import MIN_RESTART_OBS, RESTART_BASE_S, TEXT, ObjectiveBurn, Restart, Verdict, \
+    batch_full, burn_verdicts, failures, kv_knee, objective_burns, preemptions, restart_verdicts, tail_verdicts
 from gpuwarden.streams.slo import DEFAULT_ALERTS, budget_remaining, burn_rate, error_events, latency_events
 
 RECENT_IDS = 1024  # (boot_id, seq) remembered per node to drop duplicates
@@ -80,6 +80,11 @@ class NodeServing:
         self.services: dict[str, ServiceState] = {}
 
 
+#: What a view states of each latency histogram over its last hour (docs/web.md).
+VIEW_METRICS = ("ttft", "itl", "e2e")
+VIEW_QUANTILES = (0.5, 0.95, 0.99)
+
+
 @dataclass(frozen=True)
 class SloStatus:
     """One objective of one service on one node at its last closed minute: the budget left
@@ -98,17 +103,40 @@ BURN_WINDOWS = tuple(sorted({s for a in DEFAULT_ALERTS for s in (a.long_s, a.sho
 
 @dataclass(frozen=True)
 class ServiceView:
-    """What the live view and reports show of one service (read-only copy)."""
+    """What the live view, the console and reports show of one service (read-only copy): its
+    last closed hour (``span_s`` shorter for a service seen for less) up to ``as_of``, and its
+    objectives with their budgets and burn rates."""
 
     node: str
     service: str
     model: str
     engine: str
-    ttft_p99: str
-    itl_p99: str
+    as_of: float
+    span_s: float
+    quantiles: dict[str, dict[float, Quantile | None]]
+    requests_per_s: float
+    error_rate: float | None
     tokens_per_s: float
-    budget_remaining: dict[str, float]
-    firing: int
+    objectives: tuple[ObjectiveBurn, ...]
+    firing: tuple[str, ...]
+    """The fingerprints of its open alerts."""
+
+    @property
+    def budget_remaining(self) -> dict[str, float]:
+        return {o.key: o.remaining for o in self.objectives}
+
+    @property
+    def ttft_p99(self) -> str:
+        return self._p99("ttft")
+
+    @property
+    def itl_p99(self) -> str:
+        return self._p99("itl")
+
+    def _p99(self, metric: str) -> str:
+        """``≤ 2.5 s``: the bucket bound its last hour's p99 lies under; "—" without observations."""
+        q = self.quantiles[metric][0.99]
+        return "—" if q is None else q.bound()
 
 
 class InferenceStage:
@@ -306,29 +334,24 @@ class InferenceStage:
         return out
 
     def views(self) -> list[ServiceView]:
-        """Each service's last closed hour as the live view shows it."""
+        """Each service's last closed hour and its objectives, as the live view and the console show them."""
         out = []
         for node in self.nodes():
             for name, st in sorted(self._nodes[node].services.items()):
                 if st.open_minute is None:
                     continue
                 now, win = st.open_minute, st.window
+                since = now - 3600.0
                 stated = {}
-                for metric in ("ttft", "itl"):
-                    b, _ = win.buckets(metric, now - 3600.0, now)
-                    q = quantile(b, 0.99) if b else None
-                    stated[metric] = "—" if q is None else (f"≤ {q.upper:g} s" if q.upper != float("inf")
-                                                            else f"> {q.lower:g} s")
-                tokens = win.counter("generation_tokens", now - 3600.0, now)
+                for metric in VIEW_METRICS:
+                    b, _ = win.buckets(metric, since, now)
+                    stated[metric] = {q: (quantile(b, q) if b else None) for q in VIEW_QUANTILES}
                 span = min(3600.0, now - (win.first_ts or now)) or 1.0
+                ok, failed = win.counter("requests", since, now), win.counter("requests_failed", since, now)
                 slo = self.cfg.slo.get(name)
-                budgets = {}
-                if slo is not None:
-                    window = float(slo.window)
-                    seen = min(window, now - (win.first_ts or now)) / window
-                    budgets = {key: budget_remaining(win.events(key, now - window, now), budget, seen)
-                               for key, budget in slo.budgets().items()}
-                out.append(ServiceView(node, name, st.model, st.engine, stated["ttft"], stated["itl"],
-                                       tokens / span, budgets,
-                                       sum(1 for s in st.slots.values() if s.firing_since is not None)))
+                out.append(ServiceView(node, name, st.model, st.engine, now, span, stated, (ok + failed) / span,
+                                       failed / (ok + failed) if ok + failed else None,
+                                       win.counter("generation_tokens", since, now) / span,
+                                       tuple(objective_burns(win, slo, now)) if slo is not None else (),
+                                       tuple(fp for fp, s in sorted(st.slots.items()) if s.firing_since is not None)))
         return out

@@ -63,6 +63,10 @@ class Quantile:
     estimate: float | None
     observations: int
 
+    def bound(self, unit: str = "s") -> str:
+        """Only what the buckets show: ``≤ 2.5 s``, or ``> 10 s`` above the highest bound."""
+        return f"> {self.lower:g} {unit}" if math.isinf(self.upper) else f"≤ {self.upper:g} {unit}"
+
     def statement(self, unit: str = "s") -> str:
         """``p99 ≤ 2.5 s (in (1, 2.5] s; ≈1.9 s interpolated; 1200 observations)``."""
         name = f"p{self.q * 100:g}"

@@ -12,13 +12,14 @@ quantile's bucket lies wholly above the old one's (docs/inference.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuwarden.contract import Tier
 from gpuwarden.streams.quantiles import Buckets, Quantile, quantile
 from gpuwarden.streams.servicewindow import HOUR_S, MINUTE_S, ServiceWindow
-from gpuwarden.streams.slo import DEFAULT_ALERTS, BurnAlert, ServiceSlo, budget_remaining, burn_rate, judge
+from gpuwarden.streams.slo import DEFAULT_ALERTS, BurnAlert, Events, ServiceSlo, budget_remaining, burn_rate, judge
 
 #: A burn-rate pair needs this many events in its long window (a handful of requests, one
 #: failed, is not a burn).
@@ -125,30 +126,74 @@ def _window(seconds: float) -> str:
 # --------------------------------------------------------------------------- SLO burn rates
 
 
+@dataclass(frozen=True)
+class PairBurn:
+    """One workbook pair's burn rates over its long and short windows."""
+
+    alert: BurnAlert
+    long: Events
+    short: Events
+    long_burn: float
+    short_burn: float
+
+    @property
+    def holds(self) -> bool:
+        return self.long.total >= MIN_EVENTS and self.long_burn >= self.alert.factor \
+            and self.short_burn >= self.alert.factor
+
+
+@dataclass(frozen=True)
+class ObjectiveBurn:
+    """One objective of a service at ``now``: its budget, what is left of it over the SLO
+    window, and each pair's burn rates (what the rules judge and the console shows)."""
+
+    key: str
+    target: str
+    """The objective as a person reads it (``99 % of requests' ttft ≤ 2.5 s``)."""
+    budget: float
+    window_s: float
+    remaining: float
+    pairs: tuple[PairBurn, ...]
+    note_of: Callable[[float], str]
+
+
+def objective_burns(win: ServiceWindow, slo: ServiceSlo, now: float,
+                    alerts: tuple[BurnAlert, ...] = DEFAULT_ALERTS) -> list[ObjectiveBurn]:
+    """Every objective the service declares, with every pair's burn rates at ``now``."""
+    window = float(slo.window)
+    seen = min(window, now - (win.first_ts if win.first_ts is not None else now))
+    targets = {o.key: f"{o.q * 100:g} % of requests' {o.metric} ≤ {o.threshold_s:g} s" for o in slo.objectives()}
+    out = []
+    for key, budget, note_of in _objectives(win, slo, now):
+        target = targets.get(key, f"at most {budget * 100:g} % of requests failed")
+        left = budget_remaining(win.events(key, now - window, now), budget, seen / window if window else 1.0)
+        pairs = []
+        for a in alerts:
+            long_ev, short_ev = win.events(key, now - a.long_s, now), win.events(key, now - a.short_s, now)
+            pairs.append(PairBurn(a, long_ev, short_ev, burn_rate(long_ev, budget), burn_rate(short_ev, budget)))
+        out.append(ObjectiveBurn(key, target, budget, window, left, tuple(pairs), note_of))
+    return out
+
+
 def burn_verdicts(win: ServiceWindow, slo: ServiceSlo, now: float,
                   alerts: tuple[BurnAlert, ...] = DEFAULT_ALERTS) -> list[Verdict]:
     """Every objective × every workbook pair (fast: critical, slow: attention, steady: info)."""
-    window = float(slo.window)
-    seen = min(window, now - (win.first_ts if win.first_ts is not None else now))
     out = []
-    for key, budget, note_of in _objectives(win, slo, now):
-        whole = win.events(key, now - window, now)
-        left = budget_remaining(whole, budget, seen / window if window else 1.0)
-        for a in alerts:
-            long_ev, short_ev = win.events(key, now - a.long_s, now), win.events(key, now - a.short_s, now)
-            lb, sb = burn_rate(long_ev, budget), burn_rate(short_ev, budget)
-            holds = long_ev.total >= MIN_EVENTS and lb >= a.factor and sb >= a.factor
-            v = Verdict(f"slo-{a.name.replace('_', '-')}", a.tier, holds, {"objective": key})
-            if holds:
+    for o in objective_burns(win, slo, now, alerts):
+        left, window = o.remaining, o.window_s
+        for p in o.pairs:
+            a, lb, sb, long_ev = p.alert, p.long_burn, p.short_burn, p.long
+            v = Verdict(f"slo-{a.name.replace('_', '-')}", a.tier, p.holds, {"objective": o.key})
+            if p.holds:
                 v.evidence = {"values": {"burn_long": round(lb, 4), "burn_short": round(sb, 4),
-                                         "factor": a.factor, "budget": budget,
+                                         "factor": a.factor, "budget": o.budget,
                                          "budget_remaining": round(left, 6),
                                          "budget_left_pct": round(100 * max(left, 0.0), 4),
                                          "exhaust_h": round(max(left, 0.0) * window / lb / HOUR_S, 4),
                                          "short_min": a.short_s / MINUTE_S, "slo_window_d": window / 86400,
                                          "bad_long": float(long_ev.bad), "events_long": float(long_ev.total),
                                          "undecided_long": float(long_ev.undecided)},
-                              "window_s": a.long_s, "count": long_ev.bad, "note": note_of(a.short_s)}
+                              "window_s": a.long_s, "count": long_ev.bad, "note": o.note_of(a.short_s)}
             out.append(v)
     return out
 

@@ -16,7 +16,9 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from gpuwarden.streams.keyed import pack
 
-#: Stage 2's table (per task class); the topology names its tables with these strings.
+#: Stage 1's table (per node) and stage 2's (per task class): the topology's table names (the
+#: web console reads their changelogs in cluster mode).
+NODE_TABLE = "node-state"
 CLASS_TABLE = "class-state"
 
 _partitioner = DefaultPartitioner()

@@ -91,6 +91,25 @@ def test_console_in_chromium(console) -> None:
             assert d.find_element(By.ID, f"node-{node}").is_displayed()
         full_page_shot(d, shots / "web-fleet.png")
 
+        # inference SLOs: quantiles as bucket bounds (interpolation marked), budgets, burn rates, open SLO alerts
+        slo_alerts = {fp: t for fp, t in run.firing.items() if t["rule"].startswith("slo-")}
+        assert slo_alerts, "the simulated run left no SLO alert open"
+        fp, t = next(iter(slo_alerts.items()))
+        d.get(url + "/alerts")
+        d.find_element(By.CSS_SELECTOR, f"#alert-{fp} .slo-link a").click()
+        service = d.find_element(By.ID, f"service-{t['labels']['node']}-{t['labels']['service']}")
+        ttft = service.find_element(By.CSS_SELECTOR, "tr[id$=-ttft]").text
+        assert re.search(r"≤ [\d.]+ s\s*≈[\d.]+ s interpolated", ttft), ttft
+        errors = service.find_element(By.CSS_SELECTOR, "tr[id$=-error_rate]").text
+        assert "at most 1 % of requests failed" in errors and "×" in errors, errors
+        assert service.find_elements(By.CSS_SELECTOR, "tr[id$=-error_rate] td.burning"), "no pair shown burning"
+        linked = {a.get_attribute("href").rpartition("#alert-")[2]
+                  for a in service.find_elements(By.CSS_SELECTOR, ".open-alerts a")}
+        assert set(slo_alerts) & linked, (linked, slo_alerts)
+        full_page_shot(d, shots / "web-services.png")
+        d.get(url + "/")
+        assert t["labels"]["service"] in d.find_element(By.ID, "services-summary").text
+
         d.get(url + "/classes")
         bands = [r.text for r in d.find_elements(By.CSS_SELECTOR, "section.class tr.band")]
         assert any(re.search(r"util_gpu \d+ \(\d+–\d+ %\)", b) for b in bands), bands

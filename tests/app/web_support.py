@@ -36,12 +36,16 @@ class SimRun:
     firing: dict[str, dict]  # fingerprint → its last transition, for the alerts still open
 
 
+#: Long enough for the serving scenarios (their faults start 70 min in) to leave SLO alerts open.
+SIM_SPAN = "100m"
+
+
 def simulated_run(tmp: Path, web: str = "") -> SimRun:
     config = tmp / "gpuwarden.yaml"
     config.write_text(f"spool: {{path: {tmp / 'spool.db'}}}\n{web}")
     record = tmp / "run.jsonl"
     r = gpuwarden("run", "--config", str(config), "--simulate", "mixed", "--nodes", "2", "--gpus", "4",
-                  "--duration", "1h", "--json", "--record", str(record))
+                  "--duration", SIM_SPAN, "--json", "--record", str(record))
     assert r.returncode == 0, r.stderr
     last: dict[str, dict] = {}
     for line in r.stdout.splitlines():
