@@ -15,8 +15,20 @@ def kafka_report(record_property) -> Callable[[str], None]:
     return lambda line: record_property("kafka_traffic", line)
 
 
+# Under pytest-xdist (make test: -n 2 --dist loadgroup) these tests share one worker: the session
+# fixtures on one shared directory (.cache/slurm, .cache/kafka/run-scram), which the first worker to
+# start one would stop under the other; and every Slurm, since two on one host are two slurmctlds
+# and four slurmds competing for the same cores and a loaded box delays their jobs.
+SHARED_SERVICES = frozenset({"slurm", "own_slurm", "accounting_slurm", "kafka_scram"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The ``frameworks`` tests last: ``make test`` builds their venv in the background meanwhile."""
+    """Group the shared services' tests; the ``frameworks`` tests last (``make test`` builds their
+    venv in the background meanwhile)."""
+    for item in items:
+        if SHARED_SERVICES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("shared-services"))
     items.sort(key=lambda item: item.get_closest_marker("frameworks") is not None)
 
 
