@@ -35,7 +35,7 @@ from gpuwarden.producers.source import Record, Source, paced
 from gpuwarden.spool import Spool
 from gpuwarden.streams.config import EngineConfig, ServiceServing
 from gpuwarden.streams.engine import Engine
-from gpuwarden.streams.slo import ServiceSlo
+from gpuwarden.slo import ServiceSlo
 from gpuwarden.streams.rules import RulesError, load_rules
 from gpuwarden.units import parse_time
 

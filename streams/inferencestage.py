@@ -27,12 +27,12 @@ from gpuwarden.contract import AlertTransition, InferenceMetrics, decode, encode
 from gpuwarden.streams import statecodec
 from gpuwarden.streams.alerts import AlertSlot, fingerprint, step, transition
 from gpuwarden.streams.config import EngineConfig
-from gpuwarden.streams.quantiles import Buckets, quantile
+from gpuwarden.streams.quantiles import quantile
 from gpuwarden.streams.reorder import ReorderBuffer
 from gpuwarden.streams.servicewindow import MINUTE_S, ServiceWindow
 from gpuwarden.streams.servingrules import MIN_RESTART_OBS, RESTART_BASE_S, TEXT, Restart, Verdict, batch_full, \
     burn_verdicts, failures, kv_knee, preemptions, restart_verdicts, tail_verdicts
-from gpuwarden.streams.slo import budget_remaining, error_events, latency_events
+from gpuwarden.slo import budget_remaining, record_events
 
 RECENT_IDS = 1024  # (boot_id, seq) remembered per node to drop duplicates
 
@@ -202,21 +202,12 @@ class InferenceStage:
         st.model, st.engine, st.last_ts = rec.model, rec.engine, ts
         st.gpus = ",".join(map(str, rec.gpu_indices))
         slo = self.cfg.slo.get(rec.service)
-        objectives = slo.objectives() if slo else []
         for h in rec.histograms:
-            bounds = tuple(h.bounds)
-            win.add_histogram(ts, h.name, bounds, h.counts, h.sum)
-            for obj in objectives:
-                if obj.metric == h.name:
-                    win.add_events(ts, obj.key,
-                                   latency_events(Buckets(bounds, tuple(h.counts)), obj.threshold_s))
-        ok = failed = 0.0
+            win.add_histogram(ts, h.name, tuple(h.bounds), h.counts, h.sum)
         for c in rec.counters:
             win.add_counter(ts, c.name, c.delta)
-            ok += c.delta if c.name == "requests" else 0.0
-            failed += c.delta if c.name == "requests_failed" else 0.0
-        if slo is not None and slo.error_rate is not None and ok + failed:
-            win.add_events(ts, "error_rate", error_events(ok, failed))
+        for key, ev in (record_events(rec, slo) if slo else {}).items():
+            win.add_events(ts, key, ev)
         sums: dict[str, float] = {}
         for g in rec.gauges:  # series of one name (several labels) add up within a record
             sums[g.name] = sums.get(g.name, 0.0) + g.value

@@ -18,7 +18,7 @@ from typing import Any
 from gpuwarden.contract import Tier
 from gpuwarden.streams.quantiles import Buckets, Quantile, quantile
 from gpuwarden.streams.servicewindow import HOUR_S, MINUTE_S, ServiceWindow
-from gpuwarden.streams.slo import DEFAULT_ALERTS, BurnAlert, ServiceSlo, budget_remaining, burn_rate, judge
+from gpuwarden.slo import DEFAULT_ALERTS, BurnAlert, ServiceSlo, budget_remaining, burn_rate, judge
 
 #: A burn-rate pair needs this many events in its long window (a handful of requests, one
 #: failed, is not a burn).
