@@ -177,6 +177,8 @@ class Runner:
                 self.engine.classes.drop(c)
             for n in self.engine.inference.nodes():
                 self.engine.inference.drop(n)
+            for n in self.engine.services.services():
+                self.engine.services.drop(n)
             return
         self.now = until
 

@@ -22,11 +22,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from gpuwarden.contract import ContractError, InferenceMetrics, ServiceSli, StageProgress, Topics, encode
-from gpuwarden.streams.dlq import Consumed, Limits, Outbound, decode_inbound, to_dlq
+from gpuwarden.contract import InferenceMetrics, ServiceSli, StageProgress, Topics, encode
+from gpuwarden.streams.dlq import Consumed, Limits, Outbound
 from gpuwarden.streams.inferencestage import InferenceStage
 from gpuwarden.streams.keyed import KeyedRunner, Settle, Source
-from gpuwarden.streams.progress import HEADERS, Gate, Reporter, partition_watermark
+from gpuwarden.streams.progress import HEADERS, Gate, Reporter, partition_watermark, read_reports
 from gpuwarden.streams.servicestage import ServiceStage
 
 TABLE = "inference-state"
@@ -116,17 +116,7 @@ class ServiceGates:
         """After a batch's SLIs: its progress reports move the gates on, and the services behind
         a gate that moved release what it now allows (a malformed report: to the DLQ)."""
         def run() -> tuple[list[str], list[Outbound]]:
-            moved: set[int] = set()
-            sends: list[Outbound] = []
-            for r in progress:
-                try:
-                    report = decode_inbound(r, StageProgress, self.limits, key_of=None)
-                except ContractError as e:
-                    sends.append(to_dlq(r, str(e), dlq_topic=Topics.dlq(self.topics.sli),
-                                        max_bytes=self.limits.max_bytes))
-                    continue
-                if self.gate(r.partition).update(report):
-                    moved.add(r.partition)
+            moved, sends = read_reports(progress, self.gate, self.limits, Topics.dlq(self.topics.sli))
             changed = [s for s, p in sorted(self.service_at.items()) if p in moved and synced(s)]
             for s in changed:
                 sends += self._alerts(self.stage.release(s, self.gates[self.service_at[s]].value))

@@ -49,7 +49,6 @@ from faust.types import TP, EventT, Message, StreamT
 
 from gpuwarden.contract import (
     AlertTransition,
-    ContractError,
     GpuEvent,
     JobAllocation,
     NodeSnapshot,
@@ -63,14 +62,14 @@ from gpuwarden.deadletter import UnsentLog
 from gpuwarden.kafka import KafkaConnectError, broker_credentials, kafka_kwargs, start_client
 from gpuwarden.streams.backlog import Backlog
 from gpuwarden.streams.config import StreamsSettings
-from gpuwarden.streams.dlq import Consumed, Limits, Outbound, decode_inbound, to_dlq
+from gpuwarden.streams.dlq import Consumed, Limits, Outbound
 from gpuwarden.streams.engine import StageOutput
 from gpuwarden.streams.inferencestage import InferenceStage
 from gpuwarden.streams.inferencewire import SERVICE_TABLE, ServiceGates, SliProgress, inference_runner
 from gpuwarden.streams.inferencewire import TABLE as INFERENCE_TABLE
 from gpuwarden.streams.keyed import KeyedRunner, Settle, Source
 from gpuwarden.streams.progress import HEADERS as PROGRESS_HEADERS
-from gpuwarden.streams.progress import Gate, Reporter, is_progress, partition_watermark
+from gpuwarden.streams.progress import Gate, Reporter, is_progress, partition_watermark, read_reports
 from gpuwarden.streams.readorder import ReadOrder
 from gpuwarden.streams.runtime import HeapTrim
 from gpuwarden.streams.schedrunner import scheduler_runner  # scheduler stage (#19)
@@ -801,16 +800,7 @@ class Topology:
         progress reports move the gates on, and the classes behind a gate that moved release
         what it now allows."""
         def settle() -> tuple[list[str], list[Outbound]]:
-            moved: set[int] = set()
-            sends: list[Outbound] = []
-            for r in progress:
-                try:
-                    report = decode_inbound(r, StageProgress, self.limits, key_of=None)
-                except ContractError as e:
-                    sends.append(to_dlq(r, str(e), max_bytes=self.limits.max_bytes))
-                    continue
-                if self._gate(r.partition).update(report):
-                    moved.add(r.partition)
+            moved, sends = read_reports(progress, self._gate, self.limits)
             changed = [c for c, p in sorted(self.class_at.items()) if p in moved and self.class_runner.synced(c)]
             for c in changed:
                 made = self.class_stage.release(c, self.gates[self.class_at[c]].value)
