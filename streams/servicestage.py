@@ -33,6 +33,8 @@ from gpuwarden.streams.reorder import ReorderBuffer
 from gpuwarden.streams.servicewindow import MINUTE_S, ServiceWindow
 from gpuwarden.streams.servingrules import burn_verdicts, step_verdict
 
+FORGET_S = 86400.0  # a node silent this long (event time) is forgotten by the service
+
 
 @statecodec.state
 class FleetService:
@@ -151,11 +153,12 @@ class ServiceStage:
 
     def _slowest(self, fs: FleetService) -> float:
         """The newest ts of the service's slowest live node (less than ``summary_lateness``
-        behind its newest); a node further behind no longer holds it back, and is forgotten."""
+        behind its newest); a node further behind no longer holds it back. Its newest is kept
+        (a re-sent SLI of it is still a duplicate) for a day, then forgotten."""
         dead = fs.newest - self.lateness
-        for node in [n for n, ts in fs.received.items() if ts <= dead]:
+        for node in [n for n, ts in fs.received.items() if ts < fs.newest - FORGET_S]:
             del fs.received[node]
-        return min(fs.received.values(), default=math.inf)
+        return min((ts for ts in fs.received.values() if ts > dead), default=math.inf)
 
     def _apply(self, name: str, fs: FleetService, items) -> list[AlertTransition]:
         out: list[AlertTransition] = []

@@ -31,7 +31,7 @@ def _minute(t0: float, n: int, failed: float) -> InferenceMetrics:
 async def test_inference_records_alert_checkpoint_and_dead_letter(kafka_bootstrap: str, tmp_path: Path) -> None:
     settings = settings_for(kafka_bootstrap, partitions=2, slo={"chat": {"error_rate": "1%"}})
     topics = Topics(settings.kafka.topic_prefix)
-    for t in (topics.samples, topics.events, topics.metrics, topics.inference):
+    for t in (topics.samples, topics.events, topics.metrics, topics.inference, topics.sli):  # as deployed (docs)
         await create_topic(kafka_bootstrap, t, partitions=2)
     config = write_config(tmp_path / "gpuwarden.yaml", settings)
     t0 = time.time() - 3 * 3600
