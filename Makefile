@@ -32,6 +32,7 @@ test: $(STAMP)
 	  KAFKA_BOOTSTRAP=$$($(PYTHON) scripts/kafka-local start | tail -n 1); \
 	  export KAFKA_BOOTSTRAP; echo "kafka: broker at $$KAFKA_BOOTSTRAP"; \
 	fi; \
+	mkdir -p .cache; $(PYTHON) scripts/frameworks-venv >.cache/frameworks-venv.log 2>&1 & \
 	rc=0; $(PY) -m pytest -q -rfE -p no:cacheprovider $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$started = 1 ]; then $(PYTHON) scripts/kafka-local stop; fi; \
 	exit $$rc

@@ -112,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", default=None, help="the cluster's name (default: scheduler.cluster)")
     p.add_argument("--output", metavar="FILE.jsonl", help="write contract records to FILE instead of Kafka (default: Kafka)")
     p.add_argument("--polls", type=_positive_int, default=None, metavar="N", help="stop after N polls (default: run until stopped)")
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="serve Prometheus /metrics on this port (default: scheduler.metrics_port; off when unset)")
     p.set_defaults(handler="gpuwarden.producers.scheduler:cmd_scheduler")
 
     p = sub.add_parser("streams", help="stream worker (faust): baselines, rules, tiers")

@@ -90,8 +90,13 @@ def build_source(args: argparse.Namespace, settings: AgentSettings, start_ts: fl
         from gpuwarden.producers.simulator import Simulator, tick_for
 
         scenarios = args.simulate or ["mixed"]
-        return Simulator(scenarios, nodes=args.nodes or 1, gpus=args.gpus or 8, seed=args.seed,
-                         start_ts=start_ts, tick_s=tick_for(args.duration, cfg.fast_interval)), []
+        sim = Simulator(scenarios, nodes=args.nodes or 1, gpus=args.gpus or 8, seed=args.seed,
+                        start_ts=start_ts, tick_s=tick_for(args.duration, cfg.fast_interval))
+        # Real serving engines beside simulated GPUs (a laptop's vLLM on CPU, a dashboard being
+        # tried): scraped as on a GPU node, under the first simulated node's name; a boot id of
+        # their own, so their (boot id, seq) never meet the simulated services' records.
+        first = sim.nodes[0]
+        return sim, _scrapers(cfg, first.name, f"{first.boot_id}-scraped")
     from gpuwarden.producers.attrib import Attributor
     from gpuwarden.producers.events import KmsgWatcher, NvmlEventWatcher
     from gpuwarden.producers.nvml import NvmlCollector, load_nvml
@@ -111,13 +116,8 @@ def build_source(args: argparse.Namespace, settings: AgentSettings, start_ts: fl
                               collector.events.add)
         if ev.start():
             extras.append(ev)
-    if cfg.inference.targets:
-        from gpuwarden.producers.inference import InferenceScraper
-
-        scraper = InferenceScraper(cfg.inference, node=collector.node, boot_id=collector.boot_id,
-                                   proc_root=cfg.proc_root, gpu_processes=lambda: collector.processes)
-        scraper.start()
-        extras.append(scraper)
+    extras += _scrapers(cfg, collector.node, collector.boot_id, proc_root=cfg.proc_root,
+                        gpu_processes=lambda: collector.processes)
     try:
         receiver = TaskReceiver(str(cfg.socket_path), collector.node, attributor)
         receiver.start()
@@ -125,6 +125,17 @@ def build_source(args: argparse.Namespace, settings: AgentSettings, start_ts: fl
     except OSError as e:
         log.warning("task SDK socket %s unavailable (%s); task metrics off", cfg.socket_path, e.strerror)
     return collector, extras
+
+
+def _scrapers(cfg: Any, node: str, boot_id: str, **attribution: Any) -> list[Any]:
+    """The inference scraper, started, when ``agent.inference`` names targets."""
+    if not cfg.inference.targets:
+        return []
+    from gpuwarden.producers.inference import InferenceScraper
+
+    scraper = InferenceScraper(cfg.inference, node=node, boot_id=boot_id, **attribution)
+    scraper.start()
+    return [scraper]
 
 
 def step_with_extras(source: Source, extras: list[Any]) -> list[Any]:

@@ -57,8 +57,9 @@ class AgentSettings(CommonSettings, Protocol):
     agent: AgentConfig
 
 
-class SchedulerConfig(Section):
-    """``scheduler:``, read by ``gpuwarden scheduler`` (one collector per cluster)."""
+class SchedulerConfig(MetricsEndpoint):
+    """``scheduler:``, read by ``gpuwarden scheduler`` (one collector per cluster); ``metrics_port``
+    serves the queue's series (:mod:`gpuwarden.producers.schedmetrics`)."""
 
     cluster: str = Field(default="default", min_length=1, description="the cluster's name: the records' key")
     interval: Duration = Field(default=30.0, gt=0, description="wall time between polls")

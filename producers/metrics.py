@@ -5,7 +5,8 @@ Names, types and labels follow dcgm-exporter (``DCGM_FI_*``; labels ``gpu``, ``U
 Kubernetes ``pod``/``namespace``/``container`` from the kubelet's pod-resources API,
 :mod:`gpuwarden.producers.podresources`) so a site can swap it in for dcgm-exporter and keep its
 dashboards. Its cumulative fields are counters without a ``_total`` suffix, as dcgm-exporter's
-are (:data:`COUNTERS`). The per-process memory and XID count are ours (``gpuwarden_*``).
+are (:data:`COUNTERS`). The per-process memory and XID count are ours (``gpuwarden_*``), and so
+are the serving engines it scrapes (``gpuwarden_inference_*``, :mod:`gpuwarden.producers.servingmetrics`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpuwarden.contract import GpuEvent, NodeSnapshot
+from gpuwarden.contract import GpuEvent, InferenceMetrics, NodeSnapshot
 from gpuwarden.producers.podresources import NO_POD, PodRef
+from gpuwarden.producers.servingmetrics import ServingSeries
 
 #: The labels of every per-GPU series, in dcgm-exporter's names.
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION",
@@ -81,6 +83,8 @@ class AgentMetrics:
         self._xid: dict[tuple[str, int], int] = {}  # (node, GPU index) → last XID code
         self._lock = threading.Lock()
         self.registry.register(_GpuSeries(self))
+        self.serving = ServingSeries()
+        self.registry.register(self.serving)
         self.proc_mem = Gauge("gpuwarden_process_gpu_memory_bytes", "GPU memory held by a process",
                               ("gpu", "Hostname", "pid", "user", "task", "pod", "namespace", "hpc_job"),
                               registry=self.registry)
@@ -95,6 +99,8 @@ class AgentMetrics:
                 self.xids.labels(str(r.gpu_index), r.node, str(r.code)).inc(r.count)
                 if r.gpu_index is not None and r.code is not None:
                     self._xid[r.node, r.gpu_index] = r.code
+            elif isinstance(r, InferenceMetrics):
+                self.serving.observe(r)
 
     def _snapshot(self, snap: NodeSnapshot) -> None:
         gpus = []

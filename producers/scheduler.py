@@ -56,11 +56,14 @@ class Collector:
     max_backoff_s: float = 300.0
     clock: Callable[[], float] = time.time
     counts: PollCounts = field(default_factory=PollCounts)
+    #: Called with each poll's records and its wall time (the collector's /metrics).
+    polled: Callable[[list[Any], float], None] | None = None
 
     async def poll_once(self) -> bool:
         """One poll; True if the scheduler answered."""
         ts = self.clock()
         self.counts.polls += 1
+        began = time.monotonic()
         try:
             jobs, nodes = await self.source.poll(self.cluster, ts)
         except asyncio.CancelledError:
@@ -74,15 +77,21 @@ class Collector:
                 log.warning("scheduler %s (%s) not answering: %s; retrying with backoff",
                             self.cluster, self.scheduler, why)
             c.last_error = why
-            self.put([SchedulerPoll(ts=ts, cluster=self.cluster, scheduler=self.scheduler, error=why[:4096])])
+            self._publish([SchedulerPoll(ts=ts, cluster=self.cluster, scheduler=self.scheduler, error=why[:4096])],
+                          began)
             return False
         if self.counts.failing_since is not None:
             log.warning("scheduler %s answering again after %.0f s (%d failed polls)", self.cluster,
                         ts - self.counts.failing_since, self.counts.errors)
             self.counts.failing_since = None
-        self.put([*jobs, *nodes, SchedulerPoll(ts=ts, cluster=self.cluster, scheduler=self.scheduler,
-                                               jobs=len(jobs), nodes=len(nodes))])
+        self._publish([*jobs, *nodes, SchedulerPoll(ts=ts, cluster=self.cluster, scheduler=self.scheduler,
+                                                    jobs=len(jobs), nodes=len(nodes))], began)
         return True
+
+    def _publish(self, records: list[Any], began: float) -> None:
+        if self.polled is not None:
+            self.polled(records, time.monotonic() - began)
+        self.put(records)
 
     def delay(self, failures_in_a_row: int) -> float:
         """The wait before the next poll: the interval, doubled per failure in a row, capped."""
@@ -125,9 +134,21 @@ async def _collect(args: argparse.Namespace, settings: SchedulerSettings) -> int
         print(f"gpuwarden scheduler: cannot configure the {'Kubernetes' if args.kubernetes else 'Slurm'} "
               f"client: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_FAIL
+    metrics = None
+    if args.metrics_port or cfg.metrics_port:
+        from gpuwarden.exposition import serve_from
+        from gpuwarden.producers.schedmetrics import SchedulerMetrics
+
+        metrics = SchedulerMetrics()
+        try:
+            serve_from(metrics.registry, cfg, args.metrics_port)
+        except OSError as e:
+            print(f"gpuwarden scheduler: cannot serve /metrics on {cfg.metrics_bind}:"
+                  f"{args.metrics_port or cfg.metrics_port}: {e.strerror or e}", file=sys.stderr)
+            return EXIT_FAIL
     sink = Sink(args.output, settings)
     collector = Collector(source, args.cluster or cfg.cluster, kind, sink.put, interval_s=cfg.interval,
-                          max_backoff_s=cfg.max_backoff)
+                          max_backoff_s=cfg.max_backoff, polled=metrics.polled if metrics else None)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -24,7 +24,6 @@ from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.inferencestage import InferenceStage
 from gpuwarden.streams.nodestage import NodeStage
 from gpuwarden.streams.output import StageOutput
-from gpuwarden.streams.progress import partition_watermark
 from gpuwarden.streams.rules import RulePack, load_rules
 from gpuwarden.streams.schedstage import SchedulerStage
 from gpuwarden.streams.servicestage import ServiceStage
@@ -60,14 +59,12 @@ class Engine:
     def _inference(self, trs: list[AlertTransition], gate: float | None = None) -> list[AlertTransition]:
         """The inference stage's transitions, then the service stage's on its new SLO events,
         gated as the Kafka topology gates it: by the inference stage's watermark over its nodes
-        (:meth:`InferenceStage.position`; a node ``summary_lateness`` behind the newest left out)."""
+        (:meth:`InferenceStage.watermark`)."""
         slis = self.inference.take_slis()
         if not slis:
             return trs
         if gate is None:
-            positions = [p for n in self.inference.nodes() if (p := self.inference.position(n)) is not None]
-            gate = partition_watermark(((p, p) for p in positions), False, float(self.config.summary_lateness))
-            gate = -math.inf if gate is None else gate
+            gate = self.inference.watermark()
         for sli in slis:
             trs.extend(self.services.process(sli, gate))
         for service in self.services.services():

@@ -20,6 +20,7 @@ server that went away or answered garbage leaves a gap, never a false rate; a re
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -28,6 +29,7 @@ from gpuwarden.slo import budget_remaining, judge, record_events
 from gpuwarden.streams import statecodec
 from gpuwarden.streams.alerts import AlertSlot, fingerprint
 from gpuwarden.streams.config import EngineConfig
+from gpuwarden.streams.progress import partition_watermark
 from gpuwarden.streams.quantiles import quantile
 from gpuwarden.streams.reorder import ReorderBuffer
 from gpuwarden.streams.servicewindow import MINUTE_S, ServiceWindow
@@ -133,6 +135,14 @@ class InferenceStage:
         if ns is None or ns.released == float("-inf"):
             return None
         return ns.released - ns.released % MINUTE_S
+
+    def watermark(self) -> float:
+        """How far every node's SLO events are made: the oldest :meth:`position` over the nodes,
+        a node ``summary_lateness`` behind the newest left out (gone silent); -inf before any.
+        The service stage's gate in one process (the Kafka topology's is per partition)."""
+        marks = [(p, p) for n in self.nodes() if (p := self.position(n)) is not None]
+        w = partition_watermark(marks, False, float(self.cfg.summary_lateness))
+        return -math.inf if w is None else w
 
     def counters(self) -> dict[str, int]:
         return {"inference_late": self.late, "inference_duplicates": self.duplicates}

@@ -36,6 +36,7 @@ from collections.abc import Set as AbstractSet
 from gpuwarden.contract import DEFAULT_MAX_PAST_SKEW_S, GpuEvent, JobAllocation, NodeSnapshot, TaskMetric, \
     decode, encode, simulated_labels
 from gpuwarden.streams import allocations, statecodec
+from gpuwarden.streams.allocations import Allocation
 from gpuwarden.streams.alerts import AlertSlot
 from gpuwarden.streams.arrival import ArrivalContext, announce, arrival_rules, confirm, event_fields
 from gpuwarden.streams.columns import GPU_DERIVED_COLUMNS, GPU_INDEX, GPU_MISSING, NODE_COLUMNS, TASK_COLUMNS, \
@@ -110,6 +111,10 @@ class NodeStage:
     def state(self, node: str) -> NodeState | None:
         """The node's state, to read (the live view's windows, tests); None for a node never seen."""
         return self._nodes.get(node)
+
+    def allocations(self) -> list[tuple[str, Allocation]]:
+        """(node, allocation) of every job holding GPUs on this stage's nodes, as last judged."""
+        return [(n, a) for n in self.nodes() for _, a in sorted(self._nodes[n].allocs.jobs.items())]
 
     def position(self, node: str) -> tuple[float, float] | None:
         """``(released, newest)``: the ts of the last record the node's buffer released (its

@@ -23,9 +23,10 @@ applied is added to the windows (the budget counts it) and counted ``late``.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from gpuwarden.contract import AlertTransition, ServiceSli, decode, encode
-from gpuwarden.slo import Events, budget_remaining
+from gpuwarden.slo import DEFAULT_ALERTS, Events, budget_remaining, burn_rate
 from gpuwarden.streams import statecodec
 from gpuwarden.streams.alerts import AlertSlot, fingerprint
 from gpuwarden.streams.config import EngineConfig
@@ -34,6 +35,19 @@ from gpuwarden.streams.servicewindow import MINUTE_S, ServiceWindow
 from gpuwarden.streams.servingrules import burn_verdicts, step_verdict
 
 FORGET_S = 86400.0  # a node silent this long (event time) is forgotten by the service
+#: The windows of the burn alerts' pairs (long and short), in seconds.
+BURN_WINDOWS = tuple(sorted({s for a in DEFAULT_ALERTS for s in (a.long_s, a.short_s)}))
+
+
+@dataclass(frozen=True)
+class SloStatus:
+    """One objective of one service over all its nodes at its last judged minute: the budget
+    left (1 untouched, below 0 overspent) and the burn rate over each window the burn alerts use."""
+
+    service: str
+    sli: str
+    budget_remaining: float
+    burn: dict[float, float]  # window (s) -> burn rate
 
 
 @statecodec.state
@@ -93,6 +107,21 @@ class ServiceStage:
     def open_slots(self) -> list[tuple[str, AlertSlot]]:
         return [(fp, s) for name in self.services() for fp, s in sorted(self._services[name].slots.items())
                 if s.firing_since is not None]
+
+    def slo_status(self) -> list[SloStatus]:
+        """Every objective of every service with an SLO, as the burn rules see it (the worker's
+        metrics read it: ``streams/stageseries.py``)."""
+        out = []
+        for name in self.services():
+            fs, slo = self._services[name], self.cfg.slo.get(name)
+            if slo is None or fs.open_minute is None:
+                continue
+            now = fs.open_minute
+            left = self.budgets(name)
+            for key, budget in sorted(slo.budgets().items()):
+                burn = {w: burn_rate(fs.window.events(key, now - w, now), budget) for w in BURN_WINDOWS}
+                out.append(SloStatus(name, key, left[key], burn))
+        return out
 
     def budgets(self, service: str) -> dict[str, float]:
         """Each objective's budget left over the SLO window at the service's open minute

@@ -16,6 +16,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gpuwarden.streams.stageseries import StageSeries
+
 #: Seconds between two refreshes of the lag gauges and carried-over counts (a fetch comes
 #: back every ~250 ms; a scrape every 15 s or so).
 REFRESH_S = 1.0
@@ -61,6 +63,8 @@ class StreamMetrics:
                                      "wall time of the last checkpoint", ("table",), registry=r)
         self.classes = _ClassSeries()
         r.register(self.classes)
+        self.stages = StageSeries()
+        r.register(self.stages)
         self._classes_next = float("-inf")
         self._seen: dict[Any, int] = {}  # carried-over counts as last read
         self._lagging: set[tuple[str, str]] = set()
@@ -82,14 +86,18 @@ class StreamMetrics:
         self.state_keys.labels(table).set(len(sizes))
         self.state_bytes.labels(table).set(sum(sizes.values()))
 
-    def refresh(self, consumer: Any, runners: Iterable[Runner], unsent: Any, class_stage: Any = None) -> None:
+    def refresh(self, consumer: Any, runners: Iterable[Runner], unsent: Any, class_stage: Any = None,
+                stages: tuple[Any, Any, Any] | None = None) -> None:
         """At most every ``refresh_s``: lag per assigned input partition (faust's
         ``Consumer.highwater(tp)``, the high-water mark of the last fetch response against the runner's next offset), and the runners' counts carried over;
-        every ``classes_s``, the task classes of ``class_stage`` against their baselines."""
+        every ``classes_s``, the task classes of ``class_stage`` against their baselines and the
+        node, scheduler and service ``stages``' figures (:mod:`gpuwarden.streams.stageseries`)."""
         now = time.monotonic()
         if class_stage is not None and now >= self._classes_next:
             self._classes_next = now + self.classes_s
             self.classes.read(class_stage)
+            if stages is not None:
+                self.stages.read(*stages)
         if now < self._next:
             return
         self._next = now + self.refresh_s

@@ -119,6 +119,7 @@ class NodeStageT(Protocol):
     def dump(self, key: str, /) -> bytes: ...
     def load(self, key: str, data: bytes, /) -> None: ...
     def drop(self, key: str, /) -> None: ...
+    def allocations(self) -> list[tuple[str, Any]]: ...  # what the worker's metrics read (streams/stageseries.py)
 
 
 class ClassStageT(Protocol):
@@ -618,7 +619,8 @@ class Topology:
     def _report_counts(self) -> None:
         """Log what was set aside (dead letters, letters the broker refused, fields a newer
         writer sends) when it changed, at most every 5 s."""
-        self.metrics.refresh(self.app.consumer, self.runners, self.unsent, self.class_stage)
+        self.metrics.refresh(self.app.consumer, self.runners, self.unsent, self.class_stage,
+                             (self.node_stage, self.sched_runner.stage, self.service_stage))
         wall = asyncio.get_running_loop().time()
         if wall - self.reported_at < 5.0:
             return

@@ -15,6 +15,11 @@ def kafka_report(record_property) -> Callable[[str], None]:
     return lambda line: record_property("kafka_traffic", line)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The ``frameworks`` tests last: ``make test`` builds their venv in the background meanwhile."""
+    items.sort(key=lambda item: item.get_closest_marker("frameworks") is not None)
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     lines = [
         value

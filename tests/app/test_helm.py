@@ -58,7 +58,8 @@ def test_what_the_chart_renders_runs_gpuwarden(tmp_path: Path) -> None:
     config = tmp_path / "gpuwarden.yaml"
     config.write_text(docs["ConfigMap", "gpuwarden-gpuwarden-config"]["data"]["gpuwarden.yaml"])
     settings = load_settings(config)  # unknown keys would be errors
-    assert (settings.agent.metrics_port, settings.engine.metrics_port, settings.notify.metrics_port) == (9400, 9401, 9402)
+    assert (settings.agent.metrics_port, settings.engine.metrics_port, settings.notify.metrics_port,
+            settings.scheduler.metrics_port) == (9400, 9401, 9402, 9403)
     agent = docs["DaemonSet", "gpuwarden-gpuwarden-agent"]["spec"]["template"]["spec"]
     assert agent["hostPID"] and agent["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     mounts = {m["mountPath"] for m in agent["containers"][0]["volumeMounts"]}

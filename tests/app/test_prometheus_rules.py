@@ -29,7 +29,7 @@ def promtool() -> str:
 def test_promtool_check_rules_passes(promtool: str) -> None:
     out = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 7 rules found" in out.stdout
+    assert "SUCCESS: 9 rules found" in out.stdout
 
 
 @pytest.mark.prometheus
@@ -41,7 +41,8 @@ def test_promtool_rule_unit_tests_pass(promtool: str) -> None:
 
 def test_dashboards_are_grafana_json_with_a_query_in_every_panel() -> None:
     dashboards = [json.loads(p.read_text()) for p in sorted((ROOT / "deploy" / "grafana").glob("*.json"))]
-    assert {d["uid"] for d in dashboards} == {"gpuwarden-fleet", "gpuwarden-node", "gpuwarden-pipeline", "gpuwarden-classes"}
+    assert {d["uid"] for d in dashboards} == {"gpuwarden-fleet", "gpuwarden-node", "gpuwarden-pipeline", "gpuwarden-classes",
+                                              "gpuwarden-scheduler", "gpuwarden-inference"}
     for d in dashboards:
         assert d["templating"]["list"][0] == {**d["templating"]["list"][0], "type": "datasource", "query": "prometheus"}
         ids = [p["id"] for p in d["panels"]]

@@ -71,8 +71,12 @@ class Stages(InferenceStage):
         return self._fleet(super().flush()) + self.fleet.flush()
 
     def _fleet(self, out: list) -> list:
-        for sli in self.take_slis():
-            out += self.fleet.process(sli)
+        slis = self.take_slis()
+        gate = self.watermark()  # as the Engine gates it
+        for sli in slis:
+            out += self.fleet.process(sli, gate)
+        for service in self.fleet.services() if slis else ():
+            out += self.fleet.release(service, gate)
         return out
 
 

@@ -60,6 +60,9 @@ class StandinNodeStage:
     def drop(self, node: str) -> None:
         self.state.pop(node, None)
 
+    def allocations(self) -> list:  # what the worker's metrics read (streams/stageseries.py)
+        return []  # no scheduler join
+
 
 class StandinClassStage:
     def __init__(self, after: int = 3) -> None:

@@ -25,6 +25,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- $_ := set $c "agent" (merge (dict "metrics_port" 9400 "metrics_bind" "0.0.0.0") (get $c "agent" | default dict)) -}}
 {{- $_ := set $c "engine" (merge (dict "metrics_port" 9401 "metrics_bind" "0.0.0.0") (get $c "engine" | default dict)) -}}
 {{- $_ := set $c "notify" (merge (dict "metrics_port" 9402 "metrics_bind" "0.0.0.0") (get $c "notify" | default dict)) -}}
+{{- $_ := set $c "scheduler" (merge (dict "metrics_port" 9403 "metrics_bind" "0.0.0.0") (get $c "scheduler" | default dict)) -}}
 {{- toYaml $c -}}
 {{- end -}}
 
