@@ -390,7 +390,12 @@ class StageProgress(Wire):
     after the summaries it covers, on the same partitions, so a stage-2 worker that reads it
     has read every summary from that input partition up to ``watermark``; it releases a task
     class's summaries once every input partition has passed them (a watermark). Without it,
-    stage 2 could only wait for nodes it had already heard from."""
+    stage 2 could only wait for nodes it had already heard from.
+
+    The scheduler stage sends the same record on ``scheduler.allocations`` (to every partition,
+    key ``progress:<partition>``, the same header) behind its job allocations: ``partition`` is a
+    ``scheduler.jobs`` partition, ``watermark`` its last poll closed over its clusters, ``nodes``
+    the clusters it holds there; stage 1 judges allocation-dependent rules only that far."""
 
     schema_: Literal["stage_progress/1"] = Field(default="stage_progress/1", alias="schema")
     partition: NonNegInt = Field(description="the stage-1 input partition (gpu.samples, gpu.events, task.metrics)")
@@ -420,7 +425,16 @@ class JobState(StrEnum):
     UNKNOWN = "unknown"
 
 
-class SchedulerJob(_TimedRecord):
+class _SchedulerRecord(_TimedRecord):
+    """The fields every ``scheduler.jobs`` and ``scheduler.allocations`` record has."""
+
+    simulated: bool = False
+    """Made by the simulator (cluster ``sim``), not read from a scheduler: the scheduler stage marks
+    its alerts and allocations so, and the notifiers send those only to receivers with
+    ``accept_simulated`` (as ``NodeSnapshot.simulated``)."""
+
+
+class SchedulerJob(_SchedulerRecord):
     """scheduler.jobs, key cluster: one job as the scheduler showed it at ``ts`` (one poll).
     A poll's jobs and nodes are followed by its :class:`SchedulerPoll`, so a reader knows the
     whole queue at that moment (a job missing from it has left the scheduler's view)."""
@@ -448,7 +462,7 @@ class SchedulerJob(_TimedRecord):
     exit_code: int | None = None
 
 
-class NodeCapacity(_TimedRecord):
+class NodeCapacity(_SchedulerRecord):
     """scheduler.jobs, key cluster: one node's GPUs as the scheduler counted them at ``ts``."""
 
     schema_: Literal["node_capacity/1"] = Field(default="node_capacity/1", alias="schema")
@@ -462,7 +476,7 @@ class NodeCapacity(_TimedRecord):
     gpus_allocated: NonNegInt = 0
 
 
-class SchedulerPoll(_TimedRecord):
+class SchedulerPoll(_SchedulerRecord):
     """scheduler.jobs, key cluster: the end of one poll (``ts`` as its records'), with how many
     jobs and nodes it sent; ``error`` when the scheduler did not answer (then none were sent)."""
 
@@ -474,7 +488,7 @@ class SchedulerPoll(_TimedRecord):
     error: Text = ""
 
 
-class JobAllocation(_TimedRecord):
+class JobAllocation(_SchedulerRecord):
     """scheduler.allocations, key node: the GPUs of this node one job holds, as the scheduler
     stage learnt them from a poll (``released``: the job no longer holds any here). Stage 1,
     which has the GPUs' utilization, joins them with its samples: "8 allocated, 2 busy"."""

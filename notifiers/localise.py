@@ -25,6 +25,7 @@ from gpuwarden.contract import AlertTransition
 from gpuwarden.notifiers.message import Notification
 
 CATALOGUES = {"zh-CN": "default_rules.zh-CN.yaml"}
+RESOLVED = -1  # a summary that is the entry's ``resolved`` template filled in
 LIKELY_CAUSE_IN = {"zh-CN": " 可能原因："}
 DURATION_UNITS = {"zh-CN": ("秒", "分钟", "小时", "天")}
 #: ``{checkpoint}`` in each language (``gpuwarden.alert_text.CHECKPOINT_WORDS``, in its order).
@@ -33,7 +34,8 @@ CHECKPOINT_WORDS_IN = {"zh-CN": ("未见已完成的检查点", "上次检查点
 
 @cache
 def catalogue(language: str) -> dict[str, dict[str, Any]]:
-    """Rule name → {en, summary, action, causes: [{en, summary, action}]} in ``language`` ({} for English)."""
+    """Rule name → {en, summary, action, causes: [{en, summary, action}], resolved: {en, summary}} in
+    ``language`` ({} for English)."""
     name = CATALOGUES.get(language)
     if name is None:
         return {}
@@ -49,13 +51,19 @@ def localise_alert(a: AlertTransition, language: str) -> AlertTransition:
     names = template_names(a.labels, ev)
     en = fill(text["en"], names)
     causes = text.get("causes", [])
-    cause_of = {en: None} | {en + LIKELY_CAUSE + fill(c["en"], names): i for i, c in enumerate(causes)}
+    cause_of: dict[str, int | None] = {en: None} | {en + LIKELY_CAUSE + fill(c["en"], names): i
+                                                     for i, c in enumerate(causes)}
+    resolved = text.get("resolved")  # a scheduler rule's resolve in its own words (streams/schedtext.py)
+    if resolved is not None:
+        cause_of[fill(resolved["en"], names)] = RESOLVED
     if a.summary not in cause_of:
         return a  # not the default rule's words (an override): leave them
     names = template_names(a.labels, ev, partial(span, units=DURATION_UNITS[language]),
                            CHECKPOINT_WORDS_IN[language])
     summary, action = fill(text["summary"], names), text["action"]
-    if (i := cause_of[a.summary]) is not None:
+    if (i := cause_of[a.summary]) == RESOLVED:
+        summary = fill(resolved["summary"], names)
+    elif i is not None:
         cause = causes[i]
         summary += LIKELY_CAUSE_IN[language] + fill(cause["summary"], names)
         action = cause.get("action") or action

@@ -87,16 +87,17 @@ class ClusterSim:
         for n in self.sim.nodes:  # pods hold GPUs too, though Slurm does not list them
             used[n.name] = sum(1 for g in n.gpus if g.job is not None and not g.job.ended)
         out: list[Any] = [self._record(j, ts) for j in jobs]
-        out += [NodeCapacity(ts=ts, cluster=CLUSTER, scheduler="slurm", node=n, partitions=[p], gpu_type="h200",
-                             state="mixed" if used.get(n) else "idle", gpus_total=g,
+        out += [NodeCapacity(ts=ts, cluster=CLUSTER, scheduler="slurm", simulated=True, node=n, partitions=[p],
+                             gpu_type="h200", state="mixed" if used.get(n) else "idle", gpus_total=g,
                              gpus_allocated=min(g, used.get(n, 0))) for n, (p, g) in sorted(nodes.items())]
-        out.append(SchedulerPoll(ts=ts, cluster=CLUSTER, scheduler="slurm", jobs=len(jobs), nodes=len(nodes)))
+        out.append(SchedulerPoll(ts=ts, cluster=CLUSTER, scheduler="slurm", simulated=True, jobs=len(jobs),
+                                 nodes=len(nodes)))
         return out
 
     @staticmethod
     def _record(j: SimJob, ts: float) -> SchedulerJob:
-        return SchedulerJob(ts=ts, cluster=CLUSTER, scheduler="slurm", job_id=j.job_id, name=j.job_id,
-                            user=j.user, account=j.user, queue=j.queue, state=j.state, reason=j.reason,
+        return SchedulerJob(ts=ts, cluster=CLUSTER, scheduler="slurm", simulated=True, job_id=j.job_id,
+                            name=j.job_id, user=j.user, account=j.user, queue=j.queue, state=j.state, reason=j.reason,
                             submit_time=j.submit, start_time=j.start, gpus=j.gpus, gpu_type="h200",
                             nodes=sorted(j.alloc), gpu_indices=j.alloc, restarts=j.restarts)
 

@@ -25,6 +25,8 @@ class Verdict:
     action: str = ""
     evidence: dict = field(default_factory=dict)
     """``Evidence`` fields: ``values`` (figures the summary reads too), ``note``, ``count``."""
+    resolved: str = ""
+    """The summary template of a resolve (empty: ``summary``'s, refilled)."""
 
 
 def judge(alerts: dict[str, AlertSlot], v: Verdict, now: float) -> AlertTransition | None:
@@ -37,13 +39,8 @@ def judge(alerts: dict[str, AlertSlot], v: Verdict, now: float) -> AlertTransiti
         slot = alerts[fp] = AlertSlot(v.rule)
     if v.holds and slot.firing_since is None:  # frozen at the firing instant, as the rule pack's are
         # (streams/evaluate.py): the live view shows what the firing transition said
-        # the names alert_text.template_names gives a translation (a value in seconds, ``wait_s``,
-        # also in words: ``wait``)
-        names = template_names(v.labels, {"values": v.evidence.get("values", {})})
         slot.tier, slot.labels = v.tier, dict(v.labels)
-        slot.summary = fill(v.summary, names)
-        slot.action = fill(v.action, names)
-        slot.evidence = dict(v.evidence)
+        _describe(slot, v, v.summary)
     since = slot.firing_since
     change = step(slot, now, v.holds, v.for_s, 0.0)
     if change == "firing":
@@ -52,8 +49,25 @@ def judge(alerts: dict[str, AlertSlot], v: Verdict, now: float) -> AlertTransiti
     if slot.pending_since is None and slot.firing_since is None:
         del alerts[fp]  # neither pending nor firing: nothing to remember
     if change == "resolved":
+        # A resolve says the figures measured at resolution (as the rule pack's, #18 defect 4);
+        # a verdict without figures then keeps the firing's words, with its note (why it ended).
+        if v.evidence.get("values"):
+            _describe(slot, v, v.resolved or v.summary)
+        elif v.evidence.get("note"):
+            slot.evidence = {**slot.evidence, "note": v.evidence["note"]}
+        slot.evidence["held_for_s"] = now - (since or now)
         return transition(v.rule, fp, slot, "resolved", now, since or now)
     return None
+
+
+def _describe(slot: AlertSlot, v: Verdict, summary: str) -> None:
+    """The slot's summary (from the template ``summary``), action and evidence from the
+    verdict's figures (the names ``alert_text.template_names`` gives a translation: a value in
+    seconds, ``wait_s``, also in words, ``wait``)."""
+    names = template_names(slot.labels, {"values": v.evidence.get("values", {})})
+    slot.summary = fill(summary, names)
+    slot.action = fill(v.action, names)
+    slot.evidence = dict(v.evidence)
 
 
 def judge_all(alerts: dict[str, AlertSlot], verdicts: list[Verdict], now: float) -> list[AlertTransition]:

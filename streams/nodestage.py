@@ -31,6 +31,7 @@ records that far behind their own clock, or ahead of it by ``max_future_skew``.)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Set as AbstractSet
 
 from gpuwarden.contract import DEFAULT_MAX_PAST_SKEW_S, GpuEvent, JobAllocation, NodeSnapshot, TaskMetric, \
@@ -48,6 +49,7 @@ from gpuwarden.streams.nodecontext import OOM_TREND_S, NodeContext
 from gpuwarden.streams.nodestate import ALLOC, EVENT, METRIC, SNAPSHOT, CheckpointMemory, GpuState, NodeState, \
     TaskState, keep_for
 from gpuwarden.streams.output import StageOutput
+from gpuwarden.streams.progress import OPEN, AllocationGate
 from gpuwarden.streams.reorder import ReorderBuffer, watermark
 from gpuwarden.streams.growth import Minima
 from gpuwarden.streams.rules import Rule, RulePack, event_reach, growth_reach, series_reach
@@ -84,6 +86,10 @@ class NodeStage:
         self.eval_s = float(config.eval_interval)
         self.lateness = float(config.allowed_lateness)
         self.max_skew = float(config.max_source_skew)
+        #: How far the scheduler stage has released allocations (``streams/progress.py``): the
+        #: faust topology sets the gate of the partition whose records it hands over; in one
+        #: process allocations come in event order with the samples (``OPEN``).
+        self.gate: AllocationGate = OPEN
         self._nodes: dict[str, NodeState] = {}
         self._lines: dict[str, dict[int, bytes]] = {}  # node -> arrival -> its buffer line in a dump
         self._ctx = NodeContext(self.bucket_s)
@@ -196,7 +202,7 @@ class NodeStage:
         st = self._nodes.get(record.node)
         if st is None:
             st = self._nodes[record.node] = NodeState(record.node, self.keep_node, self.horizon)
-        if source != ALLOC and record.simulated:  # an allocation (scheduler stage) carries no flag
+        if source != ALLOC and record.simulated:  # an allocation's flag marks its job's labels (allocations.py)
             st.simulated = True
         seen = st.seen
         if key in seen:
@@ -208,8 +214,8 @@ class NodeStage:
             return out
         if ts < st.released:
             if source == ALLOC:  # a holding, not a reading: in faust it comes through the scheduler
-                out.transitions.extend(allocations.apply(st.allocs, record, st.released))  # stage, behind
-                return out  # the node's samples (a backlog): it applies from now, not dropped
+                self._allocation(st, record, out)  # stage, behind the node's samples (a backlog)
+                return out
             st.late += 1
             return out
         seen[key] = ts
@@ -247,13 +253,17 @@ class NodeStage:
 
     def advance(self, node: str, behind: AbstractSet[int], out: StageOutput) -> bool:
         """Release what ``node``'s watermark allows now that fewer inputs are ``behind`` than
-        when its last record came (faust: at the end of a fetch). True if anything was."""
+        when its last record came (faust: at the end of a fetch), and judge the allocation
+        instants ``gate`` now allows. True if anything was."""
         st = self._nodes.get(node)
-        if st is None or not st.buffer:
+        if st is None or not (st.buffer or st.allocs.instants):
             return False
-        before = len(st.buffer)
-        self._release(st, behind, out)
-        return len(st.buffer) < before
+        before = len(st.buffer), len(st.allocs.instants)
+        if st.buffer:
+            self._release(st, behind, out)
+        else:
+            self._judge_allocations(st, out)
+        return (len(st.buffer), len(st.allocs.instants)) != before
 
     def _release(self, st: NodeState, behind: AbstractSet[int], out: StageOutput) -> None:
         """Hand buffered records up to the watermark to ``_handle``, in content order."""
@@ -261,6 +271,20 @@ class NodeStage:
         for ts, _, rec in st.buffer.release(watermark(st.max_ts, held, self.max_skew, self.lateness)):
             st.released = ts
             self._handle(st, rec, out)
+        if st.allocs.instants:  # the node's time moved on: the wait for the scheduler may be over
+            self._judge_allocations(st, out)
+
+    def _allocation(self, st: NodeState, rec: JobAllocation, out: StageOutput) -> None:
+        trs = allocations.receive(st.allocs, rec)
+        if trs is None:
+            st.duplicates += 1
+        else:
+            out.transitions.extend(trs)
+
+    def _judge_allocations(self, st: NodeState, out: StageOutput, through: float | None = None) -> None:
+        """The held allocation instants the scheduler watermark (``gate``) allows, or up to ``through``."""
+        out.transitions.extend(allocations.judge_through(
+            st.allocs, self.cfg.scheduler, self.gate.through(st.max_ts) if through is None else through))
 
     def flush(self) -> StageOutput:
         """Release every buffered record (end of a finite input) and close the open buckets."""
@@ -270,6 +294,7 @@ class NodeStage:
             for ts, _, rec in st.buffer.drain():
                 st.released = ts
                 self._handle(st, rec, out)
+            self._judge_allocations(st, out, math.inf)
         return out
 
     # ------------------------------------------------------------------ per record
@@ -293,7 +318,7 @@ class NodeStage:
         elif type(rec) is GpuEvent:
             self._event(st, rec, out)
         elif type(rec) is JobAllocation:
-            out.transitions.extend(allocations.apply(st.allocs, rec, ts))
+            self._allocation(st, rec, out)
         else:
             self._metric(st, rec)  # type: ignore[arg-type]
         if st.announced:
@@ -451,8 +476,11 @@ class NodeStage:
         ctx.select(st)
         out.transitions.extend(evaluate(rules["node"], ctx, t, {"node": st.node}, _node_labels(st),
                                         st.alerts))
-        if st.allocs.jobs:
-            out.transitions.extend(allocations.evaluate(st.allocs, st.gpus, self.cfg.scheduler, t, st.simulated))
+        a = st.allocs
+        through = self.gate.through(st.max_ts)
+        if a.jobs or a.queue or a.instants or through < t:  # else nothing to judge, and none can come
+            allocations.hold(a, st.gpus, t, st.simulated)
+            self._judge_allocations(st, out, through)
 
     def _expire(self, st: NodeState, t: float, out: StageOutput) -> None:
         if len(st.seen) > 64:  # ids of released records: a copy of one is late anyway

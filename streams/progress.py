@@ -1,4 +1,5 @@
-"""Stage 1 → stage 2 progress: a watermark over stage 1's input partitions (faust only).
+"""Stage 1 → stage 2 progress: a watermark over stage 1's input partitions (faust only); and
+the scheduler stage → stage 1 progress, the same way.
 
 Stage 2 applies a task class's summaries in content order (ts, node, task id) and must not
 apply one before every summary that sorts ahead of it has arrived. In one process that is
@@ -17,6 +18,14 @@ backlog is empty (not waited for); a caught-up partition holds the gate at most
 ``summary_lateness`` behind the newest report (its nodes went silent), one still catching up
 (or never heard from) at most ``max_source_skew`` behind. Within a partition, a caught-up node more than
 ``summary_lateness`` behind the partition's newest does not hold the partition's watermark.
+
+The scheduler stage reports its ``scheduler.jobs`` partitions to every ``scheduler.allocations``
+partition the same way (``nodes``: the clusters it holds there, the watermark: the last poll
+closed), behind the job allocations it sent: stage 1 judges the allocation-dependent rule
+(``job-gpus-unused``) of a node at an instant only once the gate of the node's partition has
+passed it (:meth:`Gate.through`: or the node's own time has run the bound past it), so after a
+backlog the allocations apply at their event time, not at their arrival (issue #19). In one
+process allocations come in event order with the samples: ``OPEN``.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from gpuwarden.contract import ContractError, StageProgress
 from gpuwarden.streams.dlq import Consumed, Limits, Outbound, decode_inbound, to_dlq
@@ -77,6 +87,24 @@ class Reporter:
         self._sent.clear()
 
 
+class AllocationGate(Protocol):
+    """What stage 1's allocation join reads of a gate: ``through(newest)``, how far a node whose
+    newest record is at ``newest`` may be judged."""
+
+    def through(self, newest: float) -> float: ...
+
+
+class _Open:
+    """One process: allocations come in event order with the samples, nothing to wait for."""
+
+    @staticmethod
+    def through(newest: float) -> float:
+        return math.inf
+
+
+OPEN: AllocationGate = _Open()
+
+
 @dataclass
 class _Heard:
     watermark: float  # -inf: no node read yet
@@ -107,6 +135,16 @@ class Gate:
                                                  progress.nodes == 0 and not progress.catching_up)
         before, self.value = self.value, self._floor()
         return self.value > before
+
+    def through(self, newest: float) -> float:
+        """Stage 1's allocation join (the gate over the scheduler stage's partitions): how far a
+        node whose newest record is at ``newest`` may judge, at most the bound behind it when the
+        scheduler is silent or absent (every partition empty: ``lateness``) or, while any
+        partition catches up or was never heard from, ``skew``."""
+        heard = self._heard
+        waiting = len(heard) < self.sources or any(h.catching_up for h in heard.values())
+        released = self.value if self.value < math.inf else -math.inf  # no cluster anywhere: none released
+        return max(released, newest - (self.skew if waiting else self.lateness))
 
     def _floor(self) -> float:
         """The minimum over the partitions of their watermarks, each held no further back than

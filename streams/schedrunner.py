@@ -17,10 +17,13 @@ from gpuwarden.streams.keyed import KeyedRunner, Source
 from gpuwarden.streams.schedstage import SchedulerStage
 
 
-def scheduler_runner(stage: SchedulerStage, topics: Topics, limits: Limits, checkpoint_s: float) -> KeyedRunner:
-    """The runner the topology feeds ``topics.jobs`` batches to."""
+def scheduler_runner(stage: SchedulerStage, topics: Topics, limits: Limits, checkpoint_s: float,
+                     partition_of: dict[str, int]) -> KeyedRunner:
+    """The runner the topology feeds ``topics.jobs`` batches to; ``partition_of`` is kept up to
+    date with the partition each cluster's records come from (its progress reports say so)."""
 
     def emit(record: Any, msg: Consumed) -> list[Outbound]:
+        partition_of[record.cluster] = msg.partition
         trs, allocs = stage.process(record)
         return [*(Outbound(topics.alerts, t.fingerprint.encode(), encode(t)) for t in trs),
                 *(Outbound(topics.allocations, a.node.encode(), encode(a)) for a in allocs)]

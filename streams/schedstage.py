@@ -23,13 +23,13 @@ from collections import deque
 from typing import Any
 
 from gpuwarden.contract import SCHEDULER_RECORDS, AlertTransition, JobAllocation, JobState, NodeCapacity, \
-    SchedulerJob, SchedulerPoll, decode, encode
+    SchedulerJob, SchedulerPoll, decode, encode, simulated_labels
 from gpuwarden.streams import statecodec
 from gpuwarden.streams.alerts import AlertSlot
 from gpuwarden.streams.baseline import median, median_mad
 from gpuwarden.streams.coded import Verdict, judge_all
 from gpuwarden.streams.config import EngineConfig
-from gpuwarden.streams.schedtext import TEXT
+from gpuwarden.streams.schedtext import RESOLVED, TEXT
 from gpuwarden.streams.evaluate import resolve_all
 from gpuwarden.streams.statecodec import state
 
@@ -145,10 +145,12 @@ def add(poll: OpenPoll, record: SchedulerJob | NodeCapacity | SchedulerPoll) -> 
 
 @state
 class ClusterState:
-    __slots__ = ("cluster", "closed", "open", "jobs", "ended", "classes", "figures", "late", "incomplete")
+    __slots__ = ("cluster", "simulated", "closed", "open", "jobs", "ended", "classes", "figures", "late",
+                 "incomplete")
 
     def __init__(self, cluster: str) -> None:
         self.cluster = cluster
+        self.simulated = False  # its records come from the simulator: its alerts and allocations say so
         self.closed = float("-inf")  # ts of the last closed poll
         self.open: dict = {}  # poll ts -> OpenPoll
         self.jobs: dict = {}  # job id -> JobTrack
@@ -183,6 +185,12 @@ class SchedulerStage:
     def drop(self, cluster: str) -> None:
         self._clusters.pop(cluster, None)
 
+    def position(self, cluster: str) -> tuple[float, float]:
+        """``(released, newest)``: the ts of the cluster's last closed poll (its allocations up to
+        there are sent) and of its newest record (the scheduler stage's watermark, progress.py)."""
+        st = self._clusters[cluster]
+        return st.closed, max([st.closed, *st.open])
+
     def counters(self) -> dict[str, int]:
         return {"scheduler_late": sum(s.late for s in self._clusters.values()),
                 "scheduler_incomplete": sum(s.incomplete for s in self._clusters.values())}
@@ -204,6 +212,8 @@ class SchedulerStage:
         st = self._clusters.get(record.cluster)
         if st is None:
             st = self._clusters[record.cluster] = ClusterState(record.cluster)
+        if record.simulated:
+            st.simulated = True
         if record.ts <= st.closed:
             st.late += 1
             return [], []
@@ -263,7 +273,7 @@ class SchedulerStage:
             track = st.jobs[jid]
             job = jobs.get(jid)
             if job is not None and job.state not in ENDED:
-                trs.extend(self._judge_job(st, track, figures, t))
+                trs.extend(self._judge_job(st, track, figures, t, nodes))
             else:  # ended, or gone from the scheduler's view (a whole poll without it)
                 trs.extend(resolve_all(track.alerts, t))
                 allocs.extend(self._release(st, track, t))
@@ -295,7 +305,8 @@ class SchedulerStage:
             if track.alloc.get(node) != want[node]:
                 count = len(want[node]) or (job.gpus // max(1, len(want)))
                 out.append(JobAllocation(ts=t, cluster=st.cluster, node=node, job_id=job.job_id, user=job.user,
-                                         account=job.account, queue=job.queue, gpus=want[node], count=count))
+                                         account=job.account, queue=job.queue, gpus=want[node], count=count,
+                                         simulated=st.simulated))
         gone = sorted(set(track.alloc) - set(want))
         out.extend(self._released(st, track, gone, t))
         track.alloc = want
@@ -309,14 +320,15 @@ class SchedulerStage:
     @staticmethod
     def _released(st: ClusterState, track: JobTrack, nodes: list[str], t: float) -> list[JobAllocation]:
         return [JobAllocation(ts=t, cluster=st.cluster, node=n, job_id=track.job_id, user=track.user,
-                              account=track.account, queue=track.queue, released=True) for n in nodes]
+                              account=track.account, queue=track.queue, released=True, simulated=st.simulated)
+                for n in nodes]
 
     # ------------------------------------------------------------------ figures
 
     def _figures(self, st: ClusterState, t: float, jobs: dict[str, SchedulerJob],
                  nodes: dict[str, NodeCapacity]) -> ClusterFigures:
         f = ClusterFigures(t)
-        usable = {n: c for n, c in nodes.items() if not c.state.lower().startswith(UNUSABLE)}
+        usable_nodes = {n: c for n, c in nodes.items() if usable(c)}
         f.gpus_total = sum(c.gpus_total for c in nodes.values())
         f.gpus_allocated = sum(min(c.gpus_allocated, c.gpus_total) for c in nodes.values())
         waits: dict[tuple[str, str], list[float]] = {}
@@ -340,7 +352,7 @@ class SchedulerStage:
             if pending:
                 reason = job.reason or "unknown"
                 f.reasons[reason] = f.reasons.get(reason, 0) + 1
-                note = fragmented(job, usable)
+                note = fragmented(job, usable_nodes)
                 if note:
                     f.fragmented[jid] = note
             f.jobs[jid] = [track.queue_s, track.compute_s]
@@ -359,18 +371,28 @@ class SchedulerStage:
 
     # ------------------------------------------------------------------ rules
 
-    def _judge_job(self, st: ClusterState, track: JobTrack, f: ClusterFigures, t: float) -> list[AlertTransition]:
+    def _judge_job(self, st: ClusterState, track: JobTrack, f: ClusterFigures, t: float,
+                   nodes: dict[str, NodeCapacity]) -> list[AlertTransition]:
         cfg = self.cfg
         ident = {"cluster": st.cluster, "job": track.job_id}
         labels = {**ident, "user": track.user, "queue": track.queue}
         if track.account:
             labels["project"] = track.account
+        labels = _mark(st, labels)
         note = f.fragmented.get(track.job_id, "")
         n = track.requeues
+        frag: dict = {"values": {"gpus": float(track.gpus), "free": _free(note)}, "note": note}
+        if not note and "scheduler-fragmentation" in {s.rule for s in track.alerts.values()}:
+            # no longer fragmented: the figures of its resolve (the job started, or the free GPUs now)
+            free = free_gpus(track.queue, {k: c for k, c in nodes.items() if usable(c)})
+            frag = {"values": {"gpus": float(track.gpus), "free": float(sum(free.values())),
+                               "most": float(max(free.values(), default=0))},
+                    "note": "the job started" if track.state == JobState.RUNNING else
+                    "still pending; " + (", ".join(f"{m}: {k} free" for m, k in sorted(free.items()) if k) or
+                                         "no GPU free")}
         verdicts = [
             Verdict("scheduler-fragmentation", "attention", ident, labels, bool(note), cfg.fragmentation_for,
-                    *TEXT["scheduler-fragmentation"],
-                    {"values": {"gpus": float(track.gpus), "free": _free(note)}, "note": note}),
+                    *TEXT["scheduler-fragmentation"], frag, RESOLVED["scheduler-fragmentation"]),
             Verdict("scheduler-requeued", "info", ident, labels, cfg.requeue_info <= n < cfg.requeue_attention,
                     0.0, *TEXT["scheduler-requeued"],
                     {"values": {"requeues": float(n), "attention": float(cfg.requeue_attention)}, "count": n}),
@@ -384,16 +406,16 @@ class SchedulerStage:
         cfg, c = self.cfg, st.classes[key]
         queue, _, gpus = key.rpartition("/")
         ident = {"cluster": st.cluster, "queue": queue, "gpus": gpus}
-        labels = dict(ident)
+        labels = _mark(st, dict(ident))
         waits = sorted(t - j.wait_from for j in st.jobs.values()
                        if j.state == JobState.PENDING and class_key(j.queue, j.gpus) == key)
         wait_values: dict[str, float] = {}
         over = False
-        if waits and len(c.waits) >= cfg.wait_baseline_min:
+        if len(c.waits) >= cfg.wait_baseline_min:  # none pending: a wait of 0 (a resolve's figure)
             med, mad, _ = median_mad(c.waits)
             limit = max(med + cfg.wait_mads * mad, cfg.wait_min)
-            now_wait = median(waits)
-            over = now_wait > limit
+            now_wait = median(waits) if waits else 0.0
+            over = bool(waits) and now_wait > limit
             wait_values = {"wait_s": now_wait, "baseline_s": med, "limit_s": limit, "pending": float(len(waits))}
         rate_values: dict[str, float] = {}
         drop = False
@@ -405,9 +427,11 @@ class SchedulerStage:
             rate_values = {"rate": r_now, "baseline_rate": r_base, "jobs": float(len(recent))}
         verdicts = [
             Verdict("scheduler-wait-above-baseline", "attention", ident, labels, over,
-                    cfg.wait_periods * cfg.period, *TEXT["scheduler-wait-above-baseline"], {"values": wait_values}),
+                    cfg.wait_periods * cfg.period, *TEXT["scheduler-wait-above-baseline"], {"values": wait_values},
+                    RESOLVED["scheduler-wait-above-baseline"]),
             Verdict("scheduler-success-rate-drop", "attention", ident, labels, drop, 0.0,
-                    *TEXT["scheduler-success-rate-drop"], {"values": rate_values}),
+                    *TEXT["scheduler-success-rate-drop"], {"values": rate_values},
+                    RESOLVED["scheduler-success-rate-drop"]),
         ]
         return judge_all(c.alerts, verdicts, t)
 
@@ -425,12 +449,31 @@ def fragmented(job: SchedulerJob, nodes: dict[str, NodeCapacity]) -> str:
     n = job.gpus
     if n <= 0 or job.state != JobState.PENDING or job.reason not in RESOURCE_REASONS:
         return ""
-    part = [c for c in nodes.values() if not job.queue or not c.partitions or job.queue in c.partitions]
-    free = {c.node: max(0, c.gpus_total - c.gpus_allocated) for c in part}
+    part = _partition(job.queue, nodes)
+    free = free_gpus(job.queue, nodes)
     if sum(free.values()) < n or max(free.values(), default=0) >= n or max((c.gpus_total for c in part),
                                                                          default=0) < n:
         return ""
     return ", ".join(f"{node}: {k} free" for node, k in sorted(free.items()) if k)
+
+
+def _mark(st: ClusterState, labels: dict[str, str]) -> dict[str, str]:
+    """An alert's labels, marked when the cluster's records come from the simulator."""
+    return simulated_labels(labels) if st.simulated else labels
+
+
+def usable(node: NodeCapacity) -> bool:
+    """Whether a job can get the node's free GPUs (not down, drained, ...)."""
+    return not node.state.lower().startswith(UNUSABLE)
+
+
+def _partition(queue: str, nodes: dict[str, NodeCapacity]) -> list[NodeCapacity]:
+    return [c for c in nodes.values() if not queue or not c.partitions or queue in c.partitions]
+
+
+def free_gpus(queue: str, nodes: dict[str, NodeCapacity]) -> dict[str, int]:
+    """Free GPUs per node of the partition (or queue) ``queue``."""
+    return {c.node: max(0, c.gpus_total - c.gpus_allocated) for c in _partition(queue, nodes)}
 
 
 def _free(note: str) -> float:

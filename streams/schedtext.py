@@ -1,6 +1,8 @@
 """The scheduler rules' English text, in one place: the stages fill it; the notifiers' zh-CN
 catalogue (``notifiers/default_rules.zh-CN.yaml``) keys its translations by these templates, as
-it does the rule pack's (``tests/acceptance/test_language.py`` checks both)."""
+it does the rule pack's (``tests/acceptance/test_language.py`` checks both). A resolve is filled
+with the figures at resolution (as the rule pack's, #18 defect 4), in ``RESOLVED``'s words where
+the firing's would no longer be true."""
 
 from __future__ import annotations
 
@@ -30,4 +32,18 @@ TEXT: dict[str, tuple[str, str]] = {
         "job {job} ({user}) holds {allocated:.0f} GPUs on {node} but uses {busy:.0f}",
         "Ask for {busy:.0f} GPUs next time (or fix the job's device placement); the idle ones block other "
         "users' jobs."),
+}
+
+#: Rule name -> the summary template of its resolve (the others resolve in their firing's words).
+RESOLVED: dict[str, str] = {
+    "scheduler-fragmentation":
+        "job {job} ({user}, {queue}) is no longer held by fragmentation: {free:.0f} GPUs free in its partition, "
+        "at most {most:.0f} on one node",
+    "scheduler-wait-above-baseline":
+        "{queue} jobs asking for {gpus} GPUs: wait back to {wait} (median of {pending:.0f} pending) against a "
+        "usual {baseline}",
+    "scheduler-success-rate-drop":
+        "{queue} jobs asking for {gpus} GPUs: {rate:.0%} of the last {jobs:.0f} ended well again, against "
+        "{baseline_rate:.0%} before",
+    "job-gpus-unused": "job {job} ({user}) holds {allocated:.0f} GPUs on {node} and uses {busy:.0f} of them now",
 }

@@ -35,7 +35,7 @@ import logging
 import math
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, Protocol
@@ -120,6 +120,7 @@ class NodeStageT(Protocol):
     def load(self, key: str, data: bytes, /) -> None: ...
     def drop(self, key: str, /) -> None: ...
     def allocations(self) -> list[tuple[str, Any]]: ...  # what the worker's metrics read (streams/stageseries.py)
+    gate: Any  # the scheduler watermark of the partition being handed over (streams/progress.py)
 
 
 class ClassStageT(Protocol):
@@ -254,6 +255,10 @@ class Topology:
         self.lateness = float(settings.engine.summary_lateness)
         self.max_source_skew = float(settings.engine.max_source_skew)
         self.gates: dict[int, Gate] = {}  # task.summaries partition -> the watermark read on it
+        # scheduler stage (#19) -> stage 1: its progress per scheduler.jobs partition, read on each
+        # scheduler.allocations partition (the allocation join waits for it, streams/progress.py)
+        self.sched_reporter = Reporter(float(settings.engine.eval_interval))
+        self.sched_gates: dict[int, Gate] = {}
         self.class_at: dict[str, int] = {}  # task class -> its task.summaries partition
 
         self.node_runner = KeyedRunner(node_stage, {
@@ -273,8 +278,9 @@ class Topology:
                                           self.max_source_skew)
         self.service_runner = self.service_gates.runner(float(settings.engine.checkpoint_interval))
         # scheduler stage (#19): key cluster, its own table; allocations go to stage 1's inputs.
+        self.cluster_at: dict[str, int] = {}  # cluster -> its scheduler.jobs partition
         self.sched_runner = scheduler_runner(SchedulerStage(settings.engine), topics, self.limits,
-                                             float(settings.engine.checkpoint_interval))
+                                             float(settings.engine.checkpoint_interval), self.cluster_at)
         self.runners = (self.node_runner, self.class_runner, self.infer_runner, self.sched_runner,
                         self.service_runner)
 
@@ -355,6 +361,10 @@ class Topology:
         kept_summaries = {tp.partition for tp in kept if tp.topic == self.topics.summaries}
         for p in set(self.gates) - kept_summaries:
             del self.gates[p]
+        kept_allocations = {tp.partition for tp in kept if tp.topic == self.topics.allocations}
+        for p in set(self.sched_gates) - kept_allocations:
+            del self.sched_gates[p]
+        self.sched_reporter.forget()
         for c in [c for c, p in self.class_at.items() if p not in kept_summaries]:
             del self.class_at[c]
         self.reporter.forget()
@@ -500,8 +510,12 @@ class Topology:
             await self._find_behind(fetched, partitions)
             merged = node_lists[0] if len(node_lists) == 1 else \
                 list(heapq.merge(*node_lists, key=attrgetter("timestamp")))
+            allocations_topic = self.topics.allocations  # scheduler stage (#19): its progress reports
+            gate_reports = [m for m in merged if m.topic == allocations_topic and is_progress(m.headers)]
+            if gate_reports:  # held with the batch's events, read by the settle step
+                merged = [m for m in merged if not (m.topic == allocations_topic and is_progress(m.headers))]
             if not await self._apply(self.node_runner, self.node_table, node_events, merged, fence,
-                                     self._settle_nodes(partitions)):
+                                     self._settle_nodes(partitions, gate_reports)):
                 return
             order.applied(tp for tp in fetched if tp.topic in node_inputs)
         await self._report_others(partitions, assigned)
@@ -530,6 +544,9 @@ class Topology:
             if await self._apply(self.sched_runner, self.sched_table, sched_events,
                                  [e.message for e in sched_events], fence):
                 order.applied(tp for tp in fetched if tp.topic == jobs_topic)
+                # behind the allocations just sent: how far they go (stage 1 waits for it)
+                await self._send_all(await self._sched_progress({tp.partition for tp in fetched
+                                                                 if tp.topic == jobs_topic}))
         self._report_counts()
 
     async def _apply(self, runner: KeyedRunner, table: faust.Table, events: list[EventT],
@@ -695,6 +712,7 @@ class Topology:
 
     def _emit_node(self, record: Any, msg: Consumed) -> list[Outbound]:
         scratch = self.scratch
+        self.node_stage.gate = self._sched_gate(msg.partition)
         try:
             behind = self.backlog.behind(msg.topic, msg.partition, msg.offset, msg.key)
             self.node_stage.process(record, behind, scratch)
@@ -748,6 +766,10 @@ class Topology:
         if inference:  # the inference partitions' progress too: the service stage's gate waits for each
             await self._send_all(self._sli_reports(inference, await self._inference_behind({}, inference))()[1])
 
+        jobs = {tp.partition for tp in assigned if tp.topic == self.topics.jobs}  # scheduler stage (#19)
+        if jobs:
+            await self._send_all(await self._sched_progress(jobs))
+
     async def _inference_behind(self, fetched: Mapping[TP, list[Message]], partitions: set[int]) -> set[int]:
         """The inference partitions with records past what this batch (or the runner) read."""
         topic = self.topics.inference
@@ -768,15 +790,45 @@ class Topology:
             return [], self.sli_progress.reports(partitions, catching, asyncio.get_running_loop().time())
         return settle
 
-    def _settle_nodes(self, partitions: Iterable[int]) -> Settle:
-        """After a batch: the nodes of its partitions release what their inputs' final state
-        allows (a node held back by an input behind at its last record would otherwise wait for
-        its next record: a sample period live, forever at the end of a replayed topic); then the
+    async def _sched_progress(self, partitions: set[int]) -> list[Outbound]:
+        """The scheduler stage's progress on these ``scheduler.jobs`` partitions that is due, each
+        to every ``scheduler.allocations`` partition (behind the allocations sent there): per
+        partition, the last poll closed over its clusters (``progress.partition_watermark``),
+        catching up while it has records not read yet."""
+        jobs, runner = self.topics.jobs, self.sched_runner
+        stage: SchedulerStage = runner.stage  # type: ignore[assignment]
+        highs = await self._highwaters([TP(jobs, q) for q in partitions])
+        marks: defaultdict[int, list[tuple[float, float]]] = defaultdict(list)
+        for c in stage.clusters():
+            if runner.synced(c) and c in self.cluster_at:
+                marks[self.cluster_at[c]].append(stage.position(c))
+        wall = asyncio.get_running_loop().time()
+        sends: list[Outbound] = []
+        for q in sorted(partitions):
+            tp = TP(jobs, q)
+            pos, high = runner.position.get(f"{jobs}:{q}", self.start_at.get(tp)), highs.get(tp)
+            catching = pos is None or high is None or high > pos
+            progress = StageProgress(partition=q, catching_up=catching, nodes=len(marks[q]),
+                                     watermark=partition_watermark(marks[q], catching, self.lateness))
+            if self.sched_reporter.due(progress, wall):
+                value, key = encode(progress), f"progress:{q}".encode()
+                sends += [Outbound(self.topics.allocations, key, value, PROGRESS_HEADERS, s)
+                          for s in range(self.partitions)]
+        return sends
+
+    def _settle_nodes(self, partitions: Iterable[int], gate_reports: Sequence[Message] = ()) -> Settle:
+        """After a batch: the scheduler stage's progress reports in it move the allocation gates
+        on; the nodes of its partitions (and of those whose gate moved) release what their
+        inputs' final state allows (a node held back by an input behind at its last record would
+        otherwise wait for its next record: a sample period live, forever at the end of a
+        replayed topic) and judge the allocation instants their gate allows; then the
         partitions' progress, behind their summaries."""
         def settle() -> tuple[list[str], list[Outbound]]:
             changed: list[str] = []
             sends: list[Outbound] = []
-            for p in partitions:
+            moved = self._read_reports(gate_reports, self._sched_gate, sends)
+            for p in sorted({*partitions, *moved}):
+                self.node_stage.gate = self._sched_gate(p)
                 out, behind = StageOutput([], []), self.backlog.behind_at_end(p)
                 for node in sorted(self.nodes_at.get(p, ())):
                     if self.node_runner.synced(node) and self.node_stage.advance(node, behind, out):
@@ -784,6 +836,24 @@ class Topology:
                 sends += self._node_outbound(out)
             return changed, sends + self._progress_out(partitions)
         return settle
+
+    def _read_reports(self, reports: Iterable[Message], gate: Callable[[int], Gate],
+                      sends: list[Outbound]) -> set[int]:
+        """Progress reports into the gate of the partition each was read on (a malformed one is
+        dead-lettered into ``sends``); the partitions whose gate moved on."""
+        moved, letters = read_reports(reports, gate, self.limits)
+        sends.extend(letters)
+        return moved
+
+    def _sched_gate(self, partition: int) -> Gate:
+        """The scheduler watermark read on a ``scheduler.allocations`` partition: over the
+        ``scheduler.jobs`` partitions there are (a topic auto-created with fewer than
+        ``kafka.partitions`` would otherwise leave some never heard from)."""
+        g = self.sched_gates.get(partition)
+        if g is None:
+            sources = self.app.consumer.topic_partitions(self.topics.jobs) or self.partitions
+            g = self.sched_gates[partition] = Gate(sources, self.lateness, self.max_source_skew)
+        return g
 
     def _gate(self, partition: int) -> Gate:
         g = self.gates.get(partition)
@@ -802,7 +872,8 @@ class Topology:
         progress reports move the gates on, and the classes behind a gate that moved release
         what it now allows."""
         def settle() -> tuple[list[str], list[Outbound]]:
-            moved, sends = read_reports(progress, self._gate, self.limits)
+            sends: list[Outbound] = []
+            moved = self._read_reports(progress, self._gate, sends)
             changed = [c for c, p in sorted(self.class_at.items()) if p in moved and self.class_runner.synced(c)]
             for c in changed:
                 made = self.class_stage.release(c, self.gates[self.class_at[c]].value)

@@ -19,6 +19,7 @@ from gpuwarden.notifiers.pipeline import Notifier
 from gpuwarden.producers.simulator import Simulator
 from gpuwarden.streams.engine import Engine
 from gpuwarden.streams.rules import DEFAULT_RULES, load_rule_file
+from gpuwarden.streams.schedtext import RESOLVED as SCHED_RESOLVED
 from gpuwarden.streams.schedtext import TEXT as SCHED_TEXT
 from gpuwarden.streams.servingrules import TEXT as SERVING_TEXT
 from tests.acceptance.platforms import Feishu
@@ -44,6 +45,10 @@ def test_every_default_rule_has_a_zh_cn_summary_and_action_with_the_same_placeho
     for name, (summary, _) in SCHED_TEXT.items():  # the scheduler's rules, written in code
         assert zh[name]["en"] == summary and CJK.search(zh[name]["summary"]) and CJK.search(zh[name]["action"])
         assert placeholders(zh[name]["summary"]) == placeholders(summary), name
+        assert ("resolved" in zh[name]) == (name in SCHED_RESOLVED), name
+    for name, summary in SCHED_RESOLVED.items():  # their resolves, in their own words
+        assert zh[name]["resolved"]["en"] == summary and CJK.search(zh[name]["resolved"]["summary"]), name
+        assert placeholders(zh[name]["resolved"]["summary"]) == placeholders(summary), name
     for rule in rules:
         text = zh[rule.name]
         assert text["en"] == rule.summary, rule.name  # the msgid is the default rule's own template
@@ -97,3 +102,17 @@ def test_a_bad_timezone_fails_at_start_naming_the_file_and_key(tmp_path: Path) -
         load_settings(cfg)
     text = str(e.value)
     assert str(cfg) in text and "notify.timezone" in text and "IANA time zone" in text
+
+
+def test_a_scheduler_resolve_in_its_own_words_is_translated_too() -> None:
+    """A scheduler alert's resolve says the figures at resolution in ``RESOLVED``'s words (#19);
+    a zh-CN reader gets those in Chinese, the firing's in Chinese as before."""
+    from gpuwarden.notifiers.localise import localise_alert
+    from tests.streams.test_schedstage import fragmented_polls
+
+    engine = Engine()
+    firing, resolved = engine.process_many(fragmented_polls(0, 1200, big_starts=900))
+    assert resolved.summary.startswith("job 3 (alice, gpu) is no longer held by fragmentation")
+    zh = localise_alert(resolved, "zh-CN").summary
+    assert zh == "作业 3（alice，gpu）已不再受资源碎片化阻塞：其分区现有 2 张空闲 GPU，单节点最多 2 张。"
+    assert CJK.search(localise_alert(firing, "zh-CN").summary)

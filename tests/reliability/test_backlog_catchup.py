@@ -24,7 +24,7 @@ from gpuwarden.kafka import produce_records
 from gpuwarden.producers.simulator import Simulator
 from gpuwarden.streams.engine import Engine
 from tests.kafka_support import create_topic
-from tests.streams_kafka.records import BACKLOG_TIMED, T0, settings_for, transition_ids
+from tests.streams_kafka.records import T0, settings_for, transition_ids
 from tests.streams_kafka.workers import read_summaries, read_to_end, wait_for, workers, write_config
 
 pytestmark = pytest.mark.kafka
@@ -39,20 +39,20 @@ async def test_two_hour_backlog_from_scratch_gives_the_in_process_transitions(
 ) -> None:
     settings = settings_for(kafka_bootstrap, partitions=PARTITIONS)  # default lateness (30 s, 5 min)
     topics = Topics(settings.kafka.topic_prefix)
-    for t in (topics.samples, topics.events, topics.metrics, topics.summaries, topics.alerts):
+    for t in (topics.samples, topics.events, topics.metrics, topics.summaries, topics.alerts, topics.jobs,
+              topics.allocations):
         await create_topic(kafka_bootstrap, t, partitions=PARTITIONS)
     sim = Simulator("mixed", nodes=8, gpus=8, seed=3, start_ts=T0, tick_s=10.0, onset_s=1800.0)
     records = list(sim.run(SPAN_S))
     engine = Engine(config=settings.engine)
     reference = [encode(t) for t in engine.process_many(records)]  # a live worker never flushes
-    expected = set(transition_ids(reference, BACKLOG_TIMED))
+    expected = set(transition_ids(reference))
     rules = {json.loads(b)["rule"] for b in reference}
     assert "version-skew" in rules, rules  # the stage-2 rule that flapped
     await produce_records(records, {"bootstrap_servers": kafka_bootstrap}, topics.prefix)
 
     async def alerts() -> list[tuple[str, str, float]]:
-        return transition_ids([r.value for r in await read_to_end(kafka_bootstrap, topics.alerts, PARTITIONS)],
-                              BACKLOG_TIMED)
+        return transition_ids([r.value for r in await read_to_end(kafka_bootstrap, topics.alerts, PARTITIONS)])
 
     async def done() -> bool:
         assert all(w.alive() for w in started), [w.tail() for w in started]

@@ -28,7 +28,7 @@ from gpuwarden.streams.engine import Engine, StageOutput
 from gpuwarden.streams.nodestage import NodeStage
 from gpuwarden.streams.topology import app_id
 from tests.kafka_support import create_topic
-from tests.streams_kafka.records import BACKLOG_TIMED, settings_for, transition_ids
+from tests.streams_kafka.records import settings_for, transition_ids
 from tests.streams_kafka.test_failover import CHUNK_S
 from tests.streams_kafka.workers import Worker, group_members, read_summaries, read_to_end, wait_for, write_config
 
@@ -82,14 +82,15 @@ async def test_random_kills_lose_no_transition_of_either_stage(
     settings = settings_for(kafka_bootstrap, partitions=PARTITIONS, allowed_lateness="30m",
                             summary_lateness="3h")
     topics = Topics(settings.kafka.topic_prefix)
-    for t in (topics.samples, topics.events, topics.metrics, topics.summaries, topics.alerts):
+    for t in (topics.samples, topics.events, topics.metrics, topics.summaries, topics.alerts, topics.jobs,
+              topics.allocations):
         await create_topic(kafka_bootstrap, t, partitions=PARTITIONS)
     # 8 nodes x 8 GPUs: fetches big enough that a rebalance often lands inside the handler
     sim = Simulator("mixed", nodes=8, gpus=8, seed=7, start_ts=time.time() - SPAN_S - 600, tick_s=10.0,
                     onset_s=900.0)
     records = list(sim.run(SPAN_S))
     engine = Engine(config=settings.engine)
-    expected = set(transition_ids([encode(t) for t in engine.process_many(records)], BACKLOG_TIMED))
+    expected = set(transition_ids([encode(t) for t in engine.process_many(records)]))
     stage1 = StageOutput([], [])
     node_stage = NodeStage(engine.rules, settings.engine)
     for r in records:
@@ -117,8 +118,7 @@ async def test_random_kills_lose_no_transition_of_either_stage(
         return await group_members(kafka_bootstrap, app_id(settings)) == 2
 
     async def alerts() -> list[tuple[str, str, float]]:
-        return transition_ids([r.value for r in await read_to_end(kafka_bootstrap, topics.alerts, PARTITIONS)],
-                              BACKLOG_TIMED)
+        return transition_ids([r.value for r in await read_to_end(kafka_bootstrap, topics.alerts, PARTITIONS)])
 
     async def summaries() -> set[bytes]:
         return {encode(s) for s in await read_summaries(kafka_bootstrap, topics.summaries, PARTITIONS)}

@@ -142,11 +142,14 @@ def test_success_rate_drop_against_the_class_baseline() -> None:
     assert trs[0].evidence.values == {"rate": 0.6, "baseline_rate": 1.0, "jobs": 5.0}
 
 
-def _held(busy: dict[int, float], until: float, procs_on: list[int] | None = None) -> list[Any]:
-    """Job 77 holds node-00's 8 GPUs; the samples show ``busy``; Slurm lets it go at ``until``."""
+def _held(busy: dict[int, float], until: float, procs_on: list[int] | None = None,
+          until_busy: float | None = None) -> list[Any]:
+    """Job 77 holds node-00's 8 GPUs; the samples show ``busy`` (from ``until_busy`` on: all 8);
+    Slurm lets it go at ``until``."""
     out = []
     for k in range(0, int(until) + 60, 5):
-        out.append(samples("node-00", T + k, k, busy if k < until else {}, "77", procs_on=procs_on))
+        now = busy if until_busy is None or k < until_busy else {i: 90.0 for i in range(8)}
+        out.append(samples("node-00", T + k, k, now if k < until else {}, "77", procs_on=procs_on))
         if k % 30 == 0:
             running = k < until
             out += poll(T + k, [job("77", S.RUNNING, T + k, gpus=8, start=T - 5, alloc={"node-00": list(range(8))})]
@@ -211,7 +214,7 @@ def test_late_incomplete_and_error_polls_change_nothing() -> None:
 
 def test_a_malformed_scheduler_record_goes_to_the_dead_letter_topic_with_its_reason() -> None:
     topics = Topics()
-    runner = scheduler_runner(SchedulerStage(EngineConfig()), topics, Limits(), 0.0)
+    runner = scheduler_runner(SchedulerStage(EngineConfig()), topics, Limits(), 0.0, {})
     good = poll(T, [job("1", S.PENDING, T, submit=T - 10, gpus=4)], [node("gn1", T, 4, 0)])
     bad = b'{"schema":"scheduler_job/1","ts":1700000000,"cluster":"lab","scheduler":"slurm","job_id":"2",' \
           b'"state":"pending","gpus":-4}'
@@ -270,3 +273,29 @@ def test_a_pod_whose_allocation_names_no_gpus_is_judged_on_the_gpus_its_processe
     trs = [t for t in run(eng, recs) if t.rule == "job-gpus-unused"]
     assert fired(trs) == [("job-gpus-unused", "firing", 1810.0)]
     assert trs[0].evidence.values == {"allocated": 2.0, "busy": 1.0, "idle": 1.0}
+
+
+def test_resolves_say_the_figures_at_resolution_not_the_firings() -> None:
+    """Issue #19: a scheduler alert's resolve is filled with what was measured when it ended."""
+    eng = Engine()
+    frag = run(eng, fragmented_polls(0, 1200, big_starts=900))
+    assert [t.state.value for t in frag] == ["firing", "resolved"]
+    assert frag[1].summary == "job 3 (alice, gpu) is no longer held by fragmentation: 2 GPUs free in its " \
+                              "partition, at most 2 on one node"  # job 3 took gn1's 4
+    assert frag[1].evidence.note == "the job started" and frag[1].evidence.held_for_s == 300.0
+    assert frag[0].evidence.values == {"gpus": 4.0, "free": 4.0}
+    cfg = EngineConfig.model_validate({"scheduler": {"period": "60s", "wait_periods": 3, "wait_min": "5m",
+                                                     "wait_baseline_min": 10}})
+    eng = Engine(config=cfg)
+    drained = [p for t in range(1800, 2000, 30) for p in poll(T + t, [], [node("gn1", T + t, 4, 0)])]
+    wait = run(eng, _waits(12, 900, 1800) + drained)  # the stuck job is cancelled at 1800
+    assert [(t.state.value, t.ts - T) for t in wait] == [("firing", 1410.0), ("resolved", 1800.0)]
+    assert wait[0].summary == "gpu jobs asking for 1 GPUs wait 8 min (median of 1 pending) against a usual 1 min"
+    assert wait[1].summary == "gpu jobs asking for 1 GPUs: wait back to 0 s (median of 0 pending) against a " \
+                              "usual 1 min"
+    eng = Engine()
+    unused = [t for t in run(eng, _held({0: 90.0, 1: 85.0}, 2400, until_busy=2100)) + eng.flush()
+              if t.rule == "job-gpus-unused"]
+    assert [t.state.value for t in unused] == ["firing", "resolved"]
+    assert unused[0].evidence.values["busy"] == 2.0 and unused[1].evidence.values["busy"] == 8.0
+    assert unused[1].summary == "job 77 (alice) holds 8 GPUs on node-00 and uses 8 of them now"

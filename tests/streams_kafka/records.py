@@ -37,12 +37,6 @@ def keyed(records: list[Any]) -> list[tuple[bytes, bytes]]:
     return [(record_key(r).encode(), encode(r)) for r in records]
 
 
-#: Rules whose event time, in a worker catching up on a backlog, depends on arrival: a job
-#: allocation comes to stage 1 through the scheduler stage, behind the node's samples, and then
-#: applies from its arrival (docs/scheduler.md, "Limits"). Live they are exact.
-BACKLOG_TIMED = frozenset({"job-gpus-unused"})
-
-
 def transition_ids(values: list[bytes], skip: frozenset[str] = frozenset()) -> list[tuple[str, str, float]]:
     """(fingerprint, state, started_at) of each alert transition: the consumers' dedup key
     (``skip``: the transitions of these rules are left out)."""
