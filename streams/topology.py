@@ -277,6 +277,7 @@ class Topology:
         self.service_gates = ServiceGates(self.service_stage, topics, self.limits, k.partitions, self.lateness,
                                           self.max_source_skew)
         self.service_runner = self.service_gates.runner(float(settings.engine.checkpoint_interval))
+        self.sli_ready = False  # see _sli_ready
         # scheduler stage (#19): key cluster, its own table; allocations go to stage 1's inputs.
         self.cluster_at: dict[str, int] = {}  # cluster -> its scheduler.jobs partition
         self.sched_runner = scheduler_runner(SchedulerStage(settings.engine), topics, self.limits,
@@ -530,6 +531,8 @@ class Topology:
         if inference_events:  # the inference stage reorders its records itself (streams/inferencestage.py)
             done = {tp.partition for tp in fetched if tp.topic == inference_topic}
             catching = await self._inference_behind(fetched, done)
+            if not await self._sli_ready():
+                done = set()  # no report yet: the next round's (every resend_s) says it
             if await self._apply(self.infer_runner, self.inference_table, inference_events,
                                  [e.message for e in inference_events], fence, self._sli_reports(done, catching)):
                 order.applied(tp for tp in fetched if tp.topic == inference_topic)
@@ -763,12 +766,23 @@ class Topology:
             await self._find_behind({}, others)
             await self._send_all(self._progress_out(others))
         inference = {tp.partition for tp in assigned if tp.topic == self.topics.inference}
-        if inference:  # the inference partitions' progress too: the service stage's gate waits for each
+        if inference and await self._sli_ready():  # the service stage's gate waits for each inference partition
             await self._send_all(self._sli_reports(inference, await self._inference_behind({}, inference))()[1])
 
         jobs = {tp.partition for tp in assigned if tp.topic == self.topics.jobs}  # scheduler stage (#19)
         if jobs:
             await self._send_all(await self._sched_progress(jobs))
+
+    async def _sli_ready(self) -> bool:
+        """Whether every ``inference.sli`` partition has a leader on the broker. The progress
+        reports go to each by number, and right after this worker created the topic a send to a
+        partition not led yet held a batch for minutes; until then none is sent (the reports are
+        resent every ``resend_s``). Once true, it stays."""
+        if not self.sli_ready:
+            topic = self.topics.sli
+            self.sli_ready = len(await self._highwaters([TP(topic, p) for p in range(self.partitions)])) \
+                == self.partitions
+        return self.sli_ready
 
     async def _inference_behind(self, fetched: Mapping[TP, list[Message]], partitions: set[int]) -> set[int]:
         """The inference partitions with records past what this batch (or the runner) read."""
