@@ -4,13 +4,11 @@ The scheduler collector exposes the queue itself (``gpuwarden_scheduler_*``); th
 what needs its joins and judgements: how many of the GPUs jobs hold are busy or idle (stage 1's
 allocated-versus-used join, the ``job-gpus-unused`` rule's figures), the pending jobs the
 scheduler stage finds blocked by fragmentation, and each service's SLO budget left and burn
-rates (the inference stage's windows, as the ``slo-*-burn`` rules see them). Read every
+rates (the service stage's windows, as the ``slo-*-burn`` rules see them). Read every
 ``CLASSES_S`` of wall time, whole, like the task classes' series.
 
-The SLO series are per service and objective, not per node: the inference stage judges a
-service on each node by itself, so a service with replicas on several nodes of this worker
-shows its worst (least budget left, highest burn); across workers, dashboards take the same
-``min``/``max`` by service.
+The SLO series are per service and objective over all the service's nodes: the service stage
+(key service) judges it, so one worker holds each service.
 """
 
 from __future__ import annotations
@@ -43,9 +41,9 @@ class StageSeries(Collector):
         self._budget: dict[tuple[str, str], float] = {}  # service, SLI -> budget left
         self._burn: dict[tuple[str, str, str], float] = {}  # service, SLI, window -> burn rate
 
-    def read(self, node_stage: Any, sched_stage: Any, inference_stage: Any) -> None:
+    def read(self, node_stage: Any, sched_stage: Any, service_stage: Any) -> None:
         """``node_stage.allocations()``, ``sched_stage.clusters()``/``figures(c)``,
-        ``inference_stage.slo_status()``."""
+        ``service_stage.slo_status()``."""
         allocated: dict[tuple[str, str, str], int] = {}
         for _, a in node_stage.allocations():
             held = len(a.gpus) or a.count
@@ -59,12 +57,10 @@ class StageSeries(Collector):
                 fragmented[c] = len(f.fragmented)
         budget: dict[tuple[str, str], float] = {}
         burn: dict[tuple[str, str, str], float] = {}
-        for s in inference_stage.slo_status():
-            key = (s.service, s.sli)
-            budget[key] = min(budget.get(key, s.budget_remaining), s.budget_remaining)
+        for s in service_stage.slo_status():
+            budget[s.service, s.sli] = s.budget_remaining
             for w, rate in s.burn.items():
-                k = (*key, window_label(w))
-                burn[k] = max(burn.get(k, rate), rate)
+                burn[s.service, s.sli, window_label(w)] = rate
         self._allocated, self._fragmented, self._budget, self._burn = allocated, fragmented, budget, burn
 
     def collect(self) -> Iterator[Metric]:

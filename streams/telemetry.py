@@ -91,7 +91,7 @@ class StreamMetrics:
         """At most every ``refresh_s``: lag per assigned input partition (faust's
         ``Consumer.highwater(tp)``, the high-water mark of the last fetch response against the runner's next offset), and the runners' counts carried over;
         every ``classes_s``, the task classes of ``class_stage`` against their baselines and the
-        node, scheduler and inference ``stages``' figures (:mod:`gpuwarden.streams.stageseries`)."""
+        node, scheduler and service ``stages``' figures (:mod:`gpuwarden.streams.stageseries`)."""
         now = time.monotonic()
         if class_stage is not None and now >= self._classes_next:
             self._classes_next = now + self.classes_s

@@ -135,7 +135,7 @@ def test_prometheus_scrapes_the_pipeline_and_every_dashboard_panel_has_data(kafk
     prefix = unique_topic("gw") + "."
     topics = Topics(prefix)
     for t in (topics.samples, topics.events, topics.metrics, topics.summaries, topics.alerts, topics.inference,
-              topics.jobs, topics.allocations):
+              topics.sli, topics.jobs, topics.allocations):
         asyncio.run(create_topic(kafka_bootstrap, t, partitions=2))
     ports = {name: free_port() for name in ("agent", "scheduler", "streams", "notify")}
     vllm, serving = FakeVllm([MODEL]), threading.Event()
