@@ -108,7 +108,8 @@ def _report(engine: Engine, records: list[InputRecord], transitions: list[AlertT
 
     helpers = ReportHelpers(evidence=lambda ev: evidence_parts(ev, words("en")))
     baselines = {c: engine.classes.baseline(c) for c in engine.classes.classes()}
-    return render_report(records, transitions, helpers, baselines=baselines, source=source)
+    return render_report(records, transitions, helpers, baselines=baselines, source=source,
+                         slos=engine.config.slo)
 
 
 def retro_html(settings: Settings, since: float, until: float) -> str:

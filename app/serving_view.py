@@ -1,5 +1,6 @@
-"""The live view's inference panel: each service with its p99s (as the buckets say them) and
-what is left of its error budgets, from the inference stage's read-only views."""
+"""The live view's inference panel: each service on each node with its p99s (as the buckets say
+them), from the inference stage's read-only views, and what is left of the service's error
+budgets over all its nodes (the service stage's)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ def service_rows(engine: Engine) -> list[tuple[str, ...]]:
     """One row per service the inference stage has seen (none: the pane is left out)."""
     rows = []
     for v in engine.inference.views():
-        budget = ", ".join(f"{k} {max(x, 0.0):.1%}" for k, x in sorted(v.budget_remaining.items())) or "no SLO"
+        left = engine.services.budgets(v.service)
+        budget = ", ".join(f"{k} {max(x, 0.0):.1%}" for k, x in sorted(left.items())) or "no SLO"
         rows.append((v.node, v.service, v.model, v.engine, v.ttft_p99, v.itl_p99, f"{v.tokens_per_s:,.0f}", budget,
                      str(len(v.firing)) if v.firing else ""))
     return rows

@@ -30,12 +30,12 @@ from gpuwarden.producers.agent import build_source, step_with_extras, stop_extra
 from gpuwarden.producers.servingsim import MAX_BATCH as SIM_MAX_BATCH
 from gpuwarden.producers.servingsim import SERVICES as SIM_SERVICES
 from gpuwarden.producers.servingsim import SLO as SIM_SLO
-from gpuwarden.producers.simulator import Simulator, scenario_list, tick_for
+from gpuwarden.producers.simulator import SCENARIOS, Simulator, scenario_list, tick_for
 from gpuwarden.producers.source import Record, Source, paced
 from gpuwarden.spool import Spool
 from gpuwarden.streams.config import EngineConfig, ServiceServing
 from gpuwarden.streams.engine import Engine
-from gpuwarden.streams.slo import ServiceSlo
+from gpuwarden.slo import ServiceSlo
 from gpuwarden.streams.rules import RulesError, load_rules
 from gpuwarden.units import parse_time
 
@@ -70,7 +70,8 @@ def _source(args: argparse.Namespace, settings: Settings) -> tuple[Source, list[
     start = _start_ts(args.start, span)
     tick = tick_for(span or None)
     kw = {} if args.onset is None else {"onset_s": args.onset}
-    nodes = args.nodes or (2 if scenario == "mixed" else 1)
+    names = scenario if isinstance(scenario, list) else [scenario]
+    nodes = args.nodes or max(2 if n == "mixed" else SCENARIOS[n].nodes if n in SCENARIOS else 1 for n in names)
     return Simulator(scenario, nodes=nodes, gpus=args.gpus or 8, seed=args.seed, start_ts=start,
                      tick_s=tick, **kw), []
 
@@ -177,6 +178,8 @@ class Runner:
                 self.engine.classes.drop(c)
             for n in self.engine.inference.nodes():
                 self.engine.inference.drop(n)
+            for n in self.engine.services.services():
+                self.engine.services.drop(n)
             return
         self.now = until
 

@@ -36,7 +36,7 @@ def cmd_report_usage(args: argparse.Namespace, settings: Settings) -> int:
         if getattr(args, "post", False):
             return _post(settings, spool, until)
         u = usage_from_spool(settings, spool, since=since or 0.0, until=until, by=args.by,
-                             price=args.price_per_gpu_hour)
+                             price=args.price_per_gpu_hour, slos=settings.engine.slo)
     sys.stdout.write(render(u, args.format, settings.accounting.currency))
     return 0
 
@@ -77,7 +77,7 @@ async def post_weekly_digest(settings: Settings, spool: Spool, *, now: float,
     if receiver not in names:
         raise ValueError(f"accounting.digest_receiver: no receiver named {receiver!r} "
                          f"in notify.receivers ({', '.join(sorted(names)) or 'none configured'})")
-    note = digest_notification(weekly_usage(settings, spool, now), receiver, settings.accounting.currency,
+    note = digest_notification(weekly_usage(settings, spool, now, settings.engine.slo), receiver, settings.accounting.currency,
                                weekly_queues(settings, spool, now))
     if delivery is not None:
         return await delivery.deliver(note)

@@ -569,6 +569,40 @@ class InferenceMetrics(_TimedRecord):
         return self
 
 
+# --------------------------------------------------------------------------- inference.sli
+
+
+class SliCount(Wire):
+    """One objective's events in one minute: good and total, and (latency) how many sat between
+    the judged bound and the next, so count as bad without being shown bad."""
+
+    objective: Label = Field(description="the engine.slo key: ttft_p99, error_rate")
+    good: NonNegInt
+    total: NonNegInt
+    undecided: NonNegInt = 0
+    note: Text = Field(default="", description="latency: how the threshold is judged on the buckets")
+
+    @model_validator(mode="after")
+    def _counts(self) -> "SliCount":
+        if self.good > self.total:
+            raise ValueError(f"good: {self.good} is more than total {self.total}")
+        return self
+
+
+class ServiceSli(_TimedRecord):
+    """inference.sli, key ``service``: one service's SLO events on one node over one minute,
+    ``ts - 60`` to ``ts`` (event time), from the inference stage (key node) to the service stage
+    (key service), which sums every node's and judges the fleet's burn rates. Progress reports
+    (``stage_progress/1``, header ``gw-progress``) ride the same topic as on task.summaries."""
+
+    schema_: Literal["service_sli/1"] = Field(default="service_sli/1", alias="schema")
+    service: Label
+    node: Label
+    model: Label = ""
+    engine: Label = ""
+    counts: list[SliCount] = Field(default_factory=list, max_length=64)
+
+
 # --------------------------------------------------------------------------- alerts
 
 
@@ -720,6 +754,7 @@ Record = Annotated[
         SchedulerPoll,
         JobAllocation,
         InferenceMetrics,
+        ServiceSli,
         AlertTransition,
         Silence,
         Ack,
@@ -904,6 +939,7 @@ class Topics:
         "jobs": "scheduler.jobs",
         "allocations": "scheduler.allocations",
         "inference": "inference.metrics",
+        "sli": "inference.sli",
         "alerts": "alerts",
         "control": "control",
     }
@@ -917,6 +953,7 @@ class Topics:
         self.jobs = prefix + self.BASE["jobs"]
         self.allocations = prefix + self.BASE["allocations"]
         self.inference = prefix + self.BASE["inference"]
+        self.sli = prefix + self.BASE["sli"]
         self.alerts = prefix + self.BASE["alerts"]
         self.control = prefix + self.BASE["control"]
 
@@ -926,7 +963,7 @@ class Topics:
 
     def all(self) -> list[str]:
         return [self.samples, self.events, self.metrics, self.summaries, self.jobs, self.allocations,
-                self.inference, self.alerts, self.control]
+                self.inference, self.sli, self.alerts, self.control]
 
     def for_record(self, record: BaseModel) -> str:
         """The topic a contract record belongs on."""
@@ -941,6 +978,7 @@ class Topics:
             SchedulerPoll: self.jobs,
             JobAllocation: self.allocations,
             InferenceMetrics: self.inference,
+            ServiceSli: self.sli,
             AlertTransition: self.alerts,
             Silence: self.control,
             Ack: self.control,
@@ -954,6 +992,8 @@ def record_key(record: BaseModel) -> str:
         return record.node
     if isinstance(record, TaskSummary):
         return record.task
+    if isinstance(record, ServiceSli):
+        return record.service
     if isinstance(record, StageProgress):
         return f"progress:{record.partition}"
     if isinstance(record, (SchedulerJob, NodeCapacity, SchedulerPoll)):

@@ -8,7 +8,9 @@ GPU whose utilization is below ``idle_util_below`` is idle-allocated (a
 GPU whose utilization is unknown is never called idle).  Everything is in
 event time, so a report over replayed or imported history is the same as one
 over the live spool. Inference services get their own rows (``serving.py``): output tokens,
-tokens/s, cost per million output tokens, idle serving GPU-hours.
+tokens/s, cost per million output tokens, idle serving GPU-hours, and each declared SLO's error
+budget remaining over its window (``gpuwarden.slo``; the SLOs are the engine's ``engine.slo``,
+handed in by the composition root).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import json
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -39,10 +41,13 @@ from gpuwarden.history.config import AccountingConfig, HistorySettings
 from gpuwarden.history.flops import flops_per_token, peak_tflops
 from gpuwarden.history.serving import ServingRow, serving_rows
 from gpuwarden.humantime import span
+from gpuwarden.slo import Budget, ServiceSlo, service_budgets
 from gpuwarden.spool import Spool
 
 UNKNOWN = "(unknown)"
 WEEK_S = 7 * 86400.0
+#: Inference records read from before an SLO window's start, to tell whether the history covers it.
+COVER_S = 3600.0
 
 
 @dataclass(slots=True)
@@ -75,6 +80,7 @@ class Usage:
     idle_util_below: float
     rows: list[UsageRow] = field(default_factory=list)
     serving: list[ServingRow] = field(default_factory=list)
+    budgets: list[Budget] = field(default_factory=list)
 
     @property
     def total(self) -> UsageRow:
@@ -161,12 +167,18 @@ class _Run:
 
 
 def compute_usage(records: Iterable[Any], *, by: str = "user", since: float, until: float,
-                  idle_util_below: float = 5.0, price_per_gpu_hour: float | None = None) -> Usage:
-    """Usage rows per owner over ``[since, until)`` from snapshots and task metrics."""
+                  idle_util_below: float = 5.0, price_per_gpu_hour: float | None = None,
+                  slos: Mapping[str, ServiceSlo] | None = None) -> Usage:
+    """Usage rows per owner over ``[since, until)`` from snapshots and task metrics; with
+    ``slos``, each service's error budget over its SLO window ending at ``until`` (from the
+    inference records before ``since`` too, when the window reaches further back)."""
     per_node: dict[str, list[NodeSnapshot]] = defaultdict(list)
     metrics: list[TaskMetric] = []
     inference: list[InferenceMetrics] = []
+    every_inference: list[InferenceMetrics] = []
     for r in records:
+        if isinstance(r, InferenceMetrics) and slos:
+            every_inference.append(r)
         if not since <= r.ts < until:
             continue
         if isinstance(r, NodeSnapshot):
@@ -236,7 +248,7 @@ def compute_usage(records: Iterable[Any], *, by: str = "user", since: float, unt
     for r in out:
         _price(r, price_per_gpu_hour)
     return Usage(by, since, until, price_per_gpu_hour, idle_util_below, out,
-                 serving_rows(inference, price_per_gpu_hour))
+                 serving_rows(inference, price_per_gpu_hour), service_budgets(every_inference, slos or {}, until))
 
 
 def _reruns(runs: Iterable[_Run]) -> list[_Run]:
@@ -279,6 +291,7 @@ def to_json(u: Usage) -> str:
         "idle_util_below": u.idle_util_below,
         "rows": [_values(r) for r in u.rows], "total": _values(u.total),
         "serving": [r.values() for r in u.serving],
+        "budgets": [b.values() for b in u.budgets],
     }, indent=2)
 
 
@@ -304,7 +317,8 @@ def to_table(u: Usage, currency: str = "", width: int = 110) -> str:
     headers = [c.replace("_", " ") + (f" ({currency})" if "cost" in c and currency else "") for c in cols]
     rows = [(r.key, [_fmt(v[c], c) for c in cols]) for r in [*u.rows, u.total] for v in [_values(r)]]
     text = tables.to_text(f"GPU usage by {u.by}, {_day(u.since)} → {_day(u.until)}", u.by, headers, rows, width)
-    return text + (_serving_table(u, currency, width) if u.serving else "")
+    return text + (_serving_table(u, currency, width) if u.serving else "") + \
+        (_budget_table(u.budgets, width) if u.budgets else "")
 
 
 _SERVING = ("model", "requests", "failed", "output_tokens", "tokens_per_s", "tokens_per_s_per_gpu", "gpu_hours",
@@ -333,6 +347,25 @@ def _serving_table(u: Usage, currency: str, width: int) -> str:
     return tables.to_text("Inference services", "service", headers, rows, width)
 
 
+def _budget_table(budgets: list[Budget], width: int) -> str:
+    """Each service's error budget remaining over its SLO window, and how much of it was seen."""
+    headers = ["model", "objective", "target", "events", "bad", "budget left", "over (seen of window)"]
+
+    def cells(b: Budget) -> list[str]:
+        over = span(b.window_s) if not b.partial else f"{span(b.seen_s)} of {span(b.window_s)}"
+        return [b.model, b.objective, f"{b.target:.2%}".replace(".00%", "%"), f"{b.events.total:,}",
+                f"{b.events.bad:,}", f"{b.remaining:.1%}", over]
+
+    return tables.to_text("Error budgets (over each SLO window ending at the report's end)", "service", headers,
+                          [(b.service, cells(b)) for b in budgets], width, total=False)
+
+
+def lowest_budget(budgets: list[Budget]) -> str:
+    """``chat error_rate: 40.0 % of the budget left over the 2 d seen of a 30 d window``."""
+    b = min(budgets, key=lambda b: (b.remaining, b.service, b.objective))
+    return f"{b.service} {b.objective}: {b.remaining:.1%} of the budget left {b.coverage()}"
+
+
 def _day(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts))
 
@@ -344,33 +377,47 @@ def render(u: Usage, fmt: str, currency: str = "") -> str:
 # --------------------------------------------------------------------------- sources
 
 
-def spool_records(spool: Spool, since: float, until: float, topic_prefix: str = "") -> Iterable[Any]:
-    """Snapshots, task metrics and inference records from the spool; undecodable rows are skipped."""
+def spool_records(spool: Spool, since: float, until: float, topic_prefix: str = "",
+                  inference_since: float | None = None) -> Iterable[Any]:
+    """Snapshots, task metrics and inference records from the spool (inference records from
+    ``inference_since`` when that is earlier: an SLO window reaching before the report's
+    start); undecodable rows are skipped."""
     t = Topics(topic_prefix)
+    if inference_since is not None and inference_since < since:
+        yield from _decoded(spool, t.inference, inference_since, since)
     for topic in (t.samples, t.metrics, t.inference):
-        for row in spool.read(topic=topic, since=since, until=until):
-            try:
-                yield decode(row.value)
-            except ValueError:
-                continue
+        yield from _decoded(spool, topic, since, until)
+
+
+def _decoded(spool: Spool, topic: str, since: float, until: float) -> Iterable[Any]:
+    for row in spool.read(topic=topic, since=since, until=until):
+        try:
+            yield decode(row.value)
+        except ValueError:
+            continue
 
 
 def usage_from_spool(settings: HistorySettings, spool: Spool, *, since: float, until: float, by: str,
-                     price: float | None = None) -> Usage:
+                     price: float | None = None, slos: Mapping[str, ServiceSlo] | None = None) -> Usage:
     cfg: AccountingConfig = settings.accounting
+    longest = max((float(s.window) for s in (slos or {}).values()), default=0.0)
     return compute_usage(
-        spool_records(spool, since, until, settings.kafka.topic_prefix), by=by, since=since,
-        until=until, idle_util_below=cfg.idle_util_below,
-        price_per_gpu_hour=price if price is not None else cfg.price_per_gpu_hour,
+        spool_records(spool, since, until, settings.kafka.topic_prefix,
+                      inference_since=until - longest - COVER_S if longest else None),
+        by=by, since=since, until=until, idle_util_below=cfg.idle_util_below,
+        price_per_gpu_hour=price if price is not None else cfg.price_per_gpu_hour, slos=slos,
     )
 
 
 # --------------------------------------------------------------------------- weekly digest
 
 
-def weekly_usage(settings: HistorySettings, spool: Spool, now: float) -> Usage:
-    """The last 7 days by ``accounting.digest_by``: what the weekly digest carries."""
-    return usage_from_spool(settings, spool, since=now - WEEK_S, until=now, by=settings.accounting.digest_by)
+def weekly_usage(settings: HistorySettings, spool: Spool, now: float,
+                 slos: Mapping[str, ServiceSlo] | None = None) -> Usage:
+    """The last 7 days by ``accounting.digest_by`` (and each SLO's budget over its own window):
+    what the weekly digest carries."""
+    return usage_from_spool(settings, spool, since=now - WEEK_S, until=now, by=settings.accounting.digest_by,
+                            slos=slos)
 
 
 def weekly_queues(settings: HistorySettings, spool: Spool, now: float) -> queues.QueueReport:
@@ -394,6 +441,8 @@ def digest_record(u: Usage, currency: str = "", sched: queues.QueueReport | None
     if u.serving:
         tokens = sum(r.output_tokens for r in u.serving)
         summary += f"; inference: {tokens / 1e6:,.1f} M output tokens over {len(u.serving)} service(s)"
+    if u.budgets:
+        summary += f"; lowest error budget: {lowest_budget(u.budgets)}"
     table = to_table(u, currency, width=100)
     if sched is not None and sched.total.jobs:
         t = sched.total

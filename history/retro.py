@@ -2,7 +2,8 @@
 
 It opens offline and can be attached to a ticket: no scripts, no fonts, no
 URLs.  Sections have stable ids (``overview``, ``memory``, ``utilization``,
-``thermal``, ``timeline``, ``alerts``) so tests and links can find them.
+``thermal``, ``timeline``, ``alerts``, ``serving``: the inference services' throughput and
+each SLO's error budget left) so tests and links can find them.
 Plots focus on the GPUs the alerts name (then the busiest others), since a
 fleet's worth of lines says nothing.  Needs the ``report`` extra (matplotlib).
 """
@@ -14,7 +15,7 @@ import html
 import io
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,12 +25,15 @@ from gpuwarden.contract import (
     Baseline,
     Evidence,
     GpuEvent,
+    InferenceMetrics,
     NodeSnapshot,
     TaskMetric,
     TaskMetricKind,
 )
+from gpuwarden.history.serving import serving_rows
+from gpuwarden.slo import ServiceSlo, service_budgets
 
-SECTIONS = ("overview", "memory", "utilization", "thermal", "timeline", "alerts")
+SECTIONS = ("overview", "memory", "utilization", "thermal", "timeline", "alerts", "serving")
 MAX_GPUS = 6
 TIER_COLOURS = {"info": "#6c8ebf", "attention": "#e3a21a", "critical": "#c0392b"}
 GIB = float(1 << 30)
@@ -87,6 +91,7 @@ class Incident:
     series: dict[GpuKey, GpuSeries]
     events: list[GpuEvent]
     metrics: list[TaskMetric]
+    inference: list[InferenceMetrics]
     transitions: list[AlertTransition]
     first_ts: float
     last_ts: float
@@ -96,6 +101,7 @@ def collect(records: Iterable[Any], transitions: list[AlertTransition]) -> Incid
     series: dict[GpuKey, GpuSeries] = defaultdict(GpuSeries)
     events: list[GpuEvent] = []
     metrics: list[TaskMetric] = []
+    inference: list[InferenceMetrics] = []
     times: list[float] = []
     for r in records:
         times.append(r.ts)
@@ -115,9 +121,11 @@ def collect(records: Iterable[Any], transitions: list[AlertTransition]) -> Incid
             events.append(r)
         elif isinstance(r, TaskMetric):
             metrics.append(r)
+        elif isinstance(r, InferenceMetrics):
+            inference.append(r)
     times += [t.ts for t in transitions]
     first, last = (min(times), max(times)) if times else (0.0, 0.0)
-    return Incident(dict(series), events, metrics, transitions, first, last)
+    return Incident(dict(series), events, metrics, inference, transitions, first, last)
 
 
 def _gpu_of(labels: dict[str, str]) -> GpuKey | None:
@@ -421,6 +429,26 @@ def _band_list(inc: Incident, keys: list[GpuKey], baselines: dict[str, dict[str,
     return f"<ul class='bands'>{items}</ul>"
 
 
+def _serving(inc: Incident, slos: Mapping[str, ServiceSlo]) -> str:
+    """The services replayed: throughput, and each declared SLO's budget over its window
+    ending at the replay's end (said over how much of the window the replay covers)."""
+    if not inc.inference:
+        return "<p class='muted'>no inference records</p>"
+    rows = "".join(f"<tr><td>{html.escape(r.service)}</td><td>{html.escape(r.model)}</td>"
+                   f"<td>{r.requests:,.0f}</td><td>{r.failed:,.0f}</td><td>{r.tokens_per_s:,.1f}</td></tr>"
+                   for r in serving_rows(inc.inference, None))
+    out = ("<table><tr><th>service</th><th>model</th><th>requests</th><th>failed</th><th>output tokens/s</th></tr>"
+           f"{rows}</table>")
+    budgets = service_budgets(inc.inference, slos, inc.last_ts + 1.0)
+    if not budgets:
+        return out + "<p class='muted'>no SLO declared for these services (engine.slo)</p>"
+    cells = "".join(f"<tr><td>{html.escape(b.service)}</td><td>{html.escape(b.objective)}</td>"
+                    f"<td>{b.target:.2%}</td><td>{b.events.total:,}</td><td>{b.events.bad:,}</td>"
+                    f"<td>{b.remaining:.1%}</td><td>{html.escape(b.coverage())}</td></tr>" for b in budgets)
+    return out + ("<table><tr><th>service</th><th>objective</th><th>target</th><th>events</th><th>bad</th>"
+                  f"<th>budget left</th><th>over</th></tr>{cells}</table>")
+
+
 def _section(sid: str, title: str, body: str) -> str:
     return f'<section id="{sid}"><h2>{html.escape(title)}</h2>\n{body}\n</section>\n'
 
@@ -431,8 +459,9 @@ def _img(b64: str, alt: str) -> str:
 
 def render_report(records: Iterable[Any], transitions: list[AlertTransition], helpers: ReportHelpers, *,
                   baselines: dict[str, dict[str, Baseline | None]] | None = None,
-                  title: str = "gpuwarden incident retro", source: str = "") -> str:
-    """The whole report as one HTML string."""
+                  title: str = "gpuwarden incident retro", source: str = "",
+                  slos: Mapping[str, ServiceSlo] | None = None) -> str:
+    """The whole report as one HTML string (``slos``: the services' objectives, for their budgets)."""
     inc = collect(records, transitions)
     keys = focus(inc)
     tiers = Counter(t.tier.value for t in transitions if t.state == AlertState.FIRING)
@@ -458,6 +487,7 @@ def render_report(records: Iterable[Any], transitions: list[AlertTransition], he
                  _img(plot_thermal(inc, keys), "temperature, power and SM clock")),
         _section("timeline", "Event and alert timeline", _img(plot_timeline(inc), "events and alerts timeline")),
         _section("alerts", "Alerts with their evidence", _alert_rows(transitions, helpers)),
+        _section("serving", "Inference services and their error budgets", _serving(inc, slos or {})),
     ]
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>\n{''.join(parts)}</body></html>\n")

@@ -5,7 +5,8 @@ over the time it was scraped, tokens/s per GPU, GPU-hours (each interval's lengt
 GPUs of the serving process), cost per million output tokens at the accounting price per
 GPU-hour, and idle serving GPU-hours: intervals that finished no request with none running
 (the GPUs allocated to a server nobody used). Event time only; a record repeated in the spool
-(same ``boot_id`` and ``seq``) counts once.
+(same ``boot_id`` and ``seq``) counts once. Each service's error budget over its SLO window is
+the foundation's arithmetic (``gpuwarden.slo.service_budgets``), the same the streams alert on.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpuwarden.contract import InferenceMetrics
+from gpuwarden.slo import distinct
 
 
 @dataclass(slots=True)
@@ -45,12 +47,7 @@ class ServingRow:
 def serving_rows(records: Iterable[InferenceMetrics], price_per_gpu_hour: float | None) -> list[ServingRow]:
     """One row per (service, model), busiest first."""
     rows: dict[tuple[str, str], ServingRow] = {}
-    seen: set[tuple[str, str, int]] = set()
-    for r in sorted(records, key=lambda r: (r.ts, r.node, r.seq)):
-        ident = (r.node, r.boot_id, r.seq)
-        if ident in seen:
-            continue
-        seen.add(ident)
+    for r in distinct(records):
         row = rows.setdefault((r.service, r.model), ServingRow(r.service, r.model))
         span = r.ts - r.start_ts
         ok = sum(c.delta for c in r.counters if c.name == "requests")

@@ -32,8 +32,8 @@ def to_csv(key: str, columns: Sequence[str], rows: Sequence[Row]) -> str:
 
 
 def to_text(title: str, key: str, headers: Sequence[str], rows: Sequence[tuple[str, Sequence[str]]],
-            width: int = 110) -> str:
-    """A rich table rendered to plain text, the total (the last row) set apart."""
+            width: int = 110, total: bool = True) -> str:
+    """A rich table rendered to plain text, the total (the last row, when ``total``) set apart."""
     from rich.console import Console
     from rich.table import Table
 
@@ -42,7 +42,7 @@ def to_text(title: str, key: str, headers: Sequence[str], rows: Sequence[tuple[s
     for h in headers:
         t.add_column(h, justify="right")
     for i, (name, cells) in enumerate(rows):
-        t.add_row(name, *cells, end_section=i == len(rows) - 2)
+        t.add_row(name, *cells, end_section=total and i == len(rows) - 2)
     console = Console(file=io.StringIO(), width=width, color_system=None)
     console.print(t)
     return console.file.getvalue()  # type: ignore[attr-defined]

@@ -11,7 +11,9 @@ Faults start :data:`ONSET_S` after the start (the rules compare with the hour be
 ``serving-kv-knee`` 16 req/s more over 10 min into a full KV cache (queue, preemptions);
 ``serving-deploy`` a restart (new pid, counters from zero) with TTFT x3.5; ``serving-errors``
 60 % of requests aborted for 20 min; ``serving-batch-full`` 8 req/s more over 10 min into its
-small max batch (48): the batch is full, requests wait, the KV cache has room.
+small max batch (48): the batch is full, requests wait, the KV cache has room;
+``serving-replicas`` one service with a replica on every node, the first of which (``faulty``)
+aborts 60 % of its requests.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ KV_PER_RATE = 0.05  # KV cache used per req/s of load: 60 % at the diurnal peak 
 #: Service name per serving scenario; ``SLO`` is what ``gpuwarden run --simulate`` judges them by
 #: when the config declares none for them.
 SERVICES = {"serving-healthy": "chat", "serving-tail": "chat-tail", "serving-kv-knee": "chat-knee",
-            "serving-deploy": "chat-deploy", "serving-errors": "chat-errors", "serving-batch-full": "chat-batch"}
+            "serving-deploy": "chat-deploy", "serving-errors": "chat-errors", "serving-batch-full": "chat-batch",
+            "serving-replicas": "chat-replicas"}
 #: Each service's configured max batch (vLLM ``max_num_seqs``): chat-batch runs with a small one.
 MAX_BATCH = {service: 48 if service == "chat-batch" else 256 for service in SERVICES.values()}
 E2E_MEDIAN_S = 4.2  # running requests = arrival rate x time in the server (Little's law)
@@ -73,12 +76,13 @@ class ServingSim:
     """One vLLM service on one node."""
 
     def __init__(self, scenario: str, *, node: str, boot_id: str, seed: int, start_ts: float,
-                 pid: int, gpus: list[int], scrape_s: float = SCRAPE_S) -> None:
+                 pid: int, gpus: list[int], scrape_s: float = SCRAPE_S, faulty: bool = True) -> None:
         self.scenario, self.service = scenario, SERVICES[scenario]
         self.node, self.boot_id = node, boot_id
         self.rng = random.Random(f"{seed}/{node}/{self.service}")
         self.onset = start_ts + ONSET_S
         self.pid, self.gpus = pid, gpus
+        self.faulty = faulty  # serving-replicas: the replica that fails
         self.scrape_s = scrape_s
         self.next_ts = start_ts + scrape_s
         self.last_ts = start_ts
@@ -129,6 +133,8 @@ class ServingSim:
             ttft = [(1.0, LogNormal(0.7, 0.4))]
         failed_share = 0.002
         if self.scenario == "serving-errors" and after and ts < self.onset + 1200:
+            failed_share = 0.6
+        if self.scenario == "serving-replicas" and after and self.faulty:
             failed_share = 0.6
         t_counts, t_sum = expected_counts(n, ttft, TTFT_BOUNDS)
         e_counts, e_sum = expected_counts(n, [(w, LogNormal(d.median + 4.0, 0.3)) for w, d in ttft], E2E_BOUNDS)

@@ -76,10 +76,13 @@ class ScenarioInfo:
     simulated vLLM service of its own (``servingsim.py``), on the nodes in turn."""
     in_mixed: bool = True
     """False for faults ``mixed`` leaves out: they would erase other faults' signatures there."""
+    nodes: int = 1
+    """The nodes a run of it simulates unless told (``serving-replicas``: a replica on each of 2)."""
 
 
-def _info(name: str, placement: str, description: str, *expected: str, in_mixed: bool = True) -> ScenarioInfo:
-    return ScenarioInfo(name, description, list(expected), placement, in_mixed)
+def _info(name: str, placement: str, description: str, *expected: str, in_mixed: bool = True,
+          nodes: int = 1) -> ScenarioInfo:
+    return ScenarioInfo(name, description, list(expected), placement, in_mixed, nodes)
 
 
 SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
@@ -173,6 +176,14 @@ SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
           "chat-batch runs with a small max batch (48); from onset its load grows by 8 req/s over 10 "
           "min: the batch is full and requests wait while the KV cache has room.",
           "attention: inference-batch-full on chat-batch ~10 min after onset"),
+    _info("serving-replicas", "serving",
+          "chat-replicas runs a replica on each node (2 by default); from onset the one on sim-node-00 "
+          "aborts 60 % of its requests, the other none: 30 % of the service's.",
+          "attention: inference-failures on chat-replicas on sim-node-00 within 1 min of onset",
+          "attention: slo-slow-burn of error_rate for the service (both nodes: a 30x burn, not the "
+          "bad replica's 60x) ~16 min after onset",
+          "critical: slo-fast-burn of error_rate for the service ~28 min after onset (30 k/60 >= 14.4)",
+          in_mixed=False, nodes=2),
     _info("queue-buildup", "none",
           "The scheduler's batch partition (2 unsampled nodes of 4 GPUs): a 1-GPU job every 2 min waits "
           "1 min, until 25 min after onset a sweep takes every GPU and new jobs wait ever longer.",
@@ -677,15 +688,18 @@ class Simulator:
     def _place_services(self, names: list[str]) -> list[ServingSim]:
         """One simulated vLLM service per serving scenario, on the nodes in turn, attributed to
         the node's ``vllm-serve`` job (its pid and GPU) when there is one."""
-        wanted = [n for name in names for n in (SERVING if name == "mixed" else [name]) if n in SERVING]
+        wanted = [n for name in names for n in (SERVING if name == "mixed" else [name])
+                  if n in SERVING and (name != "mixed" or SCENARIOS[n].in_mixed)]
         out = []
         for i, scenario in enumerate(dict.fromkeys(wanted)):
-            node = self.nodes[i % len(self.nodes)]
-            job = next((g.job for g in node.gpus if g.job is not None and g.job.cls.serve), None)
-            pid = job.pids[0] if job else 1000 + i
-            gpus = [g.index for g in node.gpus if job is not None and g.job is job]
-            out.append(ServingSim(scenario, node=node.name, boot_id=node.boot_id, seed=self.seed,
-                                  start_ts=self.start_ts, pid=pid, gpus=gpus))
+            # serving-replicas: one replica on every node, the first one faulty
+            nodes = self.nodes if scenario == "serving-replicas" else [self.nodes[i % len(self.nodes)]]
+            for k, node in enumerate(nodes):
+                job = next((g.job for g in node.gpus if g.job is not None and g.job.cls.serve), None)
+                pid = job.pids[0] if job else 1000 + i
+                gpus = [g.index for g in node.gpus if job is not None and g.job is job]
+                out.append(ServingSim(scenario, node=node.name, boot_id=node.boot_id, seed=self.seed,
+                                      start_ts=self.start_ts, pid=pid, gpus=gpus, faulty=k == 0))
         return out
 
     def _start_jobs(self) -> None:

@@ -8,7 +8,7 @@ from typing import Protocol
 from pydantic import Field
 
 from gpuwarden.config import CommonSettings, MetricsEndpoint, Section
-from gpuwarden.streams.slo import ServiceSlo
+from gpuwarden.slo import ServiceSlo
 from gpuwarden.units import Duration
 
 

@@ -2,10 +2,11 @@
 
 Keyed by **node**, like ``inference.metrics`` itself (the agent publishes a node's records
 under its node key), so the stage runs beside stage 1 on the same partitions with no
-repartition: the state of a key is every service served on that node, and the SLOs and
-rules judge a service **per node** (its replicas there). A service with replicas on several
-nodes is judged on each node by itself; a fleet-wide budget per service would need the
-records repartitioned by service (a stage of its own, not built).
+repartition: the state of a key is every service served on that node, and the rules judge a
+service **per node** (its replicas there: a tail rising, the KV knee, a restart). The SLOs are
+the fleet's: as each of a service's minutes closes the stage emits its objectives' events
+(a :class:`gpuwarden.contract.ServiceSli`, key service; :meth:`take_slis`) for the service
+stage (``servicestage.py``), which sums every node's and judges the burn rates.
 
 Event time only: a record belongs to the minute holding its ``ts``, and a service's rules
 run when one of its minutes closes (the node's next released record is in a later minute),
@@ -22,17 +23,16 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from gpuwarden.alert_text import fill, template_names
-from gpuwarden.contract import AlertTransition, InferenceMetrics, decode, encode
+from gpuwarden.contract import AlertTransition, InferenceMetrics, ServiceSli, SliCount, decode, encode
+from gpuwarden.slo import judge, record_events
 from gpuwarden.streams import statecodec
-from gpuwarden.streams.alerts import AlertSlot, fingerprint, step, transition
+from gpuwarden.streams.alerts import AlertSlot, fingerprint
 from gpuwarden.streams.config import EngineConfig
-from gpuwarden.streams.quantiles import Buckets, Quantile, quantile
+from gpuwarden.streams.quantiles import Quantile, quantile
 from gpuwarden.streams.reorder import ReorderBuffer
 from gpuwarden.streams.servicewindow import MINUTE_S, ServiceWindow
-from gpuwarden.streams.servingrules import MIN_RESTART_OBS, RESTART_BASE_S, TEXT, ObjectiveBurn, Restart, Verdict, \
-    batch_full, burn_verdicts, failures, kv_knee, objective_burns, preemptions, restart_verdicts, tail_verdicts
-from gpuwarden.streams.slo import error_events, latency_events
+from gpuwarden.streams.servingrules import MIN_RESTART_OBS, RESTART_BASE_S, Restart, Verdict, batch_full, failures, \
+    kv_knee, ObjectiveBurn, objective_burns, preemptions, restart_verdicts, step_verdict, tail_verdicts
 
 RECENT_IDS = 1024  # (boot_id, seq) remembered per node to drop duplicates
 
@@ -133,6 +133,7 @@ class InferenceStage:
         self._held: dict[str, ReorderBuffer[str]] = {}
         self.late = 0
         self.duplicates = 0
+        self._slis: list[ServiceSli] = []
 
     # ------------------------------------------------------------------ keys
 
@@ -152,6 +153,15 @@ class InferenceStage:
         self._nodes.pop(node, None)
         self._held.pop(node, None)
 
+    def position(self, node: str) -> float | None:
+        """How far the node's SLO events are made: every ``ServiceSli`` of it with ``ts`` at or
+        before this was emitted (the start of the minute its newest released record is in; None
+        before any). The watermark the service stage is gated by."""
+        ns = self._nodes.get(node)
+        if ns is None or ns.released == float("-inf"):
+            return None
+        return ns.released - ns.released % MINUTE_S
+
     def counters(self) -> dict[str, int]:
         return {"inference_late": self.late, "inference_duplicates": self.duplicates}
 
@@ -160,6 +170,11 @@ class InferenceStage:
                 for fp, s in sorted(st.slots.items()) if s.firing_since is not None]
 
     # ------------------------------------------------------------------ records
+
+    def take_slis(self) -> list[ServiceSli]:
+        """The services' closed minutes' SLO events since the last call, in the order made."""
+        out, self._slis = self._slis, []
+        return out
 
     def process(self, record: InferenceMetrics) -> list[AlertTransition]:
         ns = self._nodes.get(record.node)
@@ -187,6 +202,7 @@ class InferenceStage:
             for name in sorted(ns.services):
                 st = ns.services[name]
                 if st.open_minute is not None:
+                    self._sli(node, name, st)
                     out += self._evaluate(node, name, st, st.open_minute + MINUTE_S)
         return out
 
@@ -212,6 +228,7 @@ class InferenceStage:
         closes, its rules run at the end of the open minute and, after a gap, at ``minute``."""
         if st.open_minute is None or minute <= st.open_minute:
             return []
+        self._sli(node, name, st)
         out = self._evaluate(node, name, st, st.open_minute + MINUTE_S)
         if minute > st.open_minute + MINUTE_S:
             out += self._evaluate(node, name, st, minute)
@@ -230,21 +247,12 @@ class InferenceStage:
         st.model, st.engine, st.last_ts = rec.model, rec.engine, ts
         st.gpus = ",".join(map(str, rec.gpu_indices))
         slo = self.cfg.slo.get(rec.service)
-        objectives = slo.objectives() if slo else []
         for h in rec.histograms:
-            bounds = tuple(h.bounds)
-            win.add_histogram(ts, h.name, bounds, h.counts, h.sum)
-            for obj in objectives:
-                if obj.metric == h.name:
-                    win.add_events(ts, obj.key,
-                                   latency_events(Buckets(bounds, tuple(h.counts)), obj.threshold_s))
-        ok = failed = 0.0
+            win.add_histogram(ts, h.name, tuple(h.bounds), h.counts, h.sum)
         for c in rec.counters:
             win.add_counter(ts, c.name, c.delta)
-            ok += c.delta if c.name == "requests" else 0.0
-            failed += c.delta if c.name == "requests_failed" else 0.0
-        if slo is not None and slo.error_rate is not None and ok + failed:
-            win.add_events(ts, "error_rate", error_events(ok, failed))
+        for key, ev in (record_events(rec, slo) if slo else {}).items():
+            win.add_events(ts, key, ev)
         sums: dict[str, float] = {}
         for g in rec.gauges:  # series of one name (several labels) add up within a record
             sums[g.name] = sums.get(g.name, 0.0) + g.value
@@ -261,41 +269,34 @@ class InferenceStage:
 
     # ------------------------------------------------------------------ rules
 
+    def _sli(self, node: str, name: str, st: ServiceState) -> None:
+        """The open minute's SLO events, for the service stage (every minute of a service with
+        an SLO, none too: a node that served it says it is still there)."""
+        slo = self.cfg.slo.get(name)
+        if slo is None or st.open_minute is None:
+            return
+        m = st.window.minutes.get(st.open_minute)
+        events = m.events if m is not None else {}
+        notes = {o.key: judge(st.window.bounds.get(o.metric, ()), o.threshold_s).note() for o in slo.objectives()}
+        counts = [SliCount(objective=key, good=g, total=t, undecided=u, note=notes.get(key, ""))
+                  for key, (g, t, u) in sorted(events.items())]
+        self._slis.append(ServiceSli(ts=st.open_minute + MINUTE_S, service=name, node=node, model=st.model,
+                                     engine=st.engine, counts=counts))
+
     def _evaluate(self, node: str, name: str, st: ServiceState, now: float) -> list[AlertTransition]:
         win = st.window
         slo = self.cfg.slo.get(name)
         serving = self.cfg.serving.get(name)
-        verdicts: list[Verdict] = burn_verdicts(win, slo, now) if slo else []
-        verdicts += tail_verdicts(win, now)
+        verdicts: list[Verdict] = tail_verdicts(win, now)
         verdicts += [kv_knee(win, now), preemptions(win, now), failures(win, now),
                      batch_full(win, now, serving.max_batch if serving else None)]
         verdicts += restart_verdicts(win, now, st.restart())
-        out = [t for v in verdicts if (t := self._step(node, name, st, v, now)) is not None]
+        labels = {"node": node, "service": name, "model": st.model, "engine": st.engine,
+                  **({"gpus": st.gpus} if st.gpus else {})}
+        out = [t for v in verdicts
+               if (t := step_verdict(st.slots, fingerprint(v.rule, {"node": node, "service": name, **v.identity}),
+                                     v, now, labels)) is not None]
         win.trim(now, float(slo.window) if slo else 0.0)
-        return out
-
-    def _step(self, node: str, name: str, st: ServiceState, v: Verdict, now: float) -> AlertTransition | None:
-        fp = fingerprint(v.rule, {"node": node, "service": name, **v.identity})
-        slot = st.slots.get(fp)
-        if slot is None:
-            if not v.holds:
-                return None
-            slot = st.slots[fp] = AlertSlot(v.rule)
-        started = slot.firing_since
-        change = step(slot, now, v.holds, v.for_s, v.keep_s)
-        out = None
-        if change == "firing":
-            slot.labels = {"node": node, "service": name, "model": st.model, "engine": st.engine,
-                           **({"gpus": st.gpus} if st.gpus else {}), **v.identity}
-            slot.evidence = {"values": {}, **v.evidence, "held_for_s": round(now - (slot.pending_since or now), 3)}
-            names = template_names(slot.labels, slot.evidence)
-            text = TEXT[v.rule]
-            slot.summary, slot.action, slot.tier = fill(text.summary, names), fill(text.action, names), v.tier.value
-            out = transition(v.rule, fp, slot, "firing", now, now)
-        elif change == "resolved":
-            out = transition(v.rule, fp, slot, "resolved", now, started or now)
-        if slot.firing_since is None and slot.pending_since is None:
-            del st.slots[fp]
         return out
 
     # ------------------------------------------------------------------ views

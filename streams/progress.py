@@ -22,10 +22,11 @@ backlog is empty (not waited for); a caught-up partition holds the gate at most
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from gpuwarden.contract import StageProgress
+from gpuwarden.contract import ContractError, StageProgress
+from gpuwarden.streams.dlq import Consumed, Limits, Outbound, decode_inbound, to_dlq
 
 #: Kafka header on progress records in ``task.summaries`` (summaries themselves carry none).
 HEADER = "gw-progress"
@@ -127,3 +128,20 @@ class Gate:
                 w, bound = h.watermark, self.skew if h.catching_up else self.lateness
             floor = min(floor, max(w, newest - bound))
         return floor
+
+
+def read_reports(reports: Iterable[Consumed], gate: Callable[[int], Gate], limits: Limits,
+                 dlq_topic: str | None = None) -> tuple[set[int], list[Outbound]]:
+    """Progress reports read on their partitions move those partitions' gates: the partitions
+    whose gate moved on, and the dead letters of malformed reports."""
+    moved: set[int] = set()
+    letters: list[Outbound] = []
+    for r in reports:
+        try:
+            report = decode_inbound(r, StageProgress, limits, key_of=None)
+        except ContractError as e:
+            letters.append(to_dlq(r, str(e), dlq_topic=dlq_topic, max_bytes=limits.max_bytes))
+            continue
+        if gate(r.partition).update(report):
+            moved.add(r.partition)
+    return moved, letters

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpuwarden.streams.quantiles import Buckets
-from gpuwarden.streams.slo import Events
+from gpuwarden.slo import Events
 from gpuwarden.streams.statecodec import state
 
 MINUTE_S = 60.0

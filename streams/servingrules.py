@@ -1,4 +1,5 @@
-"""The inference rules: SLO burn rates and the serving engines' composite signs, per service.
+"""The inference rules: SLO burn rates per service (every node's events summed, the service
+stage) and the serving engines' composite signs per service on a node (the inference stage).
 
 Each rule reads one service's windows (:class:`ServiceWindow`) at a minute boundary ``now``
 and says whether it holds, with its evidence; the stage steps the alert slots and fills the
@@ -12,18 +13,21 @@ quantile's bucket lies wholly above the old one's (docs/inference.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuwarden.contract import Tier
+from gpuwarden.alert_text import fill, template_names
+from gpuwarden.contract import AlertTransition, Tier
+from gpuwarden.slo import DEFAULT_ALERTS, BurnAlert, Events, ServiceSlo, budget_remaining, burn_rate
+from gpuwarden.streams.alerts import AlertSlot, step, transition
 from gpuwarden.streams.quantiles import Buckets, Quantile, quantile
 from gpuwarden.streams.servicewindow import HOUR_S, MINUTE_S, ServiceWindow
-from gpuwarden.streams.slo import DEFAULT_ALERTS, BurnAlert, Events, ServiceSlo, budget_remaining, burn_rate, judge
 
 #: A burn-rate pair needs this many events in its long window (a handful of requests, one
 #: failed, is not a burn).
 MIN_EVENTS = 100
+NODES_SAID = 4  # a burn alert's note names the nodes burning most, up to this many
 #: Observations a quantile comparison needs in each window (p99 of fewer is one or two requests).
 MIN_TAIL_OBS = 500
 MIN_RESTART_OBS = 200
@@ -51,9 +55,9 @@ class Text:
 
 _BURN_ACTION = ("at this rate the budget is gone in {exhaust_h:.3g} h: find what changed (a deploy, the load, "
                 "a GPU) and roll back or shed load")
-_BURN = ("{service} on {node}: the {objective} objective burns its error budget at {burn_long:.3g}x over {window} "
-         "({burn_short:.3g}x over the last {short_min:g} min; alert at {factor:g}x): {budget_left_pct:.3g} % of the "
-         "{slo_window_d:g} d budget left")
+_BURN = ("{service}: the {objective} objective burns its error budget at {burn_long:.3g}x over {window} across "
+         "{nodes:g} node(s) ({burn_short:.3g}x over the last {short_min:g} min; alert at {factor:g}x; {worst_node} "
+         "burns most, at {worst_burn:.3g}x): {budget_left_pct:.3g} % of the {slo_window_d:g} d budget left")
 TEXT: dict[str, Text] = {
     "slo-fast-burn": Text(_BURN, _BURN_ACTION),
     "slo-slow-burn": Text(_BURN, _BURN_ACTION),
@@ -102,6 +106,7 @@ class Verdict:
     holds: bool
     identity: dict[str, str] = field(default_factory=dict)
     evidence: dict[str, Any] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)  # more labels at firing (not in the fingerprint)
     for_s: float = 0.0
     keep_s: float = 0.0
 
@@ -154,7 +159,6 @@ class ObjectiveBurn:
     window_s: float
     remaining: float
     pairs: tuple[PairBurn, ...]
-    note_of: Callable[[float], str]
 
 
 def objective_burns(win: ServiceWindow, slo: ServiceSlo, now: float,
@@ -164,58 +168,77 @@ def objective_burns(win: ServiceWindow, slo: ServiceSlo, now: float,
     seen = min(window, now - (win.first_ts if win.first_ts is not None else now))
     targets = {o.key: f"{o.q * 100:g} % of requests' {o.metric} ≤ {o.threshold_s:g} s" for o in slo.objectives()}
     out = []
-    for key, budget, note_of in _objectives(win, slo, now):
+    for key, budget in slo.budgets().items():
         target = targets.get(key, f"at most {budget * 100:g} % of requests failed")
         left = budget_remaining(win.events(key, now - window, now), budget, seen / window if window else 1.0)
         pairs = []
         for a in alerts:
             long_ev, short_ev = win.events(key, now - a.long_s, now), win.events(key, now - a.short_s, now)
             pairs.append(PairBurn(a, long_ev, short_ev, burn_rate(long_ev, budget), burn_rate(short_ev, budget)))
-        out.append(ObjectiveBurn(key, target, budget, window, left, tuple(pairs), note_of))
+        out.append(ObjectiveBurn(key, target, budget, window, left, tuple(pairs)))
     return out
 
 
-def burn_verdicts(win: ServiceWindow, slo: ServiceSlo, now: float,
-                  alerts: tuple[BurnAlert, ...] = DEFAULT_ALERTS) -> list[Verdict]:
-    """Every objective × every workbook pair (fast: critical, slow: attention, steady: info)."""
+def burn_verdicts(win: ServiceWindow, slo: ServiceSlo, now: float, nodes: Mapping[str, ServiceWindow],
+                  notes: Mapping[str, str], alerts: tuple[BurnAlert, ...] = DEFAULT_ALERTS) -> list[Verdict]:
+    """Every objective × every workbook pair (fast: critical, slow: attention, steady: info) on a
+    service's events summed over its nodes (``win``); ``nodes`` holds each node's own, for the
+    evidence (how many served it, which burns most), ``notes`` how each latency threshold is
+    judged on the buckets."""
     out = []
     for o in objective_burns(win, slo, now, alerts):
-        left, window = o.remaining, o.window_s
+        key, budget, left, window = o.key, o.budget, o.remaining, o.window_s
         for p in o.pairs:
             a, lb, sb, long_ev = p.alert, p.long_burn, p.short_burn, p.long
-            v = Verdict(f"slo-{a.name.replace('_', '-')}", a.tier, p.holds, {"objective": o.key})
+            v = Verdict(f"slo-{a.name.replace('_', '-')}", a.tier, p.holds, {"objective": key})
             if p.holds:
+                burns = {n: ev for n, w in sorted(nodes.items()) if (ev := w.events(key, now - a.long_s, now)).total}
+                ranked = sorted(burns, key=lambda n: (-burn_rate(burns[n], budget), n))
+                worst = burn_rate(burns[ranked[0]], budget) if ranked else 0.0
+                each = ", ".join(f"{n} {burn_rate(burns[n], budget):.3g}x ({burns[n].bad:,} of {burns[n].total:,} bad)"
+                                 for n in ranked[:NODES_SAID])
+                more = f" and {len(ranked) - NODES_SAID} more" if len(ranked) > NODES_SAID else ""
+                note = f"{len(ranked)} node(s) served it over the last {_window(a.long_s)}: {each}{more}"
+                v.labels = {"worst_node": ranked[0]} if ranked else {}
                 v.evidence = {"values": {"burn_long": round(lb, 4), "burn_short": round(sb, 4),
-                                         "factor": a.factor, "budget": o.budget,
+                                         "factor": a.factor, "budget": budget,
                                          "budget_remaining": round(left, 6),
                                          "budget_left_pct": round(100 * max(left, 0.0), 4),
                                          "exhaust_h": round(max(left, 0.0) * window / lb / HOUR_S, 4),
                                          "short_min": a.short_s / MINUTE_S, "slo_window_d": window / 86400,
                                          "bad_long": float(long_ev.bad), "events_long": float(long_ev.total),
-                                         "undecided_long": float(long_ev.undecided)},
-                              "window_s": a.long_s, "count": long_ev.bad, "note": o.note_of(a.short_s)}
+                                         "undecided_long": float(long_ev.undecided),
+                                         "nodes": float(len(ranked)), "worst_burn": round(worst, 4)},
+                              "window_s": a.long_s, "count": long_ev.bad,
+                              "note": note + (f"; {notes[key]}" if notes.get(key) else "")}
             out.append(v)
     return out
 
 
-def _objectives(win: ServiceWindow, slo: ServiceSlo, now: float) -> list[tuple[str, float, Any]]:
-    """(key, budget, note for a short window) of each objective the service declares."""
-    def latency_note(metric: str, q: float, threshold_s: float) -> Any:
-        def note(span: float) -> str:
-            b, _ = win.buckets(metric, now - span, now)
-            got = quantile(b, q) if b else None
-            said = got.statement() if got else "no observations"
-            return (f"{metric} over the last {_window(span)}: {said}; "
-                    f"{judge(win.bounds.get(metric, ()), threshold_s).note()}")
-        return note
-
-    def error_note(span: float) -> str:
-        failed = win.counter("requests_failed", now - span, now)
-        return f"failed requests over the last {_window(span)}: {failed:g} of " \
-               f"{failed + win.counter('requests', now - span, now):g}"
-
-    notes = {o.key: latency_note(o.metric, o.q, o.threshold_s) for o in slo.objectives()}
-    return [(key, budget, notes.get(key, error_note)) for key, budget in slo.budgets().items()]
+def step_verdict(slots: dict[str, AlertSlot], fp: str, v: Verdict, now: float,
+                 labels: Mapping[str, str]) -> AlertTransition | None:
+    """Step ``v``'s alert slot (kept in ``slots`` while pending or firing); at firing its labels
+    (``labels`` and the verdict's own), evidence, and the rule's text filled from them."""
+    slot = slots.get(fp)
+    if slot is None:
+        if not v.holds:
+            return None
+        slot = slots[fp] = AlertSlot(v.rule)
+    started = slot.firing_since
+    change = step(slot, now, v.holds, v.for_s, v.keep_s)
+    out = None
+    if change == "firing":
+        slot.labels = {**labels, **v.identity, **v.labels}
+        slot.evidence = {"values": {}, **v.evidence, "held_for_s": round(now - (slot.pending_since or now), 3)}
+        names = template_names(slot.labels, slot.evidence)
+        text = TEXT[v.rule]
+        slot.summary, slot.action, slot.tier = fill(text.summary, names), fill(text.action, names), v.tier.value
+        out = transition(v.rule, fp, slot, "firing", now, now)
+    elif change == "resolved":
+        out = transition(v.rule, fp, slot, "resolved", now, started or now)
+    if slot.firing_since is None and slot.pending_since is None:
+        del slots[fp]
+    return out
 
 
 # --------------------------------------------------------------------------- composite rules

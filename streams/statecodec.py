@@ -76,7 +76,7 @@ def _key(k: Any) -> Any:
 
 #: Bumped when the layout of state changes; state of another format is refused with a clear
 #: error (no release has written an older one).
-FORMAT = 9  # 7: tasks' checkpoint time per bucket, GPUs' memory minima (leak detection); 8: stage 1's firings announced on arrival (streams/arrival.py); 9: stage 1's job allocations (the scheduler join)
+FORMAT = 10  # 7: tasks' checkpoint time per bucket, GPUs' memory minima (leak detection); 8: stage 1's firings announced on arrival (streams/arrival.py); 9: stage 1's job allocations (the scheduler join); 10: the service stage (fleet SLOs), SLO slots off the inference stage
 
 
 def dumps(obj: Any) -> bytes:

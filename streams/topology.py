@@ -8,7 +8,10 @@ followed by progress reports to every partition (:mod:`gpuwarden.streams.progres
 (key task class) reads ``task.summaries`` and runs :class:`gpuwarden.streams.engine.ClassStage`
 for the per-class baselines, releasing a class's summaries once every stage-1 partition has
 passed them. The inference stage (key node, #20) reads ``inference.metrics`` through its own
-runner (:mod:`gpuwarden.streams.inferencewire`) and produces to ``alerts``. The scheduler stage
+runner (:mod:`gpuwarden.streams.inferencewire`) and produces to ``alerts`` and its services'
+minutes of SLO events to ``inference.sli`` (key service), with progress reports behind them; the
+service stage (key service) reads ``inference.sli``, gated by those reports as stage 2 is by
+stage 1's, and judges each service's SLO over all its nodes. The scheduler stage
 (key cluster, :class:`gpuwarden.streams.schedstage.SchedulerStage`, its runner in
 :mod:`gpuwarden.streams.schedrunner`, #19) reads ``scheduler.jobs`` and sends job allocations on
 ``scheduler.allocations`` (key node), which stage 1 reads with its other inputs. Each stage keeps a
@@ -46,7 +49,6 @@ from faust.types import TP, EventT, Message, StreamT
 
 from gpuwarden.contract import (
     AlertTransition,
-    ContractError,
     GpuEvent,
     JobAllocation,
     NodeSnapshot,
@@ -60,18 +62,19 @@ from gpuwarden.deadletter import UnsentLog
 from gpuwarden.kafka import KafkaConnectError, broker_credentials, kafka_kwargs, start_client
 from gpuwarden.streams.backlog import Backlog
 from gpuwarden.streams.config import StreamsSettings
-from gpuwarden.streams.dlq import Consumed, Limits, Outbound, decode_inbound, to_dlq
+from gpuwarden.streams.dlq import Consumed, Limits, Outbound
 from gpuwarden.streams.engine import StageOutput
 from gpuwarden.streams.inferencestage import InferenceStage
+from gpuwarden.streams.inferencewire import SERVICE_TABLE, ServiceGates, SliProgress, inference_runner
 from gpuwarden.streams.inferencewire import TABLE as INFERENCE_TABLE
-from gpuwarden.streams.inferencewire import inference_runner
 from gpuwarden.streams.keyed import KeyedRunner, Settle, Source
 from gpuwarden.streams.progress import HEADERS as PROGRESS_HEADERS
-from gpuwarden.streams.progress import Gate, Reporter, is_progress, partition_watermark
+from gpuwarden.streams.progress import Gate, Reporter, is_progress, partition_watermark, read_reports
 from gpuwarden.streams.readorder import ReadOrder
 from gpuwarden.streams.runtime import HeapTrim
 from gpuwarden.streams.schedrunner import scheduler_runner  # scheduler stage (#19)
 from gpuwarden.streams.schedstage import SchedulerStage  # scheduler stage (#19)
+from gpuwarden.streams.servicestage import ServiceStage
 from gpuwarden.streams.statewire import partition_of
 from gpuwarden.streams.telemetry import StreamMetrics
 
@@ -161,6 +164,7 @@ class Topology:
             node_stage, class_stage = default_stages(settings)
         self.node_stage, self.class_stage = node_stage, class_stage
         self.inference_stage = InferenceStage(settings.engine)
+        self.service_stage = ServiceStage(settings.engine)
         self.metrics = metrics or StreamMetrics()  # where the worker counts what it does (streams/telemetry.py)
         k = self.kafka = settings.kafka
         self.offsets: AIOKafkaConsumer | None = None  # see _offsets_client
@@ -197,22 +201,23 @@ class Topology:
 
         big = {"max.message.bytes": str(MAX_RECORD_BYTES)}  # changelogs and dead-letter topics
         self.outputs: dict[str, faust.TopicT] = {
-            **{name: self._raw_topic(name) for name in (topics.alerts, topics.summaries, topics.allocations)},
+            **{name: self._raw_topic(name) for name in (topics.alerts, topics.summaries, topics.allocations,
+                                                        topics.sli)},
             **{name: self._raw_topic(name, config=big)
                for name in (Topics.dlq(t) for t in (topics.samples, topics.events, topics.metrics,
-                                                    topics.summaries, topics.inference,
+                                                    topics.summaries, topics.inference, topics.sli,
                                                     topics.jobs, topics.allocations))},
         }
         # bytes key and value types make faust use the raw codec both ways (a ``schema`` alone
         # leaves recovery decoding JSON). A key's changelog partition is its source records'
         # (see ``_partition``; ``use_partitioner``: no current event needed).
-        self.node_table, self.class_table, self.inference_table, self.sched_table = (
+        self.node_table, self.class_table, self.inference_table, self.sched_table, self.service_table = (
             app.Table(name, default=None, partitions=k.partitions, use_partitioner=True,
                       key_type=bytes, value_type=bytes, extra_topic_configs=big)
-            for name in ("node-state", "class-state", INFERENCE_TABLE, SCHED_TABLE))
+            for name in ("node-state", "class-state", INFERENCE_TABLE, SCHED_TABLE, SERVICE_TABLE))
         #: Per table, the size of each key's last stored envelope (the worker's state size metric).
         self.stored: dict[str, dict[str, int]] = {"node-state": {}, "class-state": {}, INFERENCE_TABLE: {},
-                                                  SCHED_TABLE: {}}
+                                                  SCHED_TABLE: {}, SERVICE_TABLE: {}}
         self.declaring: asyncio.Future[Any] | None = None
         self.partitioner = DefaultPartitioner()
         self.all_partitions = list(range(k.partitions))
@@ -235,7 +240,7 @@ class Topology:
         self.kept: set[TP] = set()  # the partitions the last booking kept
         #: Per table: the events its next checkpoint covers, acknowledged once it is stored.
         self.held: dict[str, list[EventT]] = {"node-state": [], "class-state": [], INFERENCE_TABLE: [],
-                                              SCHED_TABLE: []}
+                                              SCHED_TABLE: [], SERVICE_TABLE: []}
         self.stream: StreamT | None = None
         self.lock = asyncio.Lock()  # a batch and the idle timer, one at a time
         self.generation = -1  # the generation whose first batch was logged
@@ -259,15 +264,21 @@ class Topology:
         self.class_runner = KeyedRunner(class_stage, {
             topics.summaries: Source(TaskSummary, _class_of, Topics.dlq(topics.summaries)),
         }, self._emit_class, self.limits, float(settings.engine.checkpoint_interval))
+        self.sli_progress = SliProgress(self.inference_stage, lambda node: self.infer_runner.synced(node), topics.sli,
+                                        k.partitions, self.lateness, float(settings.engine.summary_interval))
         self.infer_runner = inference_runner(self.inference_stage, topics, self.limits,
-                                             float(settings.engine.checkpoint_interval))
+                                             float(settings.engine.checkpoint_interval), self.sli_progress)
+        self.service_gates = ServiceGates(self.service_stage, topics, self.limits, k.partitions, self.lateness,
+                                          self.max_source_skew)
+        self.service_runner = self.service_gates.runner(float(settings.engine.checkpoint_interval))
         # scheduler stage (#19): key cluster, its own table; allocations go to stage 1's inputs.
         self.sched_runner = scheduler_runner(SchedulerStage(settings.engine), topics, self.limits,
                                              float(settings.engine.checkpoint_interval))
-        self.runners = (self.node_runner, self.class_runner, self.infer_runner, self.sched_runner)
+        self.runners = (self.node_runner, self.class_runner, self.infer_runner, self.sched_runner,
+                        self.service_runner)
 
         self.inputs = self._raw_topic(topics.samples, topics.events, topics.metrics, topics.summaries,
-                                      topics.inference, topics.jobs, topics.allocations)
+                                      topics.inference, topics.sli, topics.jobs, topics.allocations)
         app.agent(self.inputs, name="gpuwarden-stages")(self._consume)
         app.timer(IDLE_S)(self._idle)
         app.on_partitions_assigned.connect(self._on_assigned)
@@ -346,6 +357,8 @@ class Topology:
         for c in [c for c, p in self.class_at.items() if p not in kept_summaries]:
             del self.class_at[c]
         self.reporter.forget()
+        self.service_gates.forget({tp.partition for tp in kept if tp.topic == self.topics.sli})
+        self.sli_progress.forget({tp.partition for tp in kept if tp.topic == self.topics.inference})
 
     async def _seek_inputs(self, inputs: set[TP]) -> None:
         """Every input partition to where reading resumes (``start_at``): its committed offset,
@@ -455,8 +468,9 @@ class Topology:
         node_events: list[EventT] = []
         class_events: list[EventT] = []
         inference_events: list[EventT] = []
+        sli_events: list[EventT] = []
         sched_events: list[EventT] = []
-        inference_topic, jobs_topic = self.topics.inference, self.topics.jobs
+        inference_topic, jobs_topic, sli_topic = self.topics.inference, self.topics.jobs, self.topics.sli
         for event in events:
             msg = event.message
             tp = msg.tp
@@ -472,6 +486,7 @@ class Topology:
             recs.append(msg)
             (class_events if msg.topic == summaries_topic else
              inference_events if msg.topic == inference_topic else
+             sli_events if msg.topic == sli_topic else
              sched_events if msg.topic == jobs_topic else node_events).append(event)
         self.metrics.fetched(fetched)
         if order.gaps:
@@ -498,9 +513,18 @@ class Topology:
                                  self._open_gates(progress)):
                 order.applied(tp for tp in fetched if tp.topic == summaries_topic)
         if inference_events:  # the inference stage reorders its records itself (streams/inferencestage.py)
+            done = {tp.partition for tp in fetched if tp.topic == inference_topic}
+            catching = await self._inference_behind(fetched, done)
             if await self._apply(self.infer_runner, self.inference_table, inference_events,
-                                 [e.message for e in inference_events], fence):
+                                 [e.message for e in inference_events], fence, self._sli_reports(done, catching)):
                 order.applied(tp for tp in fetched if tp.topic == inference_topic)
+        if sli_events:  # the service stage: its SLIs held for the gate, the progress reports move it
+            slis, reports = [], []
+            for e in sli_events:
+                (reports if is_progress(e.message.headers) else slis).append(e.message)
+            if await self._apply(self.service_runner, self.service_table, sli_events, slis, fence,
+                                 self.service_gates.settle(reports, self.service_runner.synced)):
+                order.applied(tp for tp in fetched if tp.topic == sli_topic)
         if sched_events:  # scheduler stage (#19): a cluster's polls, in offset order
             if await self._apply(self.sched_runner, self.sched_table, sched_events,
                                  [e.message for e in sched_events], fence):
@@ -718,6 +742,29 @@ class Topology:
         if others:
             await self._find_behind({}, others)
             await self._send_all(self._progress_out(others))
+        inference = {tp.partition for tp in assigned if tp.topic == self.topics.inference}
+        if inference:  # the inference partitions' progress too: the service stage's gate waits for each
+            await self._send_all(self._sli_reports(inference, await self._inference_behind({}, inference))()[1])
+
+    async def _inference_behind(self, fetched: Mapping[TP, list[Message]], partitions: set[int]) -> set[int]:
+        """The inference partitions with records past what this batch (or the runner) read."""
+        topic = self.topics.inference
+        highs = await self._highwaters([TP(topic, p) for p in partitions])
+        behind = set()
+        for p in partitions:
+            tp = TP(topic, p)
+            recs = fetched.get(tp)
+            pos = recs[-1].offset + 1 if recs else self.infer_runner.position.get(f"{topic}:{p}", self.start_at.get(tp))
+            high = highs.get(tp)
+            if pos is None or high is None or high > pos:
+                behind.add(p)
+        return behind
+
+    def _sli_reports(self, partitions: set[int], catching: set[int]) -> Settle:
+        """After the inference stage's batch: its partitions' progress, behind their SLIs."""
+        def settle() -> tuple[list[str], list[Outbound]]:
+            return [], self.sli_progress.reports(partitions, catching, asyncio.get_running_loop().time())
+        return settle
 
     def _settle_nodes(self, partitions: Iterable[int]) -> Settle:
         """After a batch: the nodes of its partitions release what their inputs' final state
@@ -753,16 +800,7 @@ class Topology:
         progress reports move the gates on, and the classes behind a gate that moved release
         what it now allows."""
         def settle() -> tuple[list[str], list[Outbound]]:
-            moved: set[int] = set()
-            sends: list[Outbound] = []
-            for r in progress:
-                try:
-                    report = decode_inbound(r, StageProgress, self.limits, key_of=None)
-                except ContractError as e:
-                    sends.append(to_dlq(r, str(e), max_bytes=self.limits.max_bytes))
-                    continue
-                if self._gate(r.partition).update(report):
-                    moved.add(r.partition)
+            moved, sends = read_reports(progress, self._gate, self.limits)
             changed = [c for c, p in sorted(self.class_at.items()) if p in moved and self.class_runner.synced(c)]
             for c in changed:
                 made = self.class_stage.release(c, self.gates[self.class_at[c]].value)

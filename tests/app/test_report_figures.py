@@ -1,5 +1,6 @@
 """Report figures: CSV and table rounded for reading, JSON at full precision (issue #22: CSV had
-``95.99999999989701``), through ``gpuwarden report usage`` on a simulated run's spool."""
+``95.99999999989701``), through ``gpuwarden report usage`` on a simulated run's spool; its
+serving services' error budgets from ``engine.slo``."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def _report(config: Path, fmt: str) -> str:
 
 def test_csv_and_table_are_rounded_json_is_not(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
-    config.write_text(f"spool: {{path: {tmp_path / 's.db'}}}\n")
+    config.write_text(f"spool: {{path: {tmp_path / 's.db'}}}\nengine: {{slo: {{chat: {{error_rate: 1%}}}}}}\n")
     r = subprocess.run([str(GPUWARDEN), "run", "--config", str(config), "--simulate", "mixed", "--nodes", "1",
                         "--gpus", "4", "--duration", "1h", "--json"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -43,4 +44,7 @@ def test_csv_and_table_are_rounded_json_is_not(tmp_path: Path) -> None:
     data = json.loads(_report(config, "json"))
     full = [v for row in data["rows"] for v in row.values() if isinstance(v, float)]
     assert any(rounded(v) != v for v in full), full  # JSON was not rounded
+    (budget,) = data["budgets"]  # mixed serves chat (serving-healthy) on the node
+    assert (budget["service"], budget["objective"], budget["partial"]) == ("chat", "error_rate", True)
+    assert budget["events"] > 0 and budget["coverage"].endswith("seen of a 30 d window")
     assert not re.search(r"\d\.\d{3,}", _report(config, "table"))

@@ -57,3 +57,47 @@ def test_no_price_no_cost_and_no_services_no_table() -> None:
     u = compute_usage(_records(), since=T0, until=T0 + 7200)
     assert u.serving[0].cost_per_mtok is None and "cost per M output tokens" not in to_table(u)
     assert "Inference services" not in to_table(compute_usage([], since=T0, until=T0 + 1))
+
+
+def test_budget_remaining_on_a_spool_of_a_simulated_serving_run(tmp_path) -> None:
+    """``serving-errors`` on two nodes for 100 simulated minutes, spooled: the report's budget per
+    node is the inference stage's own (one arithmetic, ``gpuwarden.slo``), the service's is both
+    nodes' events together, and it says it saw 1 h 40 min of a 30 d window."""
+    from gpuwarden.app.settings import Settings
+    from gpuwarden.history.accounting import usage_from_spool
+    from gpuwarden.producers.servingsim import SLO, ServingSim
+    from gpuwarden.slo import ServiceSlo, service_budgets
+    from gpuwarden.streams.config import EngineConfig
+    from gpuwarden.streams.inferencestage import InferenceStage
+
+    slos = {"chat-errors": ServiceSlo.model_validate(SLO)}
+    stage = InferenceStage(EngineConfig(slo=slos))
+    sims = [ServingSim("serving-errors", node=n, boot_id="b", seed=3, start_ts=T0, pid=7, gpus=[0], scrape_s=60.0)
+            for n in ("gn1", "gn2")]
+    recs = [r for k in range(1, 101) for s in sims if (r := s.scrape(T0 + 60.0 * k, k)) is not None]
+    for r in recs:
+        stage.process(r)
+    stage.flush()
+    spool = Spool(tmp_path / "s.db")
+    topics = Topics("")
+    spool.append_many([(topics.for_record(r), record_key(r), r.ts, encode(r)) for r in recs])
+    until = T0 + 6001.0
+    # a report over the last 30 min still judges the budget over the SLO window (all 100 min)
+    u = usage_from_spool(Settings(), spool, since=until - 1800, until=until, by="user", slos=slos)
+    spool.close()
+    for view in stage.views():
+        # the stage judges at its open minute's start (20 s before the last record) and reads a
+        # 30 d window in whole hours, so it has every record: the same events, 20 s less seen
+        own = service_budgets([r for r in recs if r.node == view.node], slos, until)
+        assert {b.objective: b.remaining for b in own} == pytest.approx(view.budget_remaining, rel=1e-3)
+    fleet = {b.objective: b for b in u.budgets}
+    assert set(fleet) == {"error_rate", "itl_p99", "ttft_p99"}
+    err = fleet["error_rate"]
+    per_node = [b.events for n in ("gn1", "gn2") for b in service_budgets([r for r in recs if r.node == n], slos, until)
+                if b.objective == "error_rate"]
+    assert err.events.total == sum(e.total for e in per_node) and err.events.bad == sum(e.bad for e in per_node)
+    assert err.events.bad > 0 and err.remaining < 1 and err.partial
+    table = to_table(u)
+    assert "Error budgets" in table and "1 h 40 min of 30 d" in table and f"{err.remaining:.1%}" in table
+    assert "lowest error budget: chat-errors" in digest_record(u).summary
+    assert '"coverage": "over the 1 h 40 min seen of a 30 d window"' in to_json(u)

@@ -53,12 +53,12 @@ def _timed(records: list, seed: str) -> list[tuple[float, int, object]]:
 
 def _feed(engine: Engine, records: list, summary: Callable[[bytes], object], flush: bool = False) -> list[str]:
     """What ``Engine.process`` does per record, with stage 1's summaries hashed on the way
-    (inference records go to the inference stage; a scheduler record goes to the scheduler stage,
-    its job allocations to stage 1)."""
+    (inference records go to the inference stage, its SLO events to the service stage; a scheduler
+    record goes to the scheduler stage, its job allocations to stage 1)."""
     lines = []
     for r in records:
         if isinstance(r, InferenceMetrics):
-            lines += [encode(t).decode() for t in engine.inference.process(r)]
+            lines += [encode(t).decode() for t in engine.process(r)]
             continue
         if isinstance(r, SCHEDULER):
             trs, allocs = engine.scheduler.process(r)

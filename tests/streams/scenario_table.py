@@ -96,4 +96,8 @@ INFERENCE_CASES: list[tuple[str, str, str, float, str]] = [
     ("serving-errors", "slo-slow-burn", "attention", 600, "90m"),
     ("serving-errors", "slo-fast-burn", "critical", 1020, "90m"),
     ("serving-batch-full", "inference-batch-full", "attention", 900, "90m"),
+    # a replica on each of 2 nodes, one aborting 60 %: the service burns at 30x, judged over both
+    ("serving-replicas", "inference-failures", "attention", 120, "100m"),
+    ("serving-replicas", "slo-slow-burn", "attention", 1200, "100m"),
+    ("serving-replicas", "slo-fast-burn", "critical", 1800, "100m"),
 ]

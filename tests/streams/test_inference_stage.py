@@ -1,5 +1,6 @@
-"""The inference stage: SLO burn-rate alerts over event-time windows, with the SRE workbook's
-numbers worked by hand, and the composite serving rules on hand-built records.
+"""The inference stage and the service stage behind it: SLO burn-rate alerts over event-time
+windows, with the SRE workbook's numbers worked by hand, and the composite serving rules on
+hand-built records.
 
 Workbook (https://sre.google/workbook/alerting-on-slos/): a 99.9 % objective over 30 days
 allows 0.1 % bad requests, i.e. 43.2 minutes of total outage in the window. The pairs alert
@@ -16,6 +17,7 @@ from gpuwarden.contract import CounterDelta, GaugeValue, HistogramDelta, Inferen
 from gpuwarden.producers.servingsim import TTFT_BOUNDS, LogNormal, expected_counts
 from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.inferencestage import InferenceStage
+from gpuwarden.streams.servicestage import ServiceStage
 
 T0 = 1_700_000_000.0 - 1_700_000_000.0 % 3600  # an hour boundary
 SLO = {"error_rate": "0.1%", "window": "30d"}
@@ -55,8 +57,27 @@ class Feed:
         return got
 
 
-def stage(**cfg: object) -> InferenceStage:
-    return InferenceStage(EngineConfig.model_validate(cfg))
+class Stages(InferenceStage):
+    """The inference stage with the service stage behind it, as the Engine runs them."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        super().__init__(config)
+        self.fleet = ServiceStage(config)
+
+    def process(self, record: InferenceMetrics) -> list:
+        return self._fleet(super().process(record))
+
+    def flush(self) -> list:
+        return self._fleet(super().flush()) + self.fleet.flush()
+
+    def _fleet(self, out: list) -> list:
+        for sli in self.take_slis():
+            out += self.fleet.process(sli)
+        return out
+
+
+def stage(**cfg: object) -> Stages:
+    return Stages(EngineConfig.model_validate(cfg))
 
 
 def test_full_outage_fires_the_three_pairs_at_the_workbook_times() -> None:
@@ -223,6 +244,7 @@ def test_duplicates_late_records_and_dump_load_replay_the_same() -> None:
     got = [t for r in shuffled[:90] for t in first.process(r)]
     second = stage(**cfg)
     second.load("gn1", first.dump("gn1"))
+    second.fleet.load("chat", first.fleet.dump("chat"))  # the service stage's state too
     got += [t for r in shuffled[90:] for t in second.process(r)] + second.flush()
     assert got == want
     assert first.counters()["inference_duplicates"] == 30 and second.counters()["inference_duplicates"] == 15

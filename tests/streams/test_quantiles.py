@@ -12,7 +12,7 @@ import pytest
 from gpuwarden.producers.config import InferenceConfig
 from gpuwarden.producers.inference import InferenceScraper
 from gpuwarden.streams.quantiles import Buckets, merge, quantile
-from gpuwarden.streams.slo import judge, latency_events
+from gpuwarden.slo import judge, latency_events
 from tests.fakes.vllm import FakeVllm, Request
 
 QS = (0.5, 0.95, 0.99)
@@ -81,9 +81,9 @@ def test_a_p99_between_1_and_2_5_s_is_only_known_to_be_at_most_2_5_s() -> None:
     j = judge(b.bounds, 2.0)
     assert (j.judged_at, j.next_bound, j.exact) == (1.0, 2.5, False)
     assert "judged at 1 s (the nearest bound at or below)" in j.note()
-    ev = latency_events(b, 2.0)
+    ev = latency_events(b.bounds, b.counts, 2.0)
     assert (ev.good, ev.total, ev.undecided) == (970, 1000, 30)
-    exact_ev = latency_events(b, 2.5)  # 2.5 s is a bound: judged exactly
+    exact_ev = latency_events(b.bounds, b.counts, 2.5)  # 2.5 s is a bound: judged exactly
     assert (exact_ev.good, exact_ev.undecided) == (1000, 0) and judge(b.bounds, 2.5).exact
 
 

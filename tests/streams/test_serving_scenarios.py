@@ -9,7 +9,7 @@ import pytest
 from gpuwarden.producers.servingsim import MAX_BATCH, ONSET_S, SLO, ServingSim
 from gpuwarden.producers.simulator import SCENARIOS
 from gpuwarden.streams.config import EngineConfig
-from gpuwarden.streams.inferencestage import InferenceStage
+from gpuwarden.streams.engine import Engine
 from gpuwarden.streams.servingrules import RULES
 from tests.streams.scenario_table import INFERENCE_CASES, START
 
@@ -39,7 +39,8 @@ def test_every_inference_rule_and_serving_scenario_has_a_case() -> None:
 
 def test_healthy_serving_for_7_days_raises_nothing_above_info() -> None:
     """The diurnal load, 7 simulated days, scraped each minute (the stage sees the same minutes)."""
-    stage = InferenceStage(EngineConfig.model_validate({"slo": {"chat": SLO}, "serving": {"chat": {"max_batch": MAX_BATCH["chat"]}}}))
+    stage = Engine(config=EngineConfig.model_validate({"slo": {"chat": SLO},
+                                                       "serving": {"chat": {"max_batch": MAX_BATCH["chat"]}}}))
     sim = ServingSim("serving-healthy", node="gn1", boot_id="b", seed=1, start_ts=START, pid=7, gpus=[1], scrape_s=60.0)
     out, ts, seq = [], sim.next_ts, 0
     while ts <= START + 7 * 86400:
@@ -49,5 +50,6 @@ def test_healthy_serving_for_7_days_raises_nothing_above_info() -> None:
         ts, seq = ts + 60.0, seq + 1
     out += stage.flush()
     assert [(t.rule, t.tier.value) for t in out if t.tier.value != "info"] == []
-    view = stage.views()[0]
+    view = stage.inference.views()[0]
     assert view.ttft_p99 == "≤ 0.75 s" and min(view.budget_remaining.values()) > 0.9
+    assert min(stage.services.budgets("chat").values()) > 0.9  # the service stage judged it too

@@ -7,7 +7,7 @@ import pytest
 
 from gpuwarden.contract import Tier
 from gpuwarden.streams.config import EngineConfig
-from gpuwarden.streams.slo import (
+from gpuwarden.slo import (
     DEFAULT_ALERTS,
     Events,
     Interval,

@@ -14,21 +14,23 @@ request good when its histogram bucket lies at or below the threshold — a thre
 two bucket bounds is judged at the nearest bound **at or below** it (requests between that
 bound and the next cannot be shown to meet it, so they count as bad, and how many there were
 is reported as ``undecided``); an error-rate objective counts ``requests_failed`` against all
-finished requests. Pure: no clock, no I/O; the inference rules (``servingrules.py``) call it.
+finished requests. Pure: no clock, no I/O. In the foundation because two rooms need the same
+arithmetic: the streams' inference rules (burn-rate alerts) and the history's reports (budget
+remaining over the SLO window, :func:`service_budgets`); the web console reads it too.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, model_validator
 
 from gpuwarden.config import Section
-from gpuwarden.contract import Tier
-from gpuwarden.streams.quantiles import Buckets
+from gpuwarden.contract import InferenceMetrics, Tier
+from gpuwarden.humantime import span
 from gpuwarden.units import Duration
 
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
@@ -154,20 +156,37 @@ def judge(bounds: tuple[float, ...], threshold_s: float) -> Judgement:
     return Judgement(threshold_s, at, above[0] if above else None, at == threshold_s)
 
 
-def latency_events(buckets: Buckets, threshold_s: float) -> Events:
-    """Requests within ``threshold_s`` (judged at the bound at or below it: :func:`judge`)."""
-    j = judge(buckets.bounds, threshold_s)
-    good = 0 if j.judged_at is None else buckets.at_or_below(buckets.bounds.index(j.judged_at))
+def latency_events(bounds: Sequence[float], counts: Sequence[int], threshold_s: float) -> Events:
+    """Requests within ``threshold_s`` (judged at the bound at or below it: :func:`judge`) of a
+    histogram whose ``counts[i]`` fell in ``(bounds[i-1], bounds[i]]`` (one more count than
+    bounds: the last is above the highest bound)."""
+    j = judge(tuple(bounds), threshold_s)
+    good = 0 if j.judged_at is None else sum(counts[:bounds.index(j.judged_at) + 1])
     undecided = 0
     if not j.exact and j.next_bound is not None:
-        undecided = buckets.at_or_below(buckets.bounds.index(j.next_bound)) - good
-    return Events(good, buckets.total, undecided)
+        undecided = sum(counts[:bounds.index(j.next_bound) + 1]) - good
+    return Events(good, sum(counts), undecided)
 
 
 def error_events(finished: float, failed: float) -> Events:
     """Finished requests (``requests`` + ``requests_failed`` deltas) and the failed ones."""
     total = round(finished + failed)
     return Events(total - round(failed), total)
+
+
+def record_events(record: InferenceMetrics, slo: ServiceSlo) -> dict[str, Events]:
+    """One inference record's events per objective key (``ttft_p99``, ``error_rate``): what the
+    streams add to a service's window and the reports sum over the SLO window."""
+    out: dict[str, Events] = {}
+    for obj in slo.objectives():
+        for h in record.histograms:
+            if h.name == obj.metric:
+                out[obj.key] = out.get(obj.key, Events(0, 0)) + latency_events(h.bounds, h.counts, obj.threshold_s)
+    ok = sum(c.delta for c in record.counters if c.name == "requests")
+    failed = sum(c.delta for c in record.counters if c.name == "requests_failed")
+    if slo.error_rate is not None and ok + failed:
+        out["error_rate"] = error_events(ok, failed)
+    return out
 
 
 @dataclass(frozen=True)
@@ -249,3 +268,94 @@ def evaluate(intervals: list[Interval], now: float, budget: float,
     """Each pair's verdict at ``now`` from one objective's intervals."""
     return [BurnVerdict(a, burn_rate(in_window(intervals, now, a.long_s), budget),
                         burn_rate(in_window(intervals, now, a.short_s), budget)) for a in alerts]
+
+
+# --------------------------------------------------------------------------- budget remaining
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One objective of one service (and model) over the SLO window ending at ``until``: its
+    events there and what is left of its budget. ``seen_s`` is how much of the window the
+    history covers (from the service's first record, at most the window): a budget over 2 days
+    seen of a 30-day window is said as such, never as the whole window's."""
+
+    service: str
+    model: str
+    objective: str  # ttft_p99, error_rate: the config key
+    budget: float  # the bad fraction allowed (1 - target)
+    window_s: float
+    seen_s: float
+    events: Events
+    until: float
+
+    @property
+    def target(self) -> float:
+        """The good fraction the objective asks for (0.99)."""
+        return 1.0 - self.budget
+
+    @property
+    def remaining(self) -> float:
+        """1 untouched, 0 spent, below 0 overspent (:func:`budget_remaining`)."""
+        return budget_remaining(self.events, self.budget, self.seen_s / self.window_s)
+
+    @property
+    def partial(self) -> bool:
+        """The history covers less than the SLO window."""
+        return self.seen_s < self.window_s
+
+    def coverage(self) -> str:
+        """``over the 30 d window`` or ``over the 2 d seen of a 30 d window``."""
+        if not self.partial:
+            return f"over the {span(self.window_s)} window"
+        return f"over the {span(self.seen_s)} seen of a {span(self.window_s)} window"
+
+    def values(self) -> dict[str, Any]:
+        """A row for JSON and tables."""
+        return {"service": self.service, "model": self.model, "objective": self.objective,
+                "target": self.target, "budget": self.budget, "window_s": self.window_s, "seen_s": self.seen_s,
+                "events": self.events.total, "bad": self.events.bad, "undecided": self.events.undecided,
+                "remaining": self.remaining, "partial": self.partial, "coverage": self.coverage()}
+
+
+def distinct(records: Iterable[InferenceMetrics]) -> Iterator[InferenceMetrics]:
+    """Each scrape once, in event time: a record repeated (the spool, a redelivery) has the same
+    ``(node, boot_id, seq)``."""
+    seen: set[tuple[str, str, int]] = set()
+    for r in sorted(records, key=lambda r: (r.ts, r.node, r.seq)):
+        ident = (r.node, r.boot_id, r.seq)
+        if ident not in seen:
+            seen.add(ident)
+            yield r
+
+
+def service_budgets(records: Iterable[InferenceMetrics], slos: Mapping[str, ServiceSlo],
+                    until: float) -> list[Budget]:
+    """Each declared objective's budget per (service, model) over its SLO window ending at
+    ``until``, summed over every node that serves it (the fleet's budget, not a replica's).
+    Records at or after ``until`` are left out; records before the window count only for how
+    much of it the history covers."""
+    first: dict[tuple[str, str], float] = {}
+    sums: dict[tuple[str, str], dict[str, Events]] = {}
+    inside: set[tuple[str, str]] = set()  # served within the window
+    for r in distinct(records):
+        slo = slos.get(r.service)
+        if slo is None or r.ts >= until:
+            continue
+        group = (r.service, r.model)
+        first[group] = min(first.get(group, r.start_ts), r.start_ts)
+        events = sums.setdefault(group, {key: Events(0, 0) for key in slo.budgets()})
+        if r.ts >= until - float(slo.window):
+            inside.add(group)
+            for key, ev in record_events(r, slo).items():
+                events[key] = events[key] + ev
+    out = []
+    for (service, model), events in sorted(sums.items()):
+        if (service, model) not in inside:
+            continue
+        slo = slos[service]
+        window = float(slo.window)
+        seen = min(window, until - first[service, model])
+        out += [Budget(service, model, key, budget, window, seen, events[key], until)
+                for key, budget in slo.budgets().items()]
+    return out
