@@ -131,13 +131,15 @@ def build_app(settings: Settings) -> Starlette:
                                                           **context}, status_code=status)
 
     async def control_state() -> ControlState:
-        if view is None:
+        """Silences and acks: the view's copy of the control topic in cluster mode with
+        ``notify.control: kafka``, else where ``notify.control`` keeps them."""
+        if view is None or settings.notify.control != "kafka":
             return await read_state(settings)
         return view.replica.control if view.replica is not None else ControlState()
 
     async def current() -> Fleet:
         if view is not None:
-            return view.fleet(time.time())
+            return view.fleet(time.time(), await control_state())
         return await asyncio.to_thread(read_fleet, settings, await read_state(settings), time.time())
 
     async def firing() -> dict[str, AlertTransition]:

@@ -212,15 +212,16 @@ class ClusterView:
             if await asyncio.wait_for(partitions(self.settings.kafka, self.missing), PROBE_TIMEOUT_S):
                 return
 
-    def fleet(self, wall_now: float) -> Fleet:
-        """The pages' state from the newest caught-up replica (empty before the first one)."""
+    def fleet(self, wall_now: float, control: ControlState) -> Fleet:
+        """The pages' state from the newest caught-up replica (empty before the first one), with
+        ``control``'s silences and acks."""
         r = self.replica or self.new_replica()
         source = (f"Kafka at {self.settings.kafka.bootstrap}: {self.topics.alerts}"
                   + (f", {self.topics.control}" if self.settings.notify.control == "kafka" else "")
                   + f" and the stream workers' tables (app {app_id(self.settings)})")
         if r.bad:
             source += f"; {r.bad} records skipped (not of the contract, or state in another format)"
-        return assemble(self.settings, r.engine, r.firing, r.control, wall_now,
+        return assemble(self.settings, r.engine, r.firing, control, wall_now,
                         Fleet(source, r.as_of, [], class_rows(r.engine), [], [], services=service_summaries(r.engine),
                               banner=self.status))
 

@@ -166,10 +166,13 @@ def _write(tmp_path, config: dict):
     return path
 
 
-def test_empty_topics_and_an_unreachable_broker_are_said(kafka_bootstrap: str) -> None:
-    with console({**_config(kafka_bootstrap, unique_topic("gw") + "."), "notify": {"control": "spool"}}) as client:
+def test_empty_topics_and_an_unreachable_broker_are_said(kafka_bootstrap: str, tmp_path) -> None:
+    with console({**_config(kafka_bootstrap, unique_topic("gw") + "."), "notify": {"control": "spool"},
+                  "spool": {"path": str(tmp_path / "spool.db")}}) as client:
         page = until(client, "/alerts", lambda b: "no topic" in b)
         assert "no topic" in page and 'id="no-alerts"' in page, page
+        r = client.post("/silences", headers=AUTH, data={"matchers": "node=gpu-x9", "duration": "1h"})
+        assert r.status_code == 200 and "node=gpu-x9" in r.text, r.text  # notify.control: spool, kept there
     with console(_config("127.0.0.1:1", "gw.")) as client:
         page = until(client, "/", lambda b: "unreachable" in b)
         assert 'id="banner"' in page and "unreachable" in page and "retrying every" in page, page
