@@ -28,7 +28,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from gpuwarden.app.settings import Settings
-from gpuwarden.app.webstate import Fleet, assemble, class_rows
+from gpuwarden.app.webstate import Fleet, assemble, class_rows, service_summaries
 from gpuwarden.config import KafkaConfig
 from gpuwarden.contract import AlertState, AlertTransition, ContractError, Topics, decode
 from gpuwarden.humantime import moment
@@ -36,7 +36,7 @@ from gpuwarden.kafka import KafkaConnectError, kafka_kwargs, start_client
 from gpuwarden.notifiers.control import ControlState, warn_each
 from gpuwarden.notifiers.kafka import apply_record, ensure_control_topic
 from gpuwarden.streams.engine import Engine
-from gpuwarden.streams.inferencewire import TABLE as INFERENCE_TABLE
+from gpuwarden.streams.inferencewire import SERVICE_TABLE, TABLE as INFERENCE_TABLE
 from gpuwarden.streams.keyed import unpack
 from gpuwarden.streams.rules import load_rules
 from gpuwarden.streams.statewire import CLASS_TABLE, NODE_TABLE, changelog_topic
@@ -122,7 +122,8 @@ class ClusterView:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.topics = Topics(settings.kafka.topic_prefix)
-        self.changelogs = [changelog_topic(app_id(settings), t) for t in (NODE_TABLE, CLASS_TABLE, INFERENCE_TABLE)]
+        self.changelogs = [changelog_topic(app_id(settings), t)
+                           for t in (NODE_TABLE, CLASS_TABLE, INFERENCE_TABLE, SERVICE_TABLE)]
         self.replica: Replica | None = None
         self.problem = f"connecting to Kafka at {settings.kafka.bootstrap}"
         self.missing: list[str] = []
@@ -131,8 +132,8 @@ class ClusterView:
     def new_replica(self) -> Replica:
         s = self.settings
         engine = Engine(load_rules(s.engine.rules), s.engine, s.limits.max_past_skew)
-        return Replica(engine, {self.changelogs[0]: engine.nodes, self.changelogs[1]: engine.classes,
-                                self.changelogs[2]: engine.inference})
+        return Replica(engine, dict(zip(self.changelogs, (engine.nodes, engine.classes, engine.inference,
+                                                          engine.services))))
 
     @property
     def status(self) -> str:
@@ -221,7 +222,7 @@ class ClusterView:
         if r.bad:
             source += f"; {r.bad} records skipped (not of the contract, or state in another format)"
         return assemble(self.settings, r.engine, r.firing, control, wall_now,
-                        Fleet(source, r.as_of, [], class_rows(r.engine), [], [], services=r.engine.inference.views(),
+                        Fleet(source, r.as_of, [], class_rows(r.engine), [], [], services=service_summaries(r.engine),
                               banner=self.status))
 
     async def has(self, seen: Callable[[Replica], bool], timeout_s: float = 10.0) -> bool:

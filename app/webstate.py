@@ -24,6 +24,7 @@ from gpuwarden.notifiers.router import alert_groups
 from gpuwarden.spool import Spool
 from gpuwarden.streams.engine import Engine
 from gpuwarden.streams.inferencestage import ServiceView
+from gpuwarden.streams.servingrules import ObjectiveBurn
 from gpuwarden.streams.metrics import CLASS_ROW
 from gpuwarden.streams.rules import load_rules
 from gpuwarden.streams.view import NodeView, node_view
@@ -68,6 +69,27 @@ class AlertCard:
 
 
 @dataclass(frozen=True, slots=True)
+class ServiceSummary:
+    """One service: its objectives over all its nodes (the service stage's budgets and burn
+    rates), its open alerts (SLO ones and its nodes'), and each node's latency and rates."""
+
+    service: str
+    objectives: list[ObjectiveBurn]
+    firing: tuple[str, ...]
+    nodes: list[ServiceView]
+
+
+def service_summaries(engine: Engine) -> list[ServiceSummary]:
+    by: dict[str, list[ServiceView]] = {}
+    for v in engine.inference.views():
+        by.setdefault(v.service, []).append(v)
+    return [ServiceSummary(n, engine.services.objectives(n),
+                           engine.services.firing(n) + tuple(fp for v in by.get(n, []) for fp in v.firing),
+                           by.get(n, []))
+            for n in sorted(set(by) | set(engine.services.services()))]
+
+
+@dataclass(frozen=True, slots=True)
 class Fleet:
     """What a page is drawn from; ``as_of`` is the newest event time the state has seen."""
 
@@ -77,8 +99,8 @@ class Fleet:
     classes: list[ClassRow]
     groups: list[tuple[dict[str, str], list[AlertCard]]]
     silences: list[Silence]
-    services: list[ServiceView] = field(default_factory=list)
-    """The inference services as the inference stage keeps them."""
+    services: list[ServiceSummary] = field(default_factory=list)
+    """The inference services: the service stage's objectives, the inference stage's nodes."""
     banner: str = ""
     """What the reader must know first ('' when all is well): Kafka unreachable, topics missing."""
 
@@ -141,7 +163,7 @@ def read_fleet(settings: Settings, control: ControlState, wall_now: float) -> Fl
         records = read_spool(spool, since - CHART_MARGIN_S, as_of + 1, topic_prefix=settings.kafka.topic_prefix)
         series = collect(records, []).series if firing else {}
     return assemble(settings, engine, firing, control, wall_now,
-                    Fleet(which, as_of, [], class_rows(engine), [], [], services=engine.inference.views()), series)
+                    Fleet(which, as_of, [], class_rows(engine), [], [], services=service_summaries(engine)), series)
 
 
 def class_rows(engine: Engine) -> list[ClassRow]:

@@ -26,17 +26,15 @@ import math
 from dataclasses import dataclass
 
 from gpuwarden.contract import AlertTransition, ServiceSli, decode, encode
-from gpuwarden.slo import DEFAULT_ALERTS, Events, budget_remaining, burn_rate
+from gpuwarden.slo import Events
 from gpuwarden.streams import statecodec
 from gpuwarden.streams.alerts import AlertSlot, fingerprint
 from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.reorder import ReorderBuffer
 from gpuwarden.streams.servicewindow import MINUTE_S, ServiceWindow
-from gpuwarden.streams.servingrules import burn_verdicts, step_verdict
+from gpuwarden.streams.servingrules import ObjectiveBurn, burn_verdicts, objective_burns, step_verdict
 
 FORGET_S = 86400.0  # a node silent this long (event time) is forgotten by the service
-#: The windows of the burn alerts' pairs (long and short), in seconds.
-BURN_WINDOWS = tuple(sorted({s for a in DEFAULT_ALERTS for s in (a.long_s, a.short_s)}))
 
 
 @dataclass(frozen=True)
@@ -113,26 +111,28 @@ class ServiceStage:
         metrics read it: ``streams/stageseries.py``)."""
         out = []
         for name in self.services():
-            fs, slo = self._services[name], self.cfg.slo.get(name)
-            if slo is None or fs.open_minute is None:
-                continue
-            now = fs.open_minute
-            left = self.budgets(name)
-            for key, budget in sorted(slo.budgets().items()):
-                burn = {w: burn_rate(fs.window.events(key, now - w, now), budget) for w in BURN_WINDOWS}
-                out.append(SloStatus(name, key, left[key], burn))
+            for o in sorted(self.objectives(name), key=lambda o: o.key):
+                burn = {w: b for p in o.pairs for w, b in ((p.alert.long_s, p.long_burn), (p.alert.short_s, p.short_burn))}
+                out.append(SloStatus(name, o.key, o.remaining, dict(sorted(burn.items()))))
         return out
 
-    def budgets(self, service: str) -> dict[str, float]:
-        """Each objective's budget left over the SLO window at the service's open minute
-        (``gpuwarden.slo.budget_remaining``; {} for a service without an SLO or a minute)."""
+    def objectives(self, service: str) -> list[ObjectiveBurn]:
+        """Each objective over all the service's nodes at its open minute: budget left over the
+        SLO window and each pair's burn rates (the rules' own figures; [] for a service without
+        an SLO or a minute)."""
         fs, slo = self._services.get(service), self.cfg.slo.get(service)
         if fs is None or slo is None or fs.open_minute is None:
-            return {}
-        now, window = fs.open_minute, float(slo.window)
-        seen = min(window, now - (fs.window.first_ts if fs.window.first_ts is not None else now)) / window
-        return {key: budget_remaining(fs.window.events(key, now - window, now), budget, seen)
-                for key, budget in slo.budgets().items()}
+            return []
+        return objective_burns(fs.window, slo, fs.open_minute)
+
+    def budgets(self, service: str) -> dict[str, float]:
+        """Each objective's budget left over the SLO window at the service's open minute."""
+        return {o.key: o.remaining for o in self.objectives(service)}
+
+    def firing(self, service: str) -> tuple[str, ...]:
+        """The fingerprints of the service's open SLO alerts."""
+        fs = self._services.get(service)
+        return () if fs is None else tuple(fp for fp, s in sorted(fs.slots.items()) if s.firing_since is not None)
 
     # ------------------------------------------------------------------ records
 

@@ -97,7 +97,7 @@ def test_console_in_chromium(console) -> None:
         fp, t = next(iter(slo_alerts.items()))
         d.get(url + "/alerts")
         d.find_element(By.CSS_SELECTOR, f"#alert-{fp} .slo-link a").click()
-        service = d.find_element(By.ID, f"service-{t['labels']['node']}-{t['labels']['service']}")
+        service = d.find_element(By.ID, f"service-{t['labels']['service']}")
         ttft = service.find_element(By.CSS_SELECTOR, "tr[id$=-ttft]").text
         assert re.search(r"≤ [\d.]+ s\s*≈[\d.]+ s interpolated", ttft), ttft
         errors = service.find_element(By.CSS_SELECTOR, "tr[id$=-error_rate]").text

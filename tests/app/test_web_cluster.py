@@ -29,7 +29,7 @@ from gpuwarden.kafka import kafka_kwargs, produce_records
 from gpuwarden.spool import Spool
 from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.engine import Engine
-from gpuwarden.streams.inferencewire import TABLE as INFERENCE_TABLE
+from gpuwarden.streams.inferencewire import SERVICE_TABLE, TABLE as INFERENCE_TABLE
 from gpuwarden.streams.statewire import CLASS_TABLE, NODE_TABLE, changelog_topic, fresh_envelope
 from gpuwarden.streams.topology import app_id
 from tests.app.web_support import TOKEN_ENV, SimRun, chromium, full_page_shot, shot_dir, simulated_run, web_server
@@ -87,7 +87,8 @@ def _worker_tables(tmp_path) -> tuple[SimRun, dict[str, list[tuple[bytes, bytes]
         engine.load_all(spool.kv_get(STATE_NS, SIM_STATE))
     return run, {NODE_TABLE: [(n.encode(), fresh_envelope(engine.nodes, n)) for n in engine.nodes.nodes()],
                  CLASS_TABLE: [(c.encode(), fresh_envelope(engine.classes, c)) for c in engine.classes.classes()],
-                 INFERENCE_TABLE: [(n.encode(), fresh_envelope(engine.inference, n)) for n in engine.inference.nodes()]}
+                 INFERENCE_TABLE: [(n.encode(), fresh_envelope(engine.inference, n)) for n in engine.inference.nodes()],
+                 SERVICE_TABLE: [(n.encode(), fresh_envelope(engine.services, n)) for n in engine.services.services()]}
 
 
 def test_alerts_topic_and_worker_tables_drive_the_pages(kafka_bootstrap: str, tmp_path) -> None:
@@ -188,7 +189,8 @@ def test_a_broker_that_dies_is_said_and_the_view_comes_back_with_it(own_broker, 
     config = {**_config(own_broker.bootstrap, unique_topic("gw") + "."), "notify": {"control": "spool"}}
     settings = validate_settings(config)
     topics = Topics(settings.kafka.topic_prefix)
-    for t in (topics.alerts, *(changelog_topic(app_id(settings), t) for t in (NODE_TABLE, CLASS_TABLE, INFERENCE_TABLE))):
+    for t in (topics.alerts, *(changelog_topic(app_id(settings), t)
+                              for t in (NODE_TABLE, CLASS_TABLE, INFERENCE_TABLE, SERVICE_TABLE))):
         asyncio.run(create_topic(own_broker.bootstrap, t))
     asyncio.run(produce(own_broker.bootstrap, topics.alerts, keyed([_alert("fp-before", "oom-risk", "gpu-b1")])))
     with console(config) as client:
