@@ -33,11 +33,13 @@ from gpuwarden.contract import (
     Tier,
     Topics,
     decode,
+    unbatch,
 )
 from gpuwarden.history import queues, tables
 from gpuwarden.history.config import AccountingConfig, HistorySettings
 from gpuwarden.history.flops import flops_per_token, peak_tflops
 from gpuwarden.history.serving import ServingRow, serving_rows
+from gpuwarden.history.sources import BATCH_SPAN_S, in_range
 from gpuwarden.humantime import span
 from gpuwarden.spool import Spool
 
@@ -345,14 +347,16 @@ def render(u: Usage, fmt: str, currency: str = "") -> str:
 
 
 def spool_records(spool: Spool, since: float, until: float, topic_prefix: str = "") -> Iterable[Any]:
-    """Snapshots, task metrics and inference records from the spool; undecodable rows are skipped."""
+    """Snapshots, task metrics (a batch's items, each by its own time) and inference records from
+    the spool; undecodable rows are skipped."""
     t = Topics(topic_prefix)
     for topic in (t.samples, t.metrics, t.inference):
-        for row in spool.read(topic=topic, since=since, until=until):
+        for row in spool.read(topic=topic, since=since - (BATCH_SPAN_S if topic == t.metrics else 0.0), until=until):
             try:
-                yield decode(row.value)
+                rec = decode(row.value)
             except ValueError:
                 continue
+            yield from (r for r in unbatch((rec,)) if in_range(r.ts, since, until))
 
 
 def usage_from_spool(settings: HistorySettings, spool: Spool, *, since: float, until: float, by: str,

@@ -51,7 +51,7 @@ from gpuwarden.contract import (
     JobAllocation,
     NodeSnapshot,
     StageProgress,
-    TaskMetric,
+    TaskMetrics,
     TaskSummary,
     Topics,
     encode,
@@ -60,7 +60,7 @@ from gpuwarden.deadletter import UnsentLog
 from gpuwarden.kafka import KafkaConnectError, broker_credentials, kafka_kwargs, start_client
 from gpuwarden.streams.backlog import Backlog
 from gpuwarden.streams.config import StreamsSettings
-from gpuwarden.streams.dlq import Consumed, Limits, Outbound, decode_inbound, to_dlq
+from gpuwarden.streams.dlq import Consumed, Limits, Outbound, decode_inbound, salvage_inbound, to_dlq
 from gpuwarden.streams.engine import StageOutput
 from gpuwarden.streams.inferencestage import InferenceStage
 from gpuwarden.streams.inferencewire import TABLE as INFERENCE_TABLE
@@ -253,7 +253,8 @@ class Topology:
         self.node_runner = KeyedRunner(node_stage, {
             topics.samples: Source(NodeSnapshot, _node_of, Topics.dlq(topics.samples)),
             topics.events: Source(GpuEvent, _node_of, Topics.dlq(topics.events)),
-            topics.metrics: Source(TaskMetric, _node_of, Topics.dlq(topics.metrics)),
+            topics.metrics: Source(TaskMetrics, _node_of, Topics.dlq(topics.metrics),  # batches (one per tick)
+                                   unpack=TaskMetrics.unpack, salvage=salvage_inbound),
             topics.allocations: Source(JobAllocation, _node_of, Topics.dlq(topics.allocations)),  # scheduler stage (#19)
         }, self._emit_node, self.limits, float(settings.engine.checkpoint_interval))
         self.class_runner = KeyedRunner(class_stage, {
