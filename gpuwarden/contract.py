@@ -331,10 +331,17 @@ class TaskMetricKind(StrEnum):
     """What the task trains: its parameter count (and shape), for model FLOPs (MFU)."""
 
 
-class TaskMetricItem(_TimedRecord):
-    """One thing a training/inference process said about itself, as it travels inside a
-    :class:`TaskMetrics` batch (its node and ``simulated`` flag are the batch's)."""
+class TaskMetric(_TimedRecord):
+    """One task metric as the agent collects it and the engine reads it: what the training or
+    inference code said about itself, on the node it runs on.
 
+    Not a record of its own on the wire: the agent publishes a node's metrics of one tick as
+    one :class:`TaskMetrics` batch (faust's public path costs ~65 µs of worker CPU per Kafka
+    record, and there are ~2.5 metrics per snapshot). ``task_metric/1`` tags it where the
+    engine keeps it (a node's reorder buffer in its state envelope)."""
+
+    schema_: Literal["task_metric/1"] = Field(default="task_metric/1", alias="schema")
+    node: Label
     task: Label
     task_id: Label
     kind: TaskMetricKind
@@ -354,20 +361,17 @@ class TaskMetricItem(_TimedRecord):
     model_layers: NonNegInt | None = None
     model_hidden: NonNegInt | None = Field(default=None, description="hidden size (d_model)")
     model_seq_len: NonNegInt | None = None
-
-
-class TaskMetric(TaskMetricItem):
-    """One task metric as the agent collects it and the engine reads it: an item with its node.
-
-    Not a record of its own on the wire: the agent publishes a node's metrics of one tick as
-    one :class:`TaskMetrics` batch (faust's public path costs ~65 µs of worker CPU per Kafka
-    record, and there are ~2.5 metrics per snapshot). ``task_metric/1`` tags it where the
-    engine keeps it (a node's reorder buffer in its state envelope)."""
-
-    schema_: Literal["task_metric/1"] = Field(default="task_metric/1", alias="schema")
-    node: Label
     simulated: bool = False
     """Made by the simulator (see ``NodeSnapshot.simulated``)."""
+
+
+#: Fields of a :class:`TaskMetric` its batch holds for all its items.
+_BATCH_HELD = ("schema_", "node", "simulated")
+#: One metric inside a :class:`TaskMetrics` batch: a :class:`TaskMetric`'s fields but the
+#: batch's (its ``ts`` checked like any record's).
+TaskMetricItem = create_model(
+    "TaskMetricItem", __base__=_TimedRecord, __doc__="One task metric inside a ``task_metrics/1`` batch.",
+    **{name: (f.annotation, f) for name, f in TaskMetric.model_fields.items() if name not in (*_BATCH_HELD, "ts")})
 
 
 #: Items in one batch at most: a busy tick's metrics go in several (a batch stays far below
@@ -390,7 +394,7 @@ class TaskMetrics(Wire):
     node: Label
     simulated: bool = False
     """Made by the simulator (see ``NodeSnapshot.simulated``)."""
-    metrics: list[TaskMetricItem] = Field(min_length=1, max_length=MAX_BATCH_ITEMS)
+    metrics: list[TaskMetricItem] = Field(min_length=1, max_length=MAX_BATCH_ITEMS)  # type: ignore[valid-type]
 
     @property
     def ts(self) -> float:

@@ -182,11 +182,13 @@ class KeyedRunner:
             extra = unknown_fields(record)
             if extra:
                 self._unknown(msg.topic, extra)
-            for item in (record,) if src.unpack is None else src.unpack(record):
+            items = (record,) if src.unpack is None else src.unpack(record)
+            for i, item in enumerate(items):
                 try:
                     res.out.extend(self.emit(item, msg))
                 except Exception as e:  # one record must not stop the worker
-                    self._letter(msg, f"engine: {type(e).__name__}: {e}", src, res)
+                    which = "" if src.unpack is None else f" (item {i} of the batch)"
+                    self._letter(msg, f"engine: {type(e).__name__}: {e}{which}", src, res)
             offsets[tp] = msg.offset
             self._dirty.add(key)
             res.applied += 1

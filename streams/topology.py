@@ -1,7 +1,7 @@
 """The faust topology: two keyed stages over Kafka, state in changelog tables.
 
-Stage 1 (key node) reads ``gpu.samples``, ``gpu.events`` and ``task.metrics``
-(all keyed by node, so co-partitioned), runs :class:`gpuwarden.streams.engine.NodeStage`,
+Stage 1 (key node) reads ``gpu.samples``, ``gpu.events`` and ``task.metrics`` (one batch of a
+node's task metrics per tick, applied item by item; all keyed by node, so co-partitioned), runs :class:`gpuwarden.streams.engine.NodeStage`,
 and produces transitions to ``alerts`` (key fingerprint) and task summaries to
 ``task.summaries`` (key task class: the repartition for stage 2), each batch's summaries
 followed by progress reports to every partition (:mod:`gpuwarden.streams.progress`). Stage 2
