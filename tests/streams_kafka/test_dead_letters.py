@@ -103,7 +103,9 @@ def _task_metric_batches(node: str, ts: float) -> tuple[bytes, bytes]:
 async def test_fuzzed_samples_land_in_dlq_and_workers_keep_going(kafka_bootstrap: str, tmp_path: Path) -> None:
     bad = fuzzed(N_BAD)
     want = [expected_error(raw) for raw in bad]
-    settings = settings_for(kafka_bootstrap, partitions=2)
+    # A checkpoint every batch: a key's state is on the changelog once a batch applied it (else
+    # only the first applied record's is, the rest at the next batch after the interval).
+    settings = settings_for(kafka_bootstrap, partitions=2, checkpoint_interval=0)
     settings.limits.max_record_bytes = MAX_BYTES
     topics = Topics(settings.kafka.topic_prefix)
     for t in (topics.samples, topics.events, topics.metrics):
@@ -124,7 +126,7 @@ async def test_fuzzed_samples_land_in_dlq_and_workers_keep_going(kafka_bootstrap
             keys = {r.key for r in await read_to_end(kafka_bootstrap, changelog, 2)}
             return {b"after-fuzz", b"metrics-node"} <= keys  # the batch's good items were applied
 
-        await wait_for(processed, 60, "the valid record after the fuzzed ones")
+        await wait_for(processed, 60, "the valid record after the fuzzed ones, the batch's good items")
         assert w1.alive() and w2.alive(), w1.tail() + "\n----\n" + w2.tail()
 
     item, whole = sorted((json.loads(r.value) for r in metric_letters), key=lambda d: d["offset"])
