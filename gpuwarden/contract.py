@@ -14,11 +14,12 @@ boundary (and sent to a dead-letter topic by the stream workers) instead.
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from operator import attrgetter
-from collections.abc import Iterable, Iterator
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (
@@ -968,8 +969,6 @@ def salvage_task_metrics(data: bytes | str, *, now: float | None = None,
     """After :func:`decode` rejected a :class:`TaskMetrics`: its items checked one by one.
     None when the batch itself is at fault (not JSON, a bad ``node`` or ``schema``, no list of
     items, or no good item at all): the whole record is a dead letter then."""
-    import json
-
     try:
         raw = json.loads(data)
     except ValueError:
