@@ -23,7 +23,7 @@ from collections import Counter
 
 import pytest
 
-from gpuwarden.contract import Topics, batch_task_metrics, decode, encode
+from gpuwarden.contract import Topics, batch_task_metrics, decode, encode, unbatch
 from gpuwarden.spool import Spool
 from gpuwarden.producers.publisher import Publisher
 from gpuwarden.producers.simulator import Simulator
@@ -92,7 +92,7 @@ async def test_broker_killed_under_load_loses_nothing(own_broker: OwnBroker, tmp
                    for d in (json.loads(r.value) for r in alert_values)}
     assert seen_alerts == set(expected), "every alert transition arrived"
     downstream = Engine()
-    replayed = ids(downstream.process_many(sorted(unique.values(), key=lambda r: r.ts)) + downstream.flush())
+    replayed = ids(downstream.process_many(sorted(unbatch(unique.values()), key=lambda r: r.ts)) + downstream.flush())
     assert sorted(replayed) == sorted(expected), "the records read back give the same alerts"
     dup_records = len(back) - len(unique)
     reference_notes, _, _, _ = await notify(sorted(reference_trs, key=lambda t: t.ts), tmp_path / "ref", monkeypatch)
