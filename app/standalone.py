@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 from gpuwarden.app.live_view import Status, render
 from gpuwarden.app.settings import Settings
-from gpuwarden.contract import AlertTransition, Topics, encode, record_key
+from gpuwarden.contract import AlertTransition, Topics, batch_task_metrics, encode, record_key, unbatch
 from gpuwarden.humantime import moment, span
 from gpuwarden.notifiers.pipeline import Notifier
 from gpuwarden.producers.agent import build_source, step_with_extras, stop_extras
@@ -123,13 +123,16 @@ class Runner:
     async def batch(self, records: list[Record]) -> None:
         rows = []
         out: list[AlertTransition] = []
-        for rec in records:
+        # As the agent publishes them (a node's task metrics of a tick as one batch), and applied
+        # in the order a replay of the spool or the --record file reads them back: replay == live.
+        for rec in batch_task_metrics(records):
             data = encode(rec)
             rows.append((self.topics.for_record(rec), record_key(rec), rec.ts, data))
             if self.record is not None:
                 self.record.write(data.decode() + "\n")
-            out.extend(self.engine.process(rec))
-            self.now = max(self.now, rec.ts)
+            for item in unbatch((rec,)):
+                out.extend(self.engine.process(item))
+                self.now = max(self.now, item.ts)
         if rows:
             self.spool.append_many(rows)
         await self.emit(out)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpuwarden.contract import Topics, encode, record_key  # noqa: E402
+from gpuwarden.contract import Topics, batch_task_metrics, encode, record_key  # noqa: E402
 from gpuwarden.history.portable import HistoryFile, export_history, import_to_spool  # noqa: E402
 from gpuwarden.kafka import produce_records  # noqa: E402
 from gpuwarden.spool import Spool  # noqa: E402
@@ -50,10 +50,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         jsonl = d / "run.jsonl"
-        jsonl.write_bytes(b"".join(encode(r) + b"\n" for r in records))
+        jsonl.write_bytes(b"".join(encode(r) + b"\n" for r in batch_task_metrics(records)))
         topics = Topics()
         with Spool(d / "a.db") as s:
-            s.append_many((topics.for_record(r), record_key(r), r.ts, encode(r)) for r in records)
+            s.append_many((topics.for_record(r), record_key(r), r.ts, encode(r)) for r in batch_task_metrics(records))
             rows: dict[str, tuple[int, float]] = {
                 "read file (JSONL decode)": timed(lambda: sum(1 for _ in read_file(jsonl))),
                 "read spool": timed(lambda: sum(1 for _ in read_spool(s))),

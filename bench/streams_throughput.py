@@ -8,10 +8,13 @@ Same simulated data for all (seeded ``mixed``, 8-GPU nodes, 1 s ticks):
     the GPU events: the information (c) gets); time from its first fetch (its log line)
     to the last task summary on ``task.summaries`` (Kafka record timestamp), i.e. until
     the worker has consumed everything and emitted what the in-process engine emits;
-    (b+) the same with the task metrics too (~2.5 per snapshot, keyed by node like the rest);
+    (b+) the same with the task metrics too (~2.5 per snapshot, keyed by node like the rest),
+    loaded as the agent publishes them: one ``task_metrics/1`` batch per node and tick;
     (b) and (b+) also run from ``--before`` (a git revision, checked out in a temporary
     worktree: by default the last one with the batch consumer that overrode faust's fetch
-    loop), so the cost of faust's public API per record is measured in the same run;
+    loop), so the cost of faust's public API per record is measured in the same run; a
+    revision from before the batches reads its task metrics one Kafka record each, and gets
+    them so (its own wire format: the same metrics, field for field);
 (c) naive: a faust agent (subprocess) iterating one record per GPU sample (each GpuSample
     its own Kafka record), decoding it with the contract model and keeping a per-GPU
     rolling window with a threshold check; time from its first record to its echo of an
@@ -32,6 +35,8 @@ This machine's speed drifts by up to 2x within minutes (a shared VM: the same wo
 are the medians; each round's are printed too.
 
     .venv/bin/python bench/streams_throughput.py [--nodes 4] [--minutes 15] [--rounds 5] [--before REV] [--json]
+
+``--before dd039fc`` is the last revision that sent one Kafka record per task metric (public API).
 """
 
 from __future__ import annotations
@@ -179,6 +184,29 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
 
 
+def batched_wire(tree: Path | None) -> bool:
+    """Whether ``tree``'s (else this checkout's) contract takes task metrics in batches."""
+    return "task_metrics/1" in (tree or REPO).joinpath("gpuwarden", "contract.py").read_text()
+
+
+def wire(records: list[Any], batched: bool) -> list[Any]:
+    """The records as a worker of that wire format reads them: task metrics batched per node and
+    tick, or (a revision before the batches) one record each, encoded as that reader decodes them."""
+    from gpuwarden.contract import batch_task_metrics
+
+    return list(batch_task_metrics(records)) if batched else records
+
+
+def load_row(topics: Any, r: Any) -> tuple[str, bytes, bytes, None]:
+    """(topic, key, value, partition) of one record to load (a lone task metric, for an old peer,
+    on ``task.metrics`` under its node)."""
+    from gpuwarden.contract import TaskMetric, encode, record_key
+
+    if type(r) is TaskMetric:
+        return topics.metrics, r.node.encode(), encode(r), None
+    return topics.for_record(r), record_key(r).encode(), encode(r), None
+
+
 @asynccontextmanager
 async def backlog_worker(bootstrap: str, records: list[Any], tmp: Path,
                          tree: Path | None = None) -> AsyncIterator[Backlog]:
@@ -187,7 +215,7 @@ async def backlog_worker(bootstrap: str, records: list[Any], tmp: Path,
     import yaml
 
     from gpuwarden.app.settings import validate_settings
-    from gpuwarden.contract import Topics, encode, record_key
+    from gpuwarden.contract import Topics
     from gpuwarden.streams.engine import Engine
 
     prefix = f"bench-{uuid.uuid4().hex[:8]}."
@@ -197,14 +225,15 @@ async def backlog_worker(bootstrap: str, records: list[Any], tmp: Path,
     probe = Engine(config=settings.engine)  # what the worker emits (no end-of-input flush)
     probe.process_many(records)
     await create_topics(bootstrap, [topics.samples, topics.events, topics.metrics])
-    await send(bootstrap, [(topics.for_record(r), record_key(r).encode(), encode(r), None) for r in records])
+    loaded = [load_row(topics, r) for r in wire(records, batched_wire(tree))]
+    await send(bootstrap, loaded)
     config = tmp / "gpuwarden.yaml"
     config.write_text(yaml.safe_dump(settings.model_dump(mode="json", include={"kafka", "limits", "engine"})))
     log = tmp / "streams.log"
     proc = worker([sys.executable, "-m", cli_module(tree), "-v", "streams", "--config", str(config),
                    "--worker-id", "bench", "--data-dir", str(tmp / "streams")], log, tree)
     try:
-        yield Backlog(proc, log, settings, topics, probe.summaries)
+        yield Backlog(proc, log, settings, topics, probe.summaries, len(loaded))
     finally:
         stop(proc)
         await delete_topics(bootstrap, prefix)
@@ -219,19 +248,21 @@ class Backlog:
     settings: Any
     topics: Any
     summaries: int
+    loaded: int  # Kafka records
 
 
 async def topology_run(bootstrap: str, records: list[Any], tmp: Path,
-                       tree: Path | None = None) -> tuple[float, float]:
+                       tree: Path | None = None) -> tuple[float, float, int]:
     """(wall seconds from the worker's first fetch to the last task summary the engine
-    gives, its CPU seconds meanwhile), one worker (``tree``: another revision's)."""
+    gives, its CPU seconds meanwhile, the Kafka records it read), one worker (``tree``: another
+    revision's)."""
     async with backlog_worker(bootstrap, records, tmp, tree) as w:
         t0, c0 = await started(w.proc, w.log, "first fetch")  # the worker's first batch, at INFO (-v)
         times = await output_times(bootstrap, w.topics.summaries, lambda v: len(v) >= w.summaries, 600)
-        return times[-1] - t0, cpu_s(w.proc.pid) - c0
+        return times[-1] - t0, cpu_s(w.proc.pid) - c0, w.loaded
 
 
-async def naive_run(bootstrap: str, records: list[Any], tmp: Path) -> tuple[float, float]:
+async def naive_run(bootstrap: str, records: list[Any], tmp: Path) -> tuple[float, float, int]:
     """(wall seconds from the naive agent's first record to its last end-marker echo, its
     CPU seconds meanwhile)."""
     from gpuwarden.contract import NodeSnapshot
@@ -252,7 +283,7 @@ async def naive_run(bootstrap: str, records: list[Any], tmp: Path) -> tuple[floa
     try:
         t0, c0 = await started(proc, log, "naive: first record")
         times = await output_times(bootstrap, out, lambda v: v.count(END) >= PARTITIONS, 600)
-        return times[-1] - t0, cpu_s(proc.pid) - c0
+        return times[-1] - t0, cpu_s(proc.pid) - c0, len(batch)
     finally:
         stop(proc)
         await delete_topics(bootstrap, prefix)
@@ -320,19 +351,19 @@ def main() -> None:
     alone = measure(records)
     gpu_samples = alone["gpu_samples"]
     bootstrap, started = broker()
-    rounds: list[dict[str, tuple[float, float]]] = []
+    rounds: list[dict[str, tuple[float, float, int]]] = []
     try:
         with tempfile.TemporaryDirectory(prefix="streams-bench-") as tmp, \
                 (checkout(a.before) if a.before else nullcontext()) as before:
             for i in range(a.rounds):
-                r: dict[str, tuple[float, float]] = {}
+                r: dict[str, tuple[float, float, int]] = {}
                 for name, recs in (("b", samples_only), ("b+", records)):
                     r[name] = asyncio.run(topology_run(bootstrap, recs, Path(tmp)))
                     if before is not None:
                         r[f"{name} before"] = asyncio.run(topology_run(bootstrap, recs, Path(tmp), before))
                 r["c"] = asyncio.run(naive_run(bootstrap, records, Path(tmp)))
                 rounds.append(r)
-                print(f"  round {i + 1}: " + ", ".join(f"({k}) {s:.2f} s / {c:.2f} CPU-s" for k, (s, c) in r.items()),
+                print(f"  round {i + 1}: " + ", ".join(f"({k}) {s:.2f} s / {c:.2f} CPU-s" for k, (s, c, _) in r.items()),
                       flush=True)
     finally:
         if started:
@@ -353,14 +384,18 @@ def main() -> None:
     for run in runs:
         wall, cpu = median(run, 0), median(run, 1)
         k = keys[run]
-        figures.update({f"{k}_seconds": round(wall, 2), f"{k}_gpu_samples_per_s": round(gpu_samples / wall),
+        figures.update({f"{k}_kafka_records": rounds[0][run][2], f"{k}_seconds": round(wall, 2), f"{k}_gpu_samples_per_s": round(gpu_samples / wall),
                         f"{k}_worker_cpu_s": round(cpu, 3),
                         f"{k}_gpu_samples_per_worker_cpu_s": round(gpu_samples / cpu)})
     if "b before" in runs:
-        # What faust's public path costs per input record over the batch consumer that bypassed it.
-        for run, n in (("b", len(samples_only)), ("b+", len(records))):
-            extra = [(r[run][1] - r[f"{run} before"][1]) / n * 1e6 for r in rounds]
-            figures[f"{keys[run]}_public_api_us_per_record"] = round(statistics.median(extra), 1)
+        # What the worker of this checkout costs per input record over the one of --before, where
+        # both read the same Kafka records (a --before from before the task-metric batches reads
+        # more records in (b+): its figures per record are not comparable there, its CPU-s are).
+        for run in ("b", "b+"):
+            n, m = rounds[0][run][2], rounds[0][f"{run} before"][2]
+            if n == m:
+                extra = [(r[run][1] - r[f"{run} before"][1]) / n * 1e6 for r in rounds]
+                figures[f"{keys[run]}_vs_before_us_per_record"] = round(statistics.median(extra), 1)
     figures["e2e_vs_naive"] = round(figures["e2e_gpu_samples_per_s"] / figures["naive_gpu_samples_per_s"], 2)
     figures["e2e_vs_engine"] = round(figures["e2e_gpu_samples_per_s"] / figures["engine_gpu_samples_per_s_core"], 3)
     per_cpu = figures["e2e_gpu_samples_per_worker_cpu_s"]
@@ -382,9 +417,15 @@ def main() -> None:
     print(f"  (b) per worker CPU-s {per_cpu:,} (target >= {TARGET_PER_CPU_S:,}: "
           f"{'met' if figures['target_met'] else 'NOT met'})   (b)/(c) wall {figures['e2e_vs_naive']:.2f}x   "
           f"(b)/(a) {figures['e2e_vs_engine']:.3f}")
-    if "e2e_public_api_us_per_record" in figures:
-        print(f"  faust's public path over the batch consumer: {figures['e2e_public_api_us_per_record']:.1f} µs "
-              f"of worker CPU per record (b), {figures['e2e_with_task_metrics_public_api_us_per_record']:.1f} µs (b+)")
+    if "b before" in runs:
+        per = []
+        for run in ("b", "b+"):
+            k = keys[run]
+            line = f"({run}) {figures[f'{k}_kafka_records']:,} vs {figures[f'before_{k}_kafka_records']:,} Kafka records"
+            if f"{k}_vs_before_us_per_record" in figures:
+                line += f", {figures[f'{k}_vs_before_us_per_record']:+.1f} µs of worker CPU per record"
+            per.append(line)
+        print(f"  against {a.before}: " + "; ".join(per))
     if a.json:
         print(json.dumps(figures, sort_keys=True))
 

@@ -111,7 +111,8 @@ async def start_client(client: Any, kw: dict[str, Any], timeout_s: float = 30.0)
 
 async def produce_records(records: Iterable[Any], client_kw: dict[str, Any], topic_prefix: str = "", *,
                           event_time: bool = False, batch: int = 1000) -> int:
-    """Send contract records to their topics under their keys (acks=all, idempotent); returns how many.
+    """Send contract records to their topics under their keys (acks=all, idempotent), each node's
+    task metrics between two of its other records as one batch; returns how many Kafka records.
 
     ``event_time`` stamps each Kafka record with the record's own ``ts`` (as a live agent's
     would be), so ``offsets_for_times`` finds it by event time; without it Kafka stamps the
@@ -119,13 +120,13 @@ async def produce_records(records: Iterable[Any], client_kw: dict[str, Any], top
     """
     from aiokafka import AIOKafkaProducer
 
-    from gpuwarden.contract import Topics, encode, record_key
+    from gpuwarden.contract import Topics, batch_task_metrics, encode, record_key
 
     topics, n = Topics(topic_prefix), 0
     producer = AIOKafkaProducer(**client_kw, acks="all", enable_idempotence=True, linger_ms=20)
     await start_client(producer, client_kw)
     try:
-        it = iter(records)
+        it = iter(batch_task_metrics(records))
         while chunk := list(islice(it, batch)):
             futs = [await producer.send(topics.for_record(r), key=record_key(r).encode(), value=encode(r),
                                         timestamp_ms=int(r.ts * 1000) if event_time else None)

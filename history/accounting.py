@@ -35,11 +35,13 @@ from gpuwarden.contract import (
     Tier,
     Topics,
     decode,
+    unbatch,
 )
 from gpuwarden.history import queues, tables
 from gpuwarden.history.config import AccountingConfig, HistorySettings
 from gpuwarden.history.flops import flops_per_token, peak_tflops
 from gpuwarden.history.serving import ServingRow, serving_rows
+from gpuwarden.history.sources import BATCH_SPAN_S, in_range
 from gpuwarden.humantime import span
 from gpuwarden.slo import Budget, ServiceSlo, service_budgets
 from gpuwarden.spool import Spool
@@ -379,22 +381,23 @@ def render(u: Usage, fmt: str, currency: str = "") -> str:
 
 def spool_records(spool: Spool, since: float, until: float, topic_prefix: str = "",
                   inference_since: float | None = None) -> Iterable[Any]:
-    """Snapshots, task metrics and inference records from the spool (inference records from
-    ``inference_since`` when that is earlier: an SLO window reaching before the report's
-    start); undecodable rows are skipped."""
+    """Snapshots, task metrics (a batch's items, each by its own time) and inference records from
+    the spool (inference records from ``inference_since`` when that is earlier: an SLO window
+    reaching before the report's start); undecodable rows are skipped."""
     t = Topics(topic_prefix)
     if inference_since is not None and inference_since < since:
-        yield from _decoded(spool, t.inference, inference_since, since)
+        yield from _decoded(spool, t.inference, inference_since, since, t.metrics)
     for topic in (t.samples, t.metrics, t.inference):
-        yield from _decoded(spool, topic, since, until)
+        yield from _decoded(spool, topic, since, until, t.metrics)
 
 
-def _decoded(spool: Spool, topic: str, since: float, until: float) -> Iterable[Any]:
-    for row in spool.read(topic=topic, since=since, until=until):
+def _decoded(spool: Spool, topic: str, since: float, until: float, metrics: str) -> Iterable[Any]:
+    for row in spool.read(topic=topic, since=since - (BATCH_SPAN_S if topic == metrics else 0.0), until=until):
         try:
-            yield decode(row.value)
+            rec = decode(row.value)
         except ValueError:
             continue
+        yield from (r for r in unbatch((rec,)) if in_range(r.ts, since, until))
 
 
 def usage_from_spool(settings: HistorySettings, spool: Spool, *, since: float, until: float, by: str,

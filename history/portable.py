@@ -34,7 +34,7 @@ from typing import Any
 
 from gpuwarden import __version__
 from gpuwarden.config import CommonSettings
-from gpuwarden.contract import ContractError, GpuEvent, NodeSnapshot, TaskMetric, Topics, decode, encode, record_key
+from gpuwarden.contract import ContractError, GpuEvent, NodeSnapshot, TaskMetrics, Topics, decode, encode, record_key
 from gpuwarden.history.sources import OnReject, ReplayError, time_range
 from gpuwarden.spool import Spool
 
@@ -111,7 +111,7 @@ def export_history(spool: Spool, out: str | Path, *, since: float | None = None,
                 digest.update(line)
                 counts[topic] += 1
                 schemas[rec.schema_] += 1
-                if isinstance(rec, (NodeSnapshot, GpuEvent, TaskMetric)):
+                if isinstance(rec, (NodeSnapshot, GpuEvent, TaskMetrics)):
                     nodes.add(rec.node)
                 ts = record_time(rec)
                 first = ts if first is None else min(first, ts)

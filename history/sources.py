@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwarden.contract import ContractError, GpuEvent, InferenceMetrics, NodeCapacity, NodeSnapshot, SchedulerJob, \
-    SchedulerPoll, TaskMetric, Topics, decode
+    SchedulerPoll, TaskMetric, TaskMetrics, Topics, decode
 from gpuwarden.spool import Spool
 from gpuwarden.units import parse_time
 
@@ -51,13 +51,21 @@ def _ignore(where: str, reason: str) -> None:
     """Default reject sink: the caller did not ask to hear about unusable records."""
 
 
-def _usable(data: bytes | str, where: str, on_reject: OnReject) -> InputRecord | None:
+#: How far a task-metrics batch's items may come after its ``ts`` (their earliest) for a time-range
+#: read of the spool, which selects by that ``ts``, to find them: an agent batches one tick's.
+BATCH_SPAN_S = 300.0
+
+
+def _usable(data: bytes | str, where: str, on_reject: OnReject) -> list[InputRecord]:
+    """The engine's inputs in one stored record: a task-metrics batch gives its items."""
     try:
         rec = decode(data)
     except ContractError as e:
         on_reject(where, str(e))
-        return None
-    return rec if isinstance(rec, INPUT_KINDS) else None
+        return []
+    if type(rec) is TaskMetrics:
+        return rec.unpack()  # type: ignore[return-value]
+    return [rec] if isinstance(rec, INPUT_KINDS) else []
 
 
 # --------------------------------------------------------------------------- file
@@ -75,9 +83,9 @@ def read_file(path: str | Path, since: float | None = None, until: float | None 
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
-            rec = _usable(line, f"{p}:{lineno}", on_reject)
-            if rec is not None and in_range(rec.ts, since, until):
-                yield rec
+            for rec in _usable(line, f"{p}:{lineno}", on_reject):
+                if in_range(rec.ts, since, until):
+                    yield rec
 
 
 # --------------------------------------------------------------------------- spool
@@ -116,11 +124,11 @@ def read_spool(spool: Spool, since: float | None = None, until: float | None = N
                 f"(kafka.topic_prefix of this config), but {', '.join(f'{t}: {n}' for t, n in others.items())} "
                 f"under prefix {' and '.join(repr(p) for p in prefixes)}: replay with a config that has "
                 f"kafka.topic_prefix: {prefixes[0]!r}")
-    for row in spool.read(since=since, until=until):
+    for row in spool.read(since=None if since is None else since - BATCH_SPAN_S, until=until):
         if row.topic in topics:
-            rec = _usable(row.value, f"spool {row.topic} #{row.id}", on_reject)
-            if rec is not None:
-                yield rec
+            for rec in _usable(row.value, f"spool {row.topic} #{row.id}", on_reject):
+                if in_range(rec.ts, since, until):
+                    yield rec
 
 
 # --------------------------------------------------------------------------- kafka
@@ -183,9 +191,9 @@ async def read_kafka(client_kw: dict[str, Any], topics: Iterable[str], since: fl
                     if m.offset >= ends[tp]:
                         break
                     stats.fetched += 1
-                    rec = _usable(m.value or b"", f"{tp.topic}[{tp.partition}]@{m.offset}", on_reject)
-                    if rec is not None and in_range(rec.ts, since, until):
-                        out.append((rec.ts, rank[tp.topic], tp.partition, m.offset, rec))
+                    for rec in _usable(m.value or b"", f"{tp.topic}[{tp.partition}]@{m.offset}", on_reject):
+                        if in_range(rec.ts, since, until):
+                            out.append((rec.ts, rank[tp.topic], tp.partition, m.offset, rec))
                 if await consumer.position(tp) >= ends[tp]:
                     todo.discard(tp)
                     consumer.pause(tp)

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any
 
-from gpuwarden.contract import EventKind, GpuEvent, Topics
+from gpuwarden.contract import EventKind, GpuEvent, Topics, batch_task_metrics
 from gpuwarden.kafka import client_kwargs
 from gpuwarden.producers.config import AgentSettings
 from gpuwarden.spool import Spool
@@ -60,7 +60,8 @@ class Sink:
 
     def put(self, records: list[Any]) -> None:
         if self.file is not None:
-            self.file.writelines(data.decode() + "\n" for _, data in within_limit(records, self.max_record_bytes))
+            self.file.writelines(data.decode() + "\n"
+                                 for _, data in within_limit(batch_task_metrics(records), self.max_record_bytes))
         else:
             self.publisher.submit(records)
 

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from gpuwarden.contract import DEFAULT_MAX_RECORD_BYTES, Topics, encode, record_key
+from gpuwarden.contract import DEFAULT_MAX_RECORD_BYTES, Topics, batch_task_metrics, encode, record_key
 from gpuwarden.kafka import start_client
 from gpuwarden.spool import Spool
 
@@ -56,8 +56,9 @@ class Publisher:
         self.rejected = 0  # records over max_record_bytes, never spooled or sent
 
     def submit(self, records: Iterable[Any]) -> None:
-        """Append records to the spool (the only durable step on the tick path)."""
-        records = list(records)
+        """Append a tick's records to the spool (the only durable step on the tick path), a
+        node's task metrics as one ``task_metrics/1`` batch."""
+        records = list(batch_task_metrics(records))
         rows = [(self.topics.for_record(r), record_key(r), r.ts, data)
                 for r, data in within_limit(records, self.max_record_bytes)]
         self.rejected += len(records) - len(rows)

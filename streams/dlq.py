@@ -21,9 +21,11 @@ from gpuwarden.contract import (
     DEFAULT_MAX_PAST_SKEW_S,
     DEFAULT_MAX_RECORD_BYTES,
     ContractError,
+    Salvaged,
     Topics,
     decode,
     record_key,
+    salvage_task_metrics,
 )
 from gpuwarden.deadletter import letter
 
@@ -95,9 +97,11 @@ def reason_label(why: str) -> str:
 
 
 def to_dlq(msg: Consumed, error: str, *, dlq_topic: str | None = None,
-           max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Outbound:
-    """The dead letter for ``msg``, bound for ``<topic>.dlq`` (see :func:`gpuwarden.deadletter.letter`)."""
-    key, value = letter(msg.topic, msg.partition, msg.offset, msg.key, msg.value or b"", error, max_bytes)
+           max_bytes: int = DEFAULT_MAX_RECORD_BYTES, value: bytes | None = None) -> Outbound:
+    """The dead letter for ``msg`` (or for ``value``, a part of it: one bad item of a batch),
+    bound for ``<topic>.dlq`` (see :func:`gpuwarden.deadletter.letter`)."""
+    held = (msg.value or b"") if value is None else value
+    key, value = letter(msg.topic, msg.partition, msg.offset, msg.key, held, error, max_bytes)
     return Outbound(dlq_topic or Topics.dlq(msg.topic), key, value)
 
 
@@ -125,3 +129,16 @@ def decode_inbound(
             got = "null" if msg.key is None else repr(msg.key[:64].decode(errors="replace"))
             raise ContractError(f"key: record key {got} does not match {want.decode()!r}", ["key"])
     return record
+
+
+def salvage_inbound(msg: Consumed, limits: Limits, now: float) -> Salvaged | None:
+    """A ``task.metrics`` batch :func:`decode_inbound` rejected, its items checked one by one
+    (:func:`gpuwarden.contract.salvage_task_metrics`): None when the record as a whole is at
+    fault (a tombstone, over the size limit, on another node's key, a bad envelope)."""
+    if msg.value is None or len(msg.value) > limits.max_bytes:
+        return None
+    got = salvage_task_metrics(msg.value, now=now, max_future_skew_s=limits.max_future_skew_s,
+                               max_past_skew_s=limits.max_past_skew_s)
+    if got is None or msg.key != record_key(got.batch).encode():
+        return None
+    return got

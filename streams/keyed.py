@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 import cramjam  # aiokafka's codec library (zstd), a dependency through aiokafka[zstd]
 
-from gpuwarden.contract import ContractError, unknown_fields
+from gpuwarden.contract import ContractError, Salvaged, unknown_fields
 from gpuwarden.streams.dlq import Consumed, Limits, Outbound, decode_inbound, reason_label, to_dlq
 
 log = logging.getLogger("gpuwarden.streams")
@@ -72,13 +72,24 @@ def unpack(data: bytes) -> tuple[dict[str, int], bytes]:
 Settle = Callable[[], tuple[Iterable[str], Iterable[Outbound]]]
 
 
+#: After a batch record failed to decode: its good items and, per bad one, (a record holding
+#: it alone, why), or None when the whole record is at fault (``dlq.salvage_inbound``).
+Salvage = Callable[[Consumed, Limits, float], "Salvaged | None"]
+
+
 @dataclass(frozen=True)
 class Source:
-    """How to read one input topic: the contract model and the key the state is kept under."""
+    """How to read one input topic: the contract model and the key the state is kept under.
+
+    A topic of batches (``task.metrics``) gives ``unpack``, the records the stage applies one
+    by one (each with the batch's offset), and ``salvage``, so that one bad item is a dead
+    letter of its own while the others are applied."""
 
     model: Any
     key_of: Callable[[Any], str]
     dlq_topic: str
+    unpack: Callable[[Any], list[Any]] | None = None
+    salvage: Salvage | None = None
 
 
 @dataclass
@@ -157,13 +168,9 @@ class KeyedRunner:
             try:
                 record = decode_inbound(msg, src.model, self.limits, key_of=src.key_of, now=now)
             except Exception as e:  # a ContractError; anything else from a parser must not stop us either
-                if msg.offset <= self._lettered.get(tp, -1):  # read again (a rebalance): sent already
-                    res.skipped += 1
+                record = self._rescue(msg, e, src, tp, now, res)
+                if record is None:
                     continue
-                self._letter(msg, str(e) if isinstance(e, ContractError) else f"decode: {type(e).__name__}: {e}",
-                             src, res)
-                self._lettered[tp] = msg.offset
-                continue
             key = src.key_of(record)
             if key not in self._synced:
                 self._sync(key, stored(key))
@@ -175,10 +182,13 @@ class KeyedRunner:
             extra = unknown_fields(record)
             if extra:
                 self._unknown(msg.topic, extra)
-            try:
-                res.out.extend(self.emit(record, msg))
-            except Exception as e:  # one record must not stop the worker
-                self._letter(msg, f"engine: {type(e).__name__}: {e}", src, res)
+            items = (record,) if src.unpack is None else src.unpack(record)
+            for i, item in enumerate(items):
+                try:
+                    res.out.extend(self.emit(item, msg))
+                except Exception as e:  # one record must not stop the worker
+                    which = "" if src.unpack is None else f" (item {i} of the batch)"
+                    self._letter(msg, f"engine: {type(e).__name__}: {e}{which}", src, res)
             offsets[tp] = msg.offset
             self._dirty.add(key)
             res.applied += 1
@@ -193,8 +203,29 @@ class KeyedRunner:
             self._dirty.clear()
         return res
 
-    def _letter(self, msg: Consumed, why: str, src: Source, res: BatchResult) -> None:
-        res.out.append(to_dlq(msg, why, dlq_topic=src.dlq_topic, max_bytes=self.limits.max_bytes))
+    def _rescue(self, msg: Consumed, error: Exception, src: Source, tp: str, now: float,
+                res: BatchResult) -> Any:
+        """A record that did not decode becomes a dead letter, or, for a batch with some bad
+        items, each bad item does; returns the batch of the good ones (None: nothing to apply).
+        A record read again (a rebalance) up to the last one lettered is not lettered twice."""
+        salvaged = None if src.salvage is None else src.salvage(msg, self.limits, now)
+        again = msg.offset <= self._lettered.get(tp, -1)
+        if salvaged is None:
+            if again:
+                res.skipped += 1
+            else:
+                self._letter(msg, str(error) if isinstance(error, ContractError)
+                             else f"decode: {type(error).__name__}: {error}", src, res)
+                self._lettered[tp] = msg.offset
+            return None
+        if not again:
+            for value, why in salvaged.bad:
+                self._letter(msg, why, src, res, value)
+            self._lettered[tp] = msg.offset
+        return salvaged.batch
+
+    def _letter(self, msg: Consumed, why: str, src: Source, res: BatchResult, value: bytes | None = None) -> None:
+        res.out.append(to_dlq(msg, why, dlq_topic=src.dlq_topic, max_bytes=self.limits.max_bytes, value=value))
         res.dead += 1
         self.dead += 1
         by = (msg.topic, reason_label(why))  # metrics hook (streams/telemetry.py)

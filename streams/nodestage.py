@@ -34,8 +34,8 @@ from __future__ import annotations
 import math
 from collections.abc import Set as AbstractSet
 
-from gpuwarden.contract import DEFAULT_MAX_PAST_SKEW_S, GpuEvent, JobAllocation, NodeSnapshot, TaskMetric, \
-    decode, encode, simulated_labels
+from gpuwarden.contract import DEFAULT_MAX_PAST_SKEW_S, GpuEvent, JobAllocation, NodeSnapshot, RecordUnion, \
+    TaskMetric, decode, encode, simulated_labels
 from gpuwarden.streams import allocations, statecodec
 from gpuwarden.streams.allocations import Allocation
 from gpuwarden.streams.alerts import AlertSlot
@@ -60,6 +60,8 @@ from gpuwarden.streams.summaries import CHECKPOINT_BUCKET, fold, summarise
 Record = NodeSnapshot | GpuEvent | TaskMetric | JobAllocation
 Held = Snap | GpuEvent | TaskMetric | JobAllocation
 #: A record's source: its release rank among records with the same ts, and its input.
+#: The records a reorder buffer holds as themselves in a state envelope (snapshots go as ``Snap``).
+HELD_RECORDS = RecordUnion(GpuEvent, TaskMetric, JobAllocation)
 SOURCE_OF: dict[type, int] = {NodeSnapshot: SNAPSHOT, Snap: SNAPSHOT, GpuEvent: EVENT, TaskMetric: METRIC,
                               JobAllocation: ALLOC}
 _MEM, _UTIL = GPU_INDEX.mem_used_gib, GPU_INDEX.util_gpu
@@ -156,7 +158,7 @@ class NodeStage:
         held = []
         for line in lines:
             arrival, _, saved = line.partition(b" ")
-            rec = statecodec.loads_value(saved[1:]) if saved[:1] == b"S" else decode(saved[1:])
+            rec = statecodec.loads_value(saved[1:]) if saved[:1] == b"S" else decode(saved[1:], HELD_RECORDS)
             held.append((rec.ts, (_key(rec, SOURCE_OF[type(rec)]), int(arrival)), rec))
         st.buffer = ReorderBuffer(held)
         st.win.keep = self.keep_node

@@ -1,7 +1,7 @@
 """The faust topology: two keyed stages over Kafka, state in changelog tables.
 
-Stage 1 (key node) reads ``gpu.samples``, ``gpu.events`` and ``task.metrics``
-(all keyed by node, so co-partitioned), runs :class:`gpuwarden.streams.engine.NodeStage`,
+Stage 1 (key node) reads ``gpu.samples``, ``gpu.events`` and ``task.metrics`` (one batch of a
+node's task metrics per tick, applied item by item; all keyed by node, so co-partitioned), runs :class:`gpuwarden.streams.engine.NodeStage`,
 and produces transitions to ``alerts`` (key fingerprint) and task summaries to
 ``task.summaries`` (key task class: the repartition for stage 2), each batch's summaries
 followed by progress reports to every partition (:mod:`gpuwarden.streams.progress`). Stage 2
@@ -53,7 +53,7 @@ from gpuwarden.contract import (
     JobAllocation,
     NodeSnapshot,
     StageProgress,
-    TaskMetric,
+    TaskMetrics,
     TaskSummary,
     Topics,
     encode,
@@ -62,7 +62,7 @@ from gpuwarden.deadletter import UnsentLog
 from gpuwarden.kafka import KafkaConnectError, broker_credentials, kafka_kwargs, start_client
 from gpuwarden.streams.backlog import Backlog
 from gpuwarden.streams.config import StreamsSettings
-from gpuwarden.streams.dlq import Consumed, Limits, Outbound
+from gpuwarden.streams.dlq import Consumed, Limits, Outbound, salvage_inbound
 from gpuwarden.streams.engine import StageOutput
 from gpuwarden.streams.inferencestage import InferenceStage
 from gpuwarden.streams.inferencewire import SERVICE_TABLE, ServiceGates, SliProgress, inference_runner
@@ -264,7 +264,8 @@ class Topology:
         self.node_runner = KeyedRunner(node_stage, {
             topics.samples: Source(NodeSnapshot, _node_of, Topics.dlq(topics.samples)),
             topics.events: Source(GpuEvent, _node_of, Topics.dlq(topics.events)),
-            topics.metrics: Source(TaskMetric, _node_of, Topics.dlq(topics.metrics)),
+            topics.metrics: Source(TaskMetrics, _node_of, Topics.dlq(topics.metrics),  # batches (one per tick)
+                                   unpack=TaskMetrics.unpack, salvage=salvage_inbound),
             topics.allocations: Source(JobAllocation, _node_of, Topics.dlq(topics.allocations)),  # scheduler stage (#19)
         }, self._emit_node, self.limits, float(settings.engine.checkpoint_interval))
         self.class_runner = KeyedRunner(class_stage, {

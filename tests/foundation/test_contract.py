@@ -31,7 +31,12 @@ from gpuwarden.contract import (
     Severity,
     Silence,
     TaskMetric,
+    TaskMetricItem,
     TaskMetricKind,
+    TaskMetrics,
+    batch_task_metrics,
+    salvage_task_metrics,
+    unbatch,
     TaskSummary,
     Tier,
     Topics,
@@ -68,8 +73,11 @@ ALL_RECORDS = [
              gpu_index=0, gpu_uuid="GPU-aaa", code=79, message="NVRM: Xid (PCI:0000:3b:00): 79",
              catalogue=CatalogueEntry(code=79, meaning="GPU has fallen off the bus",
                                       action="RESTART_BM", severity=Severity.FATAL)),
-    TaskMetric(node="node-00", ts=NOW, task="llama-pretrain", task_id="slurm-12345",
-               kind=TaskMetricKind.STEP, step=100, step_time_s=1.2, data_wait_s=0.1, comm_s=0.2),
+    TaskMetrics(node="node-00", metrics=[
+        TaskMetricItem(ts=NOW, task="llama-pretrain", task_id="slurm-12345", kind=TaskMetricKind.STEP, step=100,
+                       step_time_s=1.2, data_wait_s=0.1, comm_s=0.2),
+        TaskMetricItem(ts=NOW - 0.5, task="llama-pretrain", task_id="slurm-12345", kind=TaskMetricKind.THROUGHPUT,
+                       throughput=5e4, throughput_unit="tokens/s")]),
     TaskSummary(ts=NOW, task="llama-pretrain", task_id="slurm-12345", node="node-00",
                 window_s=60, samples=60, gpus=8, stats={"util_gpu_mean": 93.5}),
     AlertTransition(ts=NOW, fingerprint="fp1", rule="memory_leak", tier=Tier.ATTENTION,
@@ -308,3 +316,64 @@ def test_snapshot_tables_left_sparse_decode_like_full_ones():
     assert snap.gpus.util_gpu == [None, None] and snap.gpus.clock_event_names == [[], []]
     assert snap.gpus.clock_event_names[0] is not snap.gpus.clock_event_names[1]  # one list per row
     assert len(snap.processes) == 0 and snap.processes.command == []
+
+
+def _metric(node: str, ts: float, task_id: str = "slurm-1", **kw) -> TaskMetric:
+    return TaskMetric(node=node, ts=ts, task="llama-pretrain", task_id=task_id, kind=kw.pop("kind", "step"), **kw)
+
+
+def test_task_metrics_travel_one_batch_per_node_and_tick_and_unpack_to_the_same_records():
+    snap_a, snap_b = snapshot(), snapshot().model_copy(update={"node": "node-01"})
+    tick = [snap_a, snap_b, _metric("node-00", NOW + 0.25, step=1), _metric("node-01", NOW + 0.25),
+            _metric("node-00", NOW + 0.5, "slurm-2", kind="throughput", throughput=9.0)]
+    later = [snap_a.model_copy(update={"ts": NOW + 1, "seq": 8}), _metric("node-00", NOW + 1.25, step=2)]
+    wire = list(batch_task_metrics(tick + later))
+    assert [type(r).__name__ for r in wire] == ["NodeSnapshot", "NodeSnapshot", "TaskMetrics", "NodeSnapshot",
+                                                 "TaskMetrics", "TaskMetrics"]  # node-00's before its next record
+    first = wire[2]
+    assert (first.node, first.ts, [m.task_id for m in first.metrics]) == ("node-00", NOW + 0.25, ["slurm-1", "slurm-2"])
+    data = json.loads(encode(first))
+    assert data["schema"] == "task_metrics/1" and "node" not in data["metrics"][0] and "ts" not in data
+    back = list(unbatch(decode(encode(r)) for r in wire))
+    for node in ("node-00", "node-01"):  # each node's own order, record for record
+        assert [encode(r) for r in back if r.node == node] == [encode(r) for r in tick + later if r.node == node]
+    assert back[2] == tick[2] and back[2].simulated is False
+    sim = [_metric("n", NOW + i, simulated=True) for i in range(1200)]  # a node with no other records
+    batches = list(batch_task_metrics(sim))
+    assert [len(b.metrics) for b in batches] == [512, 512, 176] and all(b.simulated for b in batches)
+    assert list(unbatch(batches)) == sim
+
+
+def test_a_single_task_metric_is_no_wire_record():
+    with pytest.raises(ContractError, match="'task_metric/1' is not a record this reader takes"):
+        decode(encode(_metric("node-00", NOW)))
+    with pytest.raises(ContractError, match="metrics: List should have at least 1 item"):
+        decode(b'{"schema":"task_metrics/1","node":"node-00","metrics":[]}')
+
+
+def test_a_batch_with_bad_items_keeps_the_good_ones_and_each_bad_one_alone():
+    batch = TaskMetrics.of([_metric("node-00", NOW + i, f"slurm-{i}") for i in range(4)])
+    doc = json.loads(encode(batch))
+    doc["metrics"][1]["step_time_s"] = -1.0
+    doc["metrics"][3]["ts"] = NOW + 10_000  # in the future
+    data = json.dumps(doc).encode()
+    with pytest.raises(ContractError, match=r"metrics\[1\]\.step_time_s: .*; metrics\[3\]\.ts: "):
+        decode(data, TaskMetrics, now=NOW)
+    got = salvage_task_metrics(data, now=NOW)
+    assert [m.task_id for m in got.batch.metrics] == ["slurm-0", "slurm-2"] and got.batch.node == "node-00"
+    (one, why1), (three, why3) = got.bad
+    assert why1.startswith("metrics[1].step_time_s: ") and why3.startswith("metrics[3].ts: ") and "future" in why3
+    alone = json.loads(one)  # a letter holds the item as sent, in a batch of its own
+    assert {**alone, "metrics": None} == {**doc, "metrics": None} and alone["metrics"] == [doc["metrics"][1]]
+    for envelope in ({**doc, "node": None}, {**doc, "metrics": "x"}, {**doc, "schema": "task_metrics/2"},
+                     {**doc, "metrics": [doc["metrics"][1]]}):  # the batch at fault, or no good item: whole
+        assert salvage_task_metrics(json.dumps(envelope), now=NOW) is None
+    assert salvage_task_metrics(b"not json") is None
+
+
+def test_unknown_fields_of_batch_items_are_counted_once_each():
+    doc = json.loads(encode(TaskMetrics.of([_metric("node-00", NOW), _metric("node-00", NOW + 1)])))
+    for m in doc["metrics"]:
+        m["mfu"] = 0.4
+    doc["metrics"][0]["tflops"] = 1.0
+    assert unknown_fields(decode(json.dumps(doc))) == ["metrics[].mfu", "metrics[].tflops"]

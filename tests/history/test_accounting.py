@@ -36,7 +36,7 @@ import pytest
 
 from gpuwarden.app.usage import digest_notification
 from gpuwarden.history.accounting import compute_usage, to_csv, to_json
-from gpuwarden.contract import TaskMetricKind, Topics, encode
+from gpuwarden.contract import TaskMetricKind, Topics, batch_task_metrics, encode
 from gpuwarden.spool import Spool
 from tests.fakes.http import FakeSlack
 from tests.history.builders import config, gpu, gw, metric, proc, snap
@@ -132,7 +132,7 @@ def test_cli_report_from_the_spool(tmp_path):
     db = tmp_path / "spool.db"
     topics = Topics()
     with Spool(db) as spool:
-        spool.append_many((topics.for_record(r), None, r.ts, encode(r)) for r in scenario())
+        spool.append_many((topics.for_record(r), None, r.ts, encode(r)) for r in batch_task_metrics(scenario()))
     cfg = config(tmp_path, spool=db, extra="accounting:\n  price_per_gpu_hour: 2.0\n")
     base = ["report", "--config", cfg, "usage", "--since", str(SINCE), "--until", str(UNTIL)]
     out = gw(*base, "--format", "json")
@@ -149,7 +149,7 @@ def test_weekly_digest_posts_the_table_to_the_chat_receiver(tmp_path):
     """`report usage --post` → Delivery → a real HTTP server standing in for a Slack webhook."""
     db = tmp_path / "spool.db"
     with Spool(db) as spool:
-        spool.append_many((Topics().for_record(r), None, r.ts, encode(r)) for r in scenario())
+        spool.append_many((Topics().for_record(r), None, r.ts, encode(r)) for r in batch_task_metrics(scenario()))
     with FakeSlack() as slack:
         extra = ("notify:\n  receivers:\n    - name: team-chat\n      slack:\n        url: {env: USAGE_SLACK_URL}\n"
                  "accounting:\n  digest_receiver: team-chat\n  price_per_gpu_hour: 2.0\n  currency: EUR\n")

@@ -12,8 +12,8 @@ import tarfile
 import pytest
 
 from gpuwarden.contract import (
-    AlertState, AlertTransition, EventKind, GpuEvent, Silence, Matcher, Tier, Topics, decode, encode,
-    dead_letter, record_key,
+    AlertState, AlertTransition, EventKind, GpuEvent, Silence, Matcher, Tier, Topics, batch_task_metrics, decode,
+    encode, dead_letter, record_key,
 )
 from gpuwarden.history.portable import HistoryError, HistoryFile, export_history, import_to_kafka, import_to_spool
 from gpuwarden.spool import Spool
@@ -28,7 +28,8 @@ ENGINE_STATE = {"class:llm": b'{"util_gpu":{"median":71.5}}', "node:n1": b"\x00\
 
 
 def contract_records() -> list:
-    return [
+    """As they are on the wire (the spool holds them so): the task metrics in batches."""
+    return list(batch_task_metrics([
         *scenario(),
         GpuEvent(node="n1", ts=T0 + 100, seq=1, boot_id="b", kind=EventKind.XID, source="kmsg",
                  gpu_index=1, code=79, message="GPU has fallen off the bus"),
@@ -37,7 +38,7 @@ def contract_records() -> list:
                         summary="XID 79"),
         Silence(id="s1", matchers=[Matcher(label="node", value="n2")], starts_at=T0, ends_at=T0 + 60,
                 created_by="ops"),
-    ]
+    ]))
 
 
 def fill(spool: Spool, prefix: str = "") -> None:
@@ -49,7 +50,7 @@ def fill(spool: Spool, prefix: str = "") -> None:
     spool.append(Topics.dlq(topics.samples), encode(dl), ts=T0)
     spool.append("notify.outbox", b"opaque", ts=T0)
     spool.kv_put_many("engine", ENGINE_STATE.items())
-    spool.kv_put("control", "silence:s1", encode(recs[-1]))
+    spool.kv_put("control", "silence:s1", encode(next(r for r in recs if isinstance(r, Silence))))
 
 
 def rows(spool: Spool) -> list[tuple]:
@@ -77,7 +78,7 @@ def test_round_trip_through_the_cli(tmp_path):
         m = hf.manifest
         assert m["records"] == len(contract_records())
         assert m["counts"] == {"alerts": 1, "control": 1, "gpu.events": 1, "gpu.samples": 12,
-                               "task.metrics": 3}
+                               "task.metrics": 2}  # n1's two metrics in one batch, n2's one
         assert m["nodes"] == ["n1", "n2"] and m["site"] == "lab-a"
         assert m["first_ts"] == T0 - 600 and m["last_ts"] == T0 + 3600
         assert m["schemas"]["node_snapshot/2"] == 12
@@ -158,7 +159,8 @@ def test_baselines_survive_the_move(recorded, tmp_path):
     old.process_many(records[:half])
     with Spool(tmp_path / "a.db") as s:
         topics = Topics()
-        s.append_many((topics.for_record(r), record_key(r), r.ts, encode(r)) for r in records[:half])
+        wire = list(batch_task_metrics(records[:half]))
+        s.append_many((topics.for_record(r), record_key(r), r.ts, encode(r)) for r in wire)
         s.kv_put("engine", "state", old.dump_all())
         export_history(s, tmp_path / "h.tar")
     with HistoryFile(tmp_path / "h.tar") as hf, Spool(tmp_path / "b.db") as dst:
@@ -166,7 +168,7 @@ def test_baselines_survive_the_move(recorded, tmp_path):
         import_to_spool(hf, dst)
         moved = Engine(config=cfg)
         moved.load_all(dst.kv_get("engine", "state"))
-        assert len(list(dst.read())) == half
+        assert len(list(dst.read())) == len(wire)
     classes = old.classes.classes()
     bands = {c: old.classes.baseline(c) for c in classes}
     assert any(b is not None for per in bands.values() for b in per.values()), "some class has a baseline"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwarden.contract import CounterDelta, GaugeValue, InferenceMetrics, Topics, encode, record_key
+from gpuwarden.contract import CounterDelta, GaugeValue, InferenceMetrics, Topics, batch_task_metrics, encode, record_key
 from gpuwarden.history.accounting import compute_usage, digest_record, spool_records, to_json, to_table
 from gpuwarden.spool import Spool
 
@@ -37,7 +37,7 @@ def test_tokens_per_second_and_cost_per_million_output_tokens(tmp_path) -> None:
     recs = _records()
     spool = Spool(tmp_path / "s.db")
     topics = Topics("")
-    rows = [(topics.for_record(r), record_key(r), r.ts, encode(r)) for r in recs + recs[:5]]  # 5 sent twice
+    rows = [(topics.for_record(r), record_key(r), r.ts, encode(r)) for r in batch_task_metrics(recs + recs[:5])]  # 5 sent twice
     spool.append_many(rows)
     u = compute_usage(spool_records(spool, T0, T0 + 7200), since=T0, until=T0 + 7200, price_per_gpu_hour=2.0)
     spool.close()

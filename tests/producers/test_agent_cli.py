@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from gpuwarden.contract import decode
+from gpuwarden.contract import decode, unbatch
 from tests.producers.test_simulator import T0, check_mixed
 
 
@@ -19,7 +19,7 @@ def test_simulated_mixed_to_jsonl_covers_every_scenario(tmp_path):
     proc = run_agent("--simulate", "mixed", "--nodes", "2", "--gpus", "8", "--duration", "10m",
                      "--start", str(T0), "--output", str(out))
     assert proc.returncode == 0, proc.stderr
-    records = [decode(line) for line in out.read_text().splitlines()]
+    records = list(unbatch(decode(line) for line in out.read_text().splitlines()))
     assert min(r.ts for r in records) == T0 and max(r.ts for r in records) < T0 + 600
     check_mixed(records)
 

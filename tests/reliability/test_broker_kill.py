@@ -23,7 +23,7 @@ from collections import Counter
 
 import pytest
 
-from gpuwarden.contract import Topics, decode, encode
+from gpuwarden.contract import Topics, batch_task_metrics, decode, encode, unbatch
 from gpuwarden.spool import Spool
 from gpuwarden.producers.publisher import Publisher
 from gpuwarden.producers.simulator import Simulator
@@ -51,7 +51,7 @@ async def test_broker_killed_under_load_loses_nothing(own_broker: OwnBroker, tmp
     reference_trs = [t for ts in per_step for t in ts] + reference.flush()
     expected = ids(reference_trs)
     assert len(expected) >= 5
-    records = [r for s in steps for r in s]
+    records = [r for s in steps for r in batch_task_metrics(s)]  # as the publisher sends each tick
 
     with Spool(tmp_path / "agent.db") as agent_spool, Spool(tmp_path / "alerts.db") as alert_spool:
         agent = Publisher(agent_spool, bootstrap, topics, send_timeout_s=3.0)
@@ -92,7 +92,7 @@ async def test_broker_killed_under_load_loses_nothing(own_broker: OwnBroker, tmp
                    for d in (json.loads(r.value) for r in alert_values)}
     assert seen_alerts == set(expected), "every alert transition arrived"
     downstream = Engine()
-    replayed = ids(downstream.process_many(sorted(unique.values(), key=lambda r: r.ts)) + downstream.flush())
+    replayed = ids(downstream.process_many(sorted(unbatch(unique.values()), key=lambda r: r.ts)) + downstream.flush())
     assert sorted(replayed) == sorted(expected), "the records read back give the same alerts"
     dup_records = len(back) - len(unique)
     reference_notes, _, _, _ = await notify(sorted(reference_trs, key=lambda t: t.ts), tmp_path / "ref", monkeypatch)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpuwarden.contract import AlertTransition, NodeSnapshot, TaskMetric, decode
+from gpuwarden.contract import AlertTransition, NodeSnapshot, TaskMetric, decode, unbatch
 from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.engine import Engine
 from gpuwarden.streams.rules import DEFAULT_RULES, compile_rules, load_rule_file
@@ -32,7 +32,7 @@ REAL_RECORDINGS: dict[str, tuple[Path, float, set[str]]] = {
 
 
 def records(path: Path) -> list[Any]:
-    return [decode(line) for line in path.read_bytes().splitlines() if line.strip()]
+    return list(unbatch(decode(line) for line in path.read_bytes().splitlines() if line.strip()))
 
 
 def dilate(recs: list[Any], k: float) -> list[Any]:

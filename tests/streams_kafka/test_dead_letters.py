@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from gpuwarden.contract import ContractError, NodeSnapshot, Topics, decode, encode
+from gpuwarden.contract import ContractError, NodeSnapshot, TaskMetric, TaskMetrics, Topics, decode, encode
 from gpuwarden.streams.topology import app_id
 from tests.kafka_support import consume_all, create_topic, produce
 from tests.streams_kafka.records import settings_for, snapshot
@@ -91,10 +91,21 @@ def expected_error(raw: bytes) -> ContractError:
     raise AssertionError(f"generator made a valid record: {raw[:200]!r}")
 
 
+def _task_metric_batches(node: str, ts: float) -> tuple[bytes, bytes]:
+    """A batch of three task metrics whose second is bad (a negative step time), and a broken one."""
+    doc = json.loads(encode(TaskMetrics.of([TaskMetric(node=node, ts=ts + i, task="c", task_id=f"t{i}", kind="step",
+                                                       step=i, step_time_s=1.0) for i in range(3)])))
+    doc["metrics"][1]["step_time_s"] = -1.0
+    hurt = json.dumps(doc).encode()
+    return hurt, hurt[:-7]
+
+
 async def test_fuzzed_samples_land_in_dlq_and_workers_keep_going(kafka_bootstrap: str, tmp_path: Path) -> None:
     bad = fuzzed(N_BAD)
     want = [expected_error(raw) for raw in bad]
-    settings = settings_for(kafka_bootstrap, partitions=2)
+    # A checkpoint every batch: a key's state is on the changelog once a batch applied it (else
+    # only the first applied record's is, the rest at the next batch after the interval).
+    settings = settings_for(kafka_bootstrap, partitions=2, checkpoint_interval=0)
     settings.limits.max_record_bytes = MAX_BYTES
     topics = Topics(settings.kafka.topic_prefix)
     for t in (topics.samples, topics.events, topics.metrics):
@@ -102,17 +113,26 @@ async def test_fuzzed_samples_land_in_dlq_and_workers_keep_going(kafka_bootstrap
     config = write_config(tmp_path / "gpuwarden.yaml", settings)
     changelog = f"{app_id(settings)}-node-state-changelog"
     after = snapshot("after-fuzz", 1, time.time() - 30)
+    hurt, broken = _task_metric_batches("metrics-node", time.time() - 60)
 
     with workers(config, tmp_path, "w1", "w2") as (w1, w2):
         await produce(kafka_bootstrap, topics.samples, [(NODE.encode(), raw) for raw in bad])
+        await produce(kafka_bootstrap, topics.metrics, [(b"metrics-node", hurt), (b"metrics-node", broken)])
         dlq = await consume_all(kafka_bootstrap, Topics.dlq(topics.samples), expected=N_BAD, timeout=90)
+        metric_letters = await consume_all(kafka_bootstrap, Topics.dlq(topics.metrics), expected=2, timeout=60)
         await produce(kafka_bootstrap, topics.samples, [(b"after-fuzz", encode(after))])
 
         async def processed() -> bool:
-            return any(r.key == b"after-fuzz" for r in await read_to_end(kafka_bootstrap, changelog, 2))
+            keys = {r.key for r in await read_to_end(kafka_bootstrap, changelog, 2)}
+            return {b"after-fuzz", b"metrics-node"} <= keys  # the batch's good items were applied
 
-        await wait_for(processed, 60, "the valid record after the fuzzed ones")
+        await wait_for(processed, 60, "the valid record after the fuzzed ones, the batch's good items")
         assert w1.alive() and w2.alive(), w1.tail() + "\n----\n" + w2.tail()
+
+    item, whole = sorted((json.loads(r.value) for r in metric_letters), key=lambda d: d["offset"])
+    assert item["error"].startswith("metrics[1].step_time_s: ") and whole["error"].startswith("<record>: Invalid JSON")
+    assert json.loads(base64.b64decode(item["value_b64"]))["metrics"] == [json.loads(hurt)["metrics"][1]]
+    assert base64.b64decode(whole["value_b64"]) == broken
 
     letters = {(r.partition, json.loads(r.value)["offset"]): json.loads(r.value) for r in dlq}
     assert len(letters) == N_BAD == len(dlq)  # each bad record exactly once

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from gpuwarden.contract import GpuEvent, NodeSnapshot, decode, encode
-from gpuwarden.streams.dlq import Inbound, Limits, Outbound
+from gpuwarden.contract import GpuEvent, NodeSnapshot, TaskMetric, TaskMetrics, decode, encode
+from gpuwarden.streams.dlq import Inbound, Limits, Outbound, salvage_inbound
 from gpuwarden.streams.keyed import KeyedRunner, Source, pack, unpack
 from tests.streams_kafka.records import T0, snapshot, xid
 from tests.streams_kafka.standin import StandinNodeStage
@@ -110,6 +110,45 @@ def test_bad_records_become_dead_letters_and_the_batch_goes_on() -> None:
     assert dead[3].error.startswith("ts: ") and "in the future" in dead[3].error
     assert base64.b64decode(dead[0].key_b64) == b"a"
     assert res.dead == 4 and res.applied == 2  # the engine failure still moves the offset on
+
+
+def test_a_task_metrics_batch_applies_its_items_and_dead_letters_only_what_is_bad() -> None:
+    """One bad item: a letter of its own (a one-item batch as sent, the reason naming it), the
+    other items applied; a bad envelope or a wrong key: the whole record, as any record."""
+    topic, applied, stage = "p.task.metrics", [], StandinNodeStage()
+
+    def emit(record: TaskMetric, m: Inbound) -> list[Outbound]:
+        applied.append((m.offset, record.node, record.task_id))
+        stage.process(record)
+        return []
+
+    def runner_() -> KeyedRunner:
+        return KeyedRunner(stage, {topic: Source(TaskMetrics, lambda r: r.node, topic + ".dlq",
+                                                              unpack=TaskMetrics.unpack, salvage=salvage_inbound)},
+                           emit, Limits())
+
+    def batch(*ids: str) -> dict:
+        return json.loads(encode(TaskMetrics.of([TaskMetric(node="a", ts=T0 + i, task="c", task_id=t, kind="step")
+                                                 for i, t in enumerate(ids)])))
+
+    hurt = batch("t1", "t2", "t3")
+    hurt["metrics"][1]["step"] = -5
+    records = [Inbound(topic, 0, 0, b"a", json.dumps(batch("t0")).encode()),
+               Inbound(topic, 0, 1, b"a", json.dumps(hurt).encode()),
+               Inbound(topic, 0, 2, b"a", json.dumps({**batch("t4"), "node": ""}).encode()[:-3]),
+               Inbound(topic, 0, 3, b"b", json.dumps(batch("t5")).encode())]
+    r = runner_()
+    res = r.run(records, lambda k: None, now=T0)
+    assert applied == [(0, "a", "t0"), (1, "a", "t1"), (1, "a", "t3")]
+    dead = [decode(o.value) for o in res.out]
+    assert [(d.topic, d.offset) for d in dead] == [(topic, 1), (topic, 2), (topic, 3)] and res.dead == 3
+    assert dead[0].error.startswith("metrics[1].step: ")
+    assert json.loads(base64.b64decode(dead[0].value_b64))["metrics"] == [hurt["metrics"][1]]
+    assert "Invalid JSON" in dead[1].error and dead[2].error.startswith("key: ")
+    # Read again after a rebalance (the offsets commit with checkpoints): nothing lettered twice.
+    r.reassigned()
+    again = r.run(records, res.state.get, now=T0)
+    assert again.out == [] and again.skipped == 4 and len(applied) == 3
 
 
 def test_checkpoints_at_most_every_interval_cover_every_key_changed_since() -> None:
