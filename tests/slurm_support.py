@@ -79,9 +79,7 @@ class LocalSlurm:
                 raise TimeoutError("jobs still queued 30 s after scancel")
             time.sleep(0.3)
 
-    def wait_state(self, job: str, state: str, timeout: float = 120) -> None:
-        # A bound, not a measure: returns at the state. Under two pytest workers on 2 cores a job
-        # behind others (slurmctld's scheduling passes, slurmd's prolog) took over 30 s to run.
+    def wait_state(self, job: str, state: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.run("squeue", "-h", "-j", job, "-o", "%T").strip() == state:
