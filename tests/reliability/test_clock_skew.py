@@ -13,7 +13,7 @@ import base64
 import json
 import time
 
-from gpuwarden.contract import ContractError, DeadLetter, InferenceMetrics, decode, encode, record_key
+from gpuwarden.contract import ContractError, DeadLetter, InferenceMetrics, batch_task_metrics, decode, encode, record_key
 from gpuwarden.producers.simulator import Simulator
 from gpuwarden.streams.dlq import Inbound, Limits, decode_inbound, to_dlq
 from gpuwarden.streams.engine import Engine
@@ -31,11 +31,10 @@ def shifted(record, by: float):
 def test_node_ten_minutes_ahead_is_dead_lettered_with_the_reason(reliability_report):
     now = time.time()
     sim = Simulator("healthy", nodes=2, gpus=2, start_ts=now - 30, tick_s=10.0)
-    records = [r for _ in range(3) for r in sim.step()]
+    records = list(batch_task_metrics(shifted(r, AHEAD_S) if r.node == "sim-node-01" else r
+                                      for _ in range(3) for r in sim.step()))  # as the agent sends them
     accepted, letters = 0, []
     for offset, r in enumerate(records):
-        ahead = r.node == "sim-node-01"
-        r = shifted(r, AHEAD_S) if ahead else r
         msg = Inbound("gpu.samples", 0, offset, record_key(r).encode(), encode(r))
         try:
             decode_inbound(msg, type(r), Limits(), now=now)
