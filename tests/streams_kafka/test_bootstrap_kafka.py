@@ -102,9 +102,10 @@ async def test_bootstrapped_baselines_reach_the_stream_workers(kafka_bootstrap: 
             await produce_records(records, {"bootstrap_servers": kafka_bootstrap}, s.kafka.topic_prefix,
                                   event_time=True)
 
-        async def deviation(prefix: str) -> list[AlertTransition]:
+        async def deviation(prefix: str, task_class: str | None = "sd-finetune") -> list[AlertTransition]:
             return [t for t in await stage2_alerts(kafka_bootstrap, prefix)
-                    if t.rule == "util-below-baseline" and t.state.value == "firing"]
+                    if t.rule == "util-below-baseline" and t.state.value == "firing"
+                    and task_class in (None, t.labels["task_class"])]
 
         async def fired() -> bool:
             return bool(await deviation(boot.kafka.topic_prefix))
@@ -114,11 +115,9 @@ async def test_bootstrapped_baselines_reach_the_stream_workers(kafka_bootstrap: 
         except TimeoutError:
             print(wb.tail())
             raise
-        # The starved class's task (others may follow by the time they are read: see the session
-        # 10 note on vllm-serve's firing seen here once under load).
-        got = [t for t in await deviation(boot.kafka.topic_prefix) if t.labels["task_class"] == "sd-finetune"]
-        assert got, await deviation(boot.kafka.topic_prefix)
-        alert = min(got, key=lambda t: t.ts)
+        # The starved class's first firing (a later task of the class may fire too by the time
+        # they are read; vllm-serve was seen firing once here under load: session 10's note).
+        alert = min(await deviation(boot.kafka.topic_prefix), key=lambda t: t.ts)
 
         # The other fleet's worker applied every summary up to 10 min of event time past the
         # alert (its commits passed them: an input offset commits only once the state it changed
@@ -146,7 +145,7 @@ async def test_bootstrapped_baselines_reach_the_stream_workers(kafka_bootstrap: 
         except TimeoutError:
             print(wf.tail())
             raise
-        assert not await deviation(fresh.kafka.topic_prefix)
+        assert not await deviation(fresh.kafka.topic_prefix, None)  # every class still learning
         assert any(t.rule == "data-loader-starvation" for t in await stage2_alerts(kafka_bootstrap,
                                                                                   fresh.kafka.topic_prefix))
     print(f"bootstrap --to-kafka: {len(stored)} classes, {len(records)} records per fleet, "
