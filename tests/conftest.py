@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-pytest_plugins = ["tests.kafka_support", "tests.slurm_support", "tests.alertmanager_support"]
+pytest_plugins = ["tests.kafka_support", "tests.slurm_support", "tests.alertmanager_support",
+                  "tests.reliability_support"]
 
 
 @pytest.fixture

@@ -1,4 +1,6 @@
-"""Reliability suite: a ``reliability_report`` fixture and the summary it feeds.
+"""pytest plugin (tests/conftest.py): the reliability suite's ``reliability_report`` fixture and
+the summary it feeds. A plugin, not tests/reliability/conftest.py: under pytest-xdist the summary
+is written by the controller, which loads no conftest below tests/ (it collects nothing).
 
 Each test reports the fault it injected, the records it lost and the duplicate
 notifications it saw; the run ends with a "Reliability" section listing them and
