@@ -386,13 +386,15 @@ def spool_records(spool: Spool, since: float, until: float, topic_prefix: str = 
     reaching before the report's start); undecodable rows are skipped."""
     t = Topics(topic_prefix)
     if inference_since is not None and inference_since < since:
-        yield from _decoded(spool, t.inference, inference_since, since, t.metrics)
+        yield from _decoded(spool, t.inference, inference_since, since)
     for topic in (t.samples, t.metrics, t.inference):
-        yield from _decoded(spool, topic, since, until, t.metrics)
+        yield from _decoded(spool, topic, since, until, BATCH_SPAN_S if topic == t.metrics else 0.0)
 
 
-def _decoded(spool: Spool, topic: str, since: float, until: float, metrics: str) -> Iterable[Any]:
-    for row in spool.read(topic=topic, since=since - (BATCH_SPAN_S if topic == metrics else 0.0), until=until):
+def _decoded(spool: Spool, topic: str, since: float, until: float, batch_span_s: float = 0.0) -> Iterable[Any]:
+    """``topic``'s records in ``[since, until)``, batches unpacked; a batch is stored at its
+    earliest item's time, so its rows are read from ``batch_span_s`` earlier."""
+    for row in spool.read(topic=topic, since=since - batch_span_s, until=until):
         try:
             rec = decode(row.value)
         except ValueError:

@@ -193,9 +193,10 @@ def burn_verdicts(win: ServiceWindow, slo: ServiceSlo, now: float, nodes: Mappin
             v = Verdict(f"slo-{a.name.replace('_', '-')}", a.tier, p.holds, {"objective": key})
             if p.holds:
                 burns = {n: ev for n, w in sorted(nodes.items()) if (ev := w.events(key, now - a.long_s, now)).total}
-                ranked = sorted(burns, key=lambda n: (-burn_rate(burns[n], budget), n))
-                worst = burn_rate(burns[ranked[0]], budget) if ranked else 0.0
-                each = ", ".join(f"{n} {burn_rate(burns[n], budget):.3g}x ({burns[n].bad:,} of {burns[n].total:,} bad)"
+                rates = {n: burn_rate(ev, budget) for n, ev in burns.items()}
+                ranked = sorted(burns, key=lambda n: (-rates[n], n))
+                worst = rates[ranked[0]] if ranked else 0.0
+                each = ", ".join(f"{n} {rates[n]:.3g}x ({burns[n].bad:,} of {burns[n].total:,} bad)"
                                  for n in ranked[:NODES_SAID])
                 more = f" and {len(ranked) - NODES_SAID} more" if len(ranked) > NODES_SAID else ""
                 note = f"{len(ranked)} node(s) served it over the last {_window(a.long_s)}: {each}{more}"
