@@ -450,8 +450,9 @@ class Topology:
                 assigned = self.app.consumer.assignment()
             except ConsumerNotStarted:
                 return
-            if self.order.waiting():  # records set aside and nothing came since: ask again
-                await self._rewind(self.order.waiting() & assigned)
+            due = self.order.waiting(asyncio.get_running_loop().time())
+            if due:  # records set aside and nothing came since: ask again
+                await self._rewind(due & assigned)
             fence = self.app.rebalancing_count
             waiting = {p for p in self.nodes_at
                        if self.backlog.behind_at_end(p) and TP(self.topics.samples, p) in assigned}

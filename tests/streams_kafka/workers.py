@@ -72,6 +72,11 @@ def workers(config: Path, tmp: Path, *ids: str, tree: Path | None = None) -> Ite
     started = [Worker(config, i, tmp, tree) for i in ids]
     try:
         yield started
+    except BaseException:
+        # what the workers did goes into the failure report (pytest shows captured stdout)
+        for w in started:
+            print(f"--- worker {w.worker_id}: last 80 lines of {w.log} ---\n{w.tail(80)}")
+        raise
     finally:
         for w in started:
             w.stop()
