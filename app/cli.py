@@ -146,6 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rules file; give it twice to compare two rule sets (default: the config's, else the default pack)")
     p.add_argument("--json", action="store_true", help="print alert transitions as JSON lines")
     p.add_argument("--report", metavar="FILE.html", help="write a self-contained retro report (default: none)")
+    p.add_argument("--baselines", metavar="SPOOL",
+                   help="start from the task-class baselines saved in this spool (a spool directory or file: "
+                        "'gpuwarden baseline bootstrap', 'gpuwarden run', 'gpuwarden import' save them; "
+                        "default: none, the classes learn from the replayed records)")
     p.set_defaults(handler="gpuwarden.app.replay:cmd_replay")
 
     p = sub.add_parser("rules", help="rule files")

@@ -1,12 +1,15 @@
 """``gpuwarden replay``: recorded records through the same Engine as live (incident retros).
 
 A file recorded by ``gpuwarden run --record`` (or ``agent --output``) replays to
-byte-identical transitions, since the engine uses event time only.
+byte-identical transitions, since the engine uses event time only. With ``--baselines SPOOL``
+the task classes start from the state saved in that spool (``gpuwarden baseline bootstrap``, a
+``gpuwarden run``, ``gpuwarden import``) instead of learning from the replayed records alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -51,12 +54,14 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
 
     engine = Engine(packs[-1], settings.engine, settings.limits.max_past_skew)
     try:
+        classes = saved_classes(args.baselines) if getattr(args, "baselines", None) else {}
+        load_classes(engine, classes)
         since, until = time_range(args.since, args.until, time.time())
         with _source(args, settings, since, until, reject) as records:
             if args.report or len(packs) == 2:
                 records = list(records)
             if len(packs) == 2:
-                transitions = _compare(args, settings, records, paths, engine)
+                transitions = _compare(args, settings, records, paths, engine, classes)
             else:
                 transitions = _feed(engine, records, args.json)
     except ReplayError as e:
@@ -87,6 +92,36 @@ def _source(args: argparse.Namespace, settings: Settings, since: float | None, u
                              on_reject=reject)
     else:
         yield _from_kafka(settings, args.kafka, since, until, reject)
+
+
+def saved_classes(location: str | Path) -> dict[str, bytes]:
+    """The task classes' state saved in the spool at ``location`` (its ``engine`` state: a
+    bootstrap's, a live run's, else a simulation's), by class; ReplayError when there is none.
+    Only the classes: the nodes' state of a later run would make every replayed record late."""
+    from gpuwarden.app.standalone import LIVE_STATE, SIM_STATE, STATE_NS
+    from gpuwarden.spool import Spool
+
+    path = spool_path(location)
+    with Spool(path) as spool:
+        data = spool.kv_get(STATE_NS, LIVE_STATE) or spool.kv_get(STATE_NS, SIM_STATE)
+    if data is None:
+        raise ReplayError(f"{path}: no saved engine state ('gpuwarden baseline bootstrap' or 'gpuwarden run' "
+                          "saves it)")
+    try:
+        return {c: v.encode() for c, v in json.loads(data)["classes"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ReplayError(f"{path}: saved engine state not readable ({type(e).__name__}: {e})") from None
+
+
+def load_classes(engine: Engine, classes: dict[str, bytes]) -> None:
+    """Load the classes' state (:func:`saved_classes`) into ``engine``; ReplayError when one does not load."""
+    for c, data in sorted(classes.items()):
+        try:
+            engine.classes.load(c, data)
+        except (ValueError, KeyError, TypeError) as e:
+            raise ReplayError(f"saved state of task class {c!r} not loaded ({e})") from None
+    if classes:
+        print(f"gpuwarden replay: {len(classes)} task classes start from the saved baselines", file=sys.stderr)
 
 
 def _from_kafka(settings: Settings, bootstrap: str, since: float | None, until: float | None,
@@ -140,11 +175,14 @@ def retro_html(settings: Settings, since: float, until: float) -> str:
 
 
 def _compare(args: argparse.Namespace, settings: Settings, records: list[InputRecord],
-             paths: list[str | Path | None], engine: Engine) -> list[AlertTransition]:
-    """Both rule sets over the same records; prints the comparison, returns B's transitions."""
+             paths: list[str | Path | None], engine: Engine, classes: dict[str, bytes]) -> list[AlertTransition]:
+    """Both rule sets over the same records (each engine from the same saved classes); prints
+    the comparison, returns B's transitions."""
     from gpuwarden.streams.compare import replay_both
 
     first = Engine(load_rules(paths[0]), settings.engine, settings.limits.max_past_skew)
+    for c, data in classes.items():
+        first.classes.load(c, data)
     comparison, _, b = replay_both(records, first, engine, str(paths[0]), str(paths[1]))
     sys.stdout.write(comparison.to_json() + "\n" if args.json else comparison.to_text())
     return b
