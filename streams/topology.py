@@ -70,6 +70,7 @@ from gpuwarden.streams.inferencewire import TABLE as INFERENCE_TABLE
 from gpuwarden.streams.keyed import KeyedRunner, Settle, Source
 from gpuwarden.streams.progress import HEADERS as PROGRESS_HEADERS
 from gpuwarden.streams.progress import Gate, Reporter, is_progress, partition_watermark, read_reports
+from gpuwarden.streams.outputsender import OutputSender
 from gpuwarden.streams.readorder import ReadOrder
 from gpuwarden.streams.runtime import HeapTrim
 from gpuwarden.streams.schedrunner import scheduler_runner  # scheduler stage (#19)
@@ -170,6 +171,9 @@ class Topology:
         self.metrics = metrics or StreamMetrics()  # where the worker counts what it does (streams/telemetry.py)
         k = self.kafka = settings.kafka
         self.offsets: AIOKafkaConsumer | None = None  # see _offsets_client
+        # outputs through a producer of the worker's own (streams/outputsender.py: why not faust's)
+        self.sender = OutputSender({**kafka_kwargs(k), "client_id": f"{k.client_id}-{worker_id}-outputs"},
+                                   compression=COMPRESSION, max_request_size=MAX_RECORD_BYTES)
         self.partitions = k.partitions
         self.topics = topics = Topics(k.topic_prefix)
         self.limits = Limits.of(settings)
@@ -614,14 +618,18 @@ class Topology:
         await asyncio.shield(fut)  # one waiter cancelled must not cancel it for the others
 
     async def _send_all(self, out: Iterable[Outbound]) -> None:
-        """Produce in order (``Topic.send``) and wait for the broker's acks."""
+        """Produce in order (the worker's output producer, once the topics exist) and wait for
+        the broker's acks."""
+        out = list(out)
+        if not out:
+            return
         await self._declare_outputs()
-        outputs = self.outputs
+        sender = self.sender
+        await sender.start(self.outputs)
         sent = []
         for o in out:
             try:
-                sent.append((o, await outputs[o.topic].send(key=o.key, value=o.value, partition=o.partition,
-                                                            headers=list(o.headers) or None, force=True)))
+                sent.append((o, await sender.send(o)))
             except KafkaError as e:  # refused before sending (too large for the producer)
                 self._refused(o, e)
         if sent:
@@ -709,6 +717,8 @@ class Topology:
         return self.offsets
 
     async def _close_offsets(self, sender: Any, **_: Any) -> None:
+        """Before faust stops: the worker's own clients (outputs flushed first)."""
+        await self.sender.stop()
         client, self.offsets = self.offsets, None
         if client is not None:
             await client.stop()

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -66,6 +67,17 @@ class Worker:
     def tail(self, n: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
 
+    def stacks(self, wait_s: float = 2.0) -> str:
+        """Every asyncio task's stack, as the worker logs it on SIGUSR1 (mode's Worker)."""
+        if not self.alive():
+            return "(not running)"
+        before = self.log.stat().st_size
+        self.proc.send_signal(signal.SIGUSR1)
+        time.sleep(wait_s)
+        with self.log.open("rb") as f:
+            f.seek(before)
+            return f.read().decode(errors="replace")
+
 
 @contextmanager
 def workers(config: Path, tmp: Path, *ids: str, tree: Path | None = None) -> Iterator[list[Worker]]:
@@ -76,6 +88,7 @@ def workers(config: Path, tmp: Path, *ids: str, tree: Path | None = None) -> Ite
         # what the workers did goes into the failure report (pytest shows captured stdout)
         for w in started:
             print(f"--- worker {w.worker_id}: last 80 lines of {w.log} ---\n{w.tail(80)}")
+            print(f"--- worker {w.worker_id}: its tasks now ---\n{w.stacks()}")
         raise
     finally:
         for w in started:
