@@ -86,6 +86,11 @@ log = logging.getLogger("gpuwarden.streams")
 #: (default 6 s) is the floor.
 SESSION_TIMEOUT_S = 10.0
 HEARTBEAT_INTERVAL_S = 2.0
+#: How often the consumer refreshes its metadata (aiokafka's default: 5 min). An input topic that
+#: did not exist when the group was joined (a worker creates the ones missing at its start) is
+#: assigned to nobody until a refresh shows it: the failover test's scheduler topics went unread
+#: for a whole run ("Ignoring missing topic" at every assignment, 16 s after they were created).
+CONSUMER_METADATA_MAX_AGE_MS = 10_000
 COMMIT_INTERVAL_S = 1.0
 #: Events held unacknowledged for the next checkpoint before one is forced (bounds
 #: what a takeover reads again, and the events a worker holds).
@@ -191,6 +196,7 @@ class Topology:
             consumer_auto_offset_reset="earliest",
             broker_session_timeout=SESSION_TIMEOUT_S,
             broker_heartbeat_interval=HEARTBEAT_INTERVAL_S,
+            consumer_metadata_max_age_ms=CONSUMER_METADATA_MAX_AGE_MS,
             broker_commit_interval=COMMIT_INTERVAL_S,
             table_standby_replicas=0,
             producer_acks=-1,
