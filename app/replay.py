@@ -54,8 +54,10 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
 
     engine = Engine(packs[-1], settings.engine, settings.limits.max_past_skew)
     try:
-        classes = saved_classes(args.baselines) if getattr(args, "baselines", None) else {}
+        classes = saved_classes(args.baselines) if args.baselines else {}
         load_classes(engine, classes)
+        if classes:
+            print(f"gpuwarden replay: {len(classes)} task classes start from the saved baselines", file=sys.stderr)
         since, until = time_range(args.since, args.until, time.time())
         with _source(args, settings, since, until, reject) as records:
             if args.report or len(packs) == 2:
@@ -120,8 +122,6 @@ def load_classes(engine: Engine, classes: dict[str, bytes]) -> None:
             engine.classes.load(c, data)
         except (ValueError, KeyError, TypeError) as e:
             raise ReplayError(f"saved state of task class {c!r} not loaded ({e})") from None
-    if classes:
-        print(f"gpuwarden replay: {len(classes)} task classes start from the saved baselines", file=sys.stderr)
 
 
 def _from_kafka(settings: Settings, bootstrap: str, since: float | None, until: float | None,
@@ -181,8 +181,7 @@ def _compare(args: argparse.Namespace, settings: Settings, records: list[InputRe
     from gpuwarden.streams.compare import replay_both
 
     first = Engine(load_rules(paths[0]), settings.engine, settings.limits.max_past_skew)
-    for c, data in classes.items():
-        first.classes.load(c, data)
+    load_classes(first, classes)
     comparison, _, b = replay_both(records, first, engine, str(paths[0]), str(paths[1]))
     sys.stdout.write(comparison.to_json() + "\n" if args.json else comparison.to_text())
     return b

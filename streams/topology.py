@@ -68,9 +68,9 @@ from gpuwarden.streams.inferencestage import InferenceStage
 from gpuwarden.streams.inferencewire import SERVICE_TABLE, ServiceGates, SliProgress, inference_runner
 from gpuwarden.streams.inferencewire import TABLE as INFERENCE_TABLE
 from gpuwarden.streams.keyed import KeyedRunner, Settle, Source
+from gpuwarden.streams.outputsender import OutputSender
 from gpuwarden.streams.progress import HEADERS as PROGRESS_HEADERS
 from gpuwarden.streams.progress import Gate, Reporter, is_progress, partition_watermark, read_reports
-from gpuwarden.streams.outputsender import OutputSender
 from gpuwarden.streams.readorder import ReadOrder
 from gpuwarden.streams.runtime import HeapTrim
 from gpuwarden.streams.schedrunner import scheduler_runner  # scheduler stage (#19)
