@@ -112,6 +112,8 @@ TAKE_WITHIN_S = 0.25
 STREAM_BUFFER = 2 * TAKE_MAX
 #: How often nodes held back by an input judged behind are judged again when nothing comes.
 IDLE_S = 1.0
+#: How often the idle tick asks the broker's end offsets for input partitions that stalled.
+STALL_CHECK_S = 5.0
 #: The scheduler stage's table (#19), key cluster.
 SCHED_TABLE = "scheduler-state"
 
@@ -257,6 +259,7 @@ class Topology:
         self.lock = asyncio.Lock()  # a batch and the idle timer, one at a time
         self.generation = -1  # the generation whose first batch was logged
         self.batches = 0  # batches since the last idle tick
+        self.stall_checked_at = float("-inf")  # when stalled input partitions were last looked for
         self.trim = HeapTrim()
         self.reported: dict[str, int] = {}
         self.reported_at = float("-inf")
@@ -409,8 +412,8 @@ class Topology:
             self._keep(self.kept - moved, set(consumer.assignment()))
         fresh = [tp for tp in inputs if not committed.get(tp)]
         earliest = await consumer.earliest_offsets(*fresh) if fresh else {}
-        for tp in fresh:
-            await consumer.seek(tp, earliest.get(tp) or 0)
+        if fresh:
+            await consumer.seek_wait({tp: earliest.get(tp) or 0 for tp in fresh})
         self.start_at = {tp: (committed.get(tp) or earliest.get(tp) or 0) for tp in inputs}
         # Until faust's own seek, which comes after this signal (seconds later in a slow
         # recovery), its fetch loop still holds the read offsets of before the rebalance: it
@@ -419,39 +422,49 @@ class Topology:
         for tp, offset in self.start_at.items():
             self.order.start(tp, offset)
 
-    async def _rewind(self, gaps: set[TP]) -> None:
+    async def _rewind(self, gaps: set[TP], why: str) -> None:
         """Records came past one not read yet (:mod:`gpuwarden.streams.readorder`): they were set
         aside (not applied, not acknowledged) and each such partition is read again from the
         record it misses. Records a retention deletion took before they were read are said so,
-        and reading goes on after them."""
+        and reading goes on after them. One offsets request for all of them: under a slow broker
+        each took 1.5 s, and a takeover's 13 partitions held the lock for 10 s one by one."""
         consumer = self.app.consumer
         now = asyncio.get_running_loop().time()
-        for tp in sorted(gaps):
-            want = self.order.rewind(tp, now)
-            if want is None:
-                continue  # not yet (faust's seek after a rebalance brings them), or under way
-            try:
-                earliest = (await consumer.earliest_offsets(tp)).get(tp) or 0
-                if earliest > want:
-                    log.error("%s:%d: records %d to %d were deleted before they were read (retention "
-                              "shorter than the outage?)", tp.topic, tp.partition, want, earliest - 1)
-                    self.order.skip_to(tp, earliest)
-                    want = earliest
-                log.info("%s:%d: a record came before offset %d did: read again from there",
-                         tp.topic, tp.partition, want)
-                await consumer.seek(tp, want)
-            except (IllegalStateError, KafkaError, ConsumerNotStarted, AssertionError) as e:
-                # A rebalance took the partition meanwhile: faust seeks it to its committed offset.
-                log.info("%s:%d: not read again from %d now (%s)", tp.topic, tp.partition, want, e)
+        due = {tp: want for tp in sorted(gaps) if (want := self.order.rewind(tp, now)) is not None}
+        if not due:
+            return  # not yet (faust's seek after a rebalance brings them), or under way
+        try:
+            earliest = await consumer.earliest_offsets(*due)
+        except (IllegalStateError, KafkaError, ConsumerNotStarted, AssertionError) as e:
+            log.info("%d partitions not read again now (%s)", len(due), e)
+            for tp in due:
+                self.order.rewind_failed(tp)
+            return
+        for tp, want in list(due.items()):
+            first = earliest.get(tp) or 0
+            if first > want:
+                log.error("%s:%d: records %d to %d were deleted before they were read (retention "
+                          "shorter than the outage?)", tp.topic, tp.partition, want, first - 1)
+                self.order.skip_to(tp, first)
+                due[tp] = first
+            log.info("%s:%d: %s: read again from there", tp.topic, tp.partition, why.format(due[tp]))
+        try:
+            await consumer.seek_wait(due)
+        except (IllegalStateError, KafkaError, ConsumerNotStarted, AssertionError, asyncio.TimeoutError) as e:
+            # A rebalance took a partition meanwhile: faust seeks it to its committed offset.
+            log.info("%d partitions not read again now (%r)", len(due), e)
+            for tp in due:
                 self.order.rewind_failed(tp)
 
     async def _idle(self) -> None:
         """Every ``IDLE_S`` with no batch since the last tick (as the batch consumer did on an
         empty fetch): nodes held by an input judged behind are judged again and settled
         (otherwise they would wait for the next record: at the end of a replayed topic,
-        forever), and the heap is trimmed."""
+        forever), and the heap is trimmed. Every tick, batches or not: stalled inputs are
+        read again (:meth:`_unstall`)."""
         async with self.lock:
             self._report_counts()
+            await self._unstall()
             if self.batches:
                 self.batches = 0
                 return
@@ -460,9 +473,6 @@ class Topology:
                 assigned = self.app.consumer.assignment()
             except ConsumerNotStarted:
                 return
-            due = self.order.waiting(asyncio.get_running_loop().time())
-            if due:  # records set aside and nothing came since: ask again
-                await self._rewind(due & assigned)
             fence = self.app.rebalancing_count
             waiting = {p for p in self.nodes_at
                        if self.backlog.behind_at_end(p) and TP(self.topics.samples, p) in assigned}
@@ -472,6 +482,26 @@ class Topology:
                                          self._settle_nodes(waiting)):
                     return
             await self._report_others(waiting, assigned)
+
+    async def _unstall(self) -> None:
+        """Every ``STALL_CHECK_S``, whatever else comes (the worker's own progress reports keep
+        batches coming): input partitions with records on the broker past the next one to apply
+        and nothing from them for the read order's patience are read again from there
+        (:meth:`gpuwarden.streams.readorder.ReadOrder.stalled`). Records set aside at the end of
+        an input, a seek that brought nothing and records lost between faust's fetch and the
+        agent all end here; otherwise the node stage waited for that input for good."""
+        now = asyncio.get_running_loop().time()
+        if now - self.stall_checked_at < STALL_CHECK_S:
+            return
+        self.stall_checked_at = now
+        try:
+            inputs = [tp for tp in self.app.consumer.assignment() if tp.topic in self.inputs.topics]
+        except ConsumerNotStarted:
+            return
+        stalled = self.order.stalled(await self._highwaters(inputs), now) if inputs else set()
+        if stalled:
+            await self._rewind(stalled, f"nothing came for {self.order.patience_s:g} s, the broker has "
+                                        "records from offset {}")
 
     # -- one batch ---------------------------------------------------------------------------
 
@@ -513,8 +543,9 @@ class Topology:
              sli_events if msg.topic == sli_topic else
              sched_events if msg.topic == jobs_topic else node_events).append(event)
         self.metrics.fetched(fetched)
+        self.order.arrived(fetched.keys() | order.gaps, asyncio.get_running_loop().time())
         if order.gaps:
-            await self._rewind(order.gaps)
+            await self._rewind(order.gaps, "a record came before offset {} did")
         partitions: set[int] = set()
         if node_events:
             node_inputs = self.node_inputs  # ranks plus scheduler.allocations (not a rank: never behind)

@@ -79,21 +79,45 @@ def test_a_seek_that_brought_nothing_is_made_again_after_patience() -> None:
     handed out, move faust's read offset past the gap again, and the records read again from
     the seek's offset are then dropped by faust as below it. Seen after a takeover in the
     failover test (1 run in 7): eight partitions sought back at once, then nothing applied for
-    70 s. A gap still open ``patience_s`` after its seek is sought again, also from the idle
-    tick (no batch may come to ask)."""
+    70 s. A gap still open ``patience_s`` after its seek is sought again, also when nothing
+    more comes to the partition (asked with the broker's end offsets, :meth:`stalled`)."""
     order = ReadOrder()
     order.start("s:2", 300)
     assert not order.batch().accept("s:2", 340)
+    order.arrived(["s:2"], now=0.0)
     assert order.rewind("s:2", now=0.0) is None
-    assert order.waiting(now=1.0) == {"s:2"}  # the idle tick asks (rewind waits out the patience)
+    assert order.stalled({"s:2": 345}, now=5.0) == set()  # records came 5 s ago
+    assert order.stalled({"s:2": 345}, now=10.0) == {"s:2"}
     assert order.rewind("s:2", now=10.0) == 300
-    assert order.waiting(now=10.0) == set()  # the seek is under way
     assert not order.batch().accept("s:2", 341)  # handed out after the seek: it was foiled
-    assert order.rewind("s:2", now=19.0) is None and order.waiting(now=19.0) == set()
-    assert order.waiting(now=20.0) == {"s:2"}  # nothing came from 300 for patience_s: again
-    assert order.rewind("s:2", now=20.0) == 300
-    assert order.rewind("s:2", now=21.0) is None and order.waiting(now=21.0) == set()
+    order.arrived(["s:2"], now=10.5)
+    assert order.rewind("s:2", now=19.0) is None and order.stalled({"s:2": 345}, now=19.0) == set()
+    assert order.stalled({"s:2": 345}, now=20.5) == {"s:2"}  # nothing for patience_s: again
+    assert order.rewind("s:2", now=20.5) == 300
+    assert order.rewind("s:2", now=21.0) is None  # under way
     cut = order.batch()
     assert all(cut.accept("s:2", o) for o in range(300, 345))
     cut.applied(["s:2"])
-    assert order.waiting(now=100.0) == set() and order.rewind("s:2", now=100.0) is None
+    assert order.stalled({"s:2": 345}, now=100.0) == set() and order.rewind("s:2", now=100.0) is None
+
+
+def test_records_on_the_broker_that_never_came_are_sought() -> None:
+    """Nothing set aside, but the broker's end lies past the next record to apply and nothing
+    came for ``patience_s``: records faust handed on never reached the agent (a takeover's
+    XID events 81-95 of 96). The partition's clock starts when it is first asked about."""
+    order = ReadOrder()
+    order.start("e:3", 81)
+    order.start("s:3", 500)
+    assert order.stalled({"e:3": 96, "s:3": 500}, now=0.0) == set()
+    assert order.stalled({"e:3": 96, "s:3": 500}, now=9.0) == set()
+    assert order.stalled({"e:3": 96, "s:3": 500}, now=10.0) == {"e:3"}  # s:3 is at its end
+    assert order.rewind("e:3", now=10.0) == 81
+    assert order.stalled({"e:3": 96}, now=15.0) == {"e:3"} and order.rewind("e:3", now=15.0) is None
+    cut = order.batch()
+    assert all(cut.accept("e:3", o) for o in range(81, 96))
+    cut.applied(["e:3"])
+    order.arrived(["e:3"], now=16.0)
+    assert order.stalled({"e:3": 96}, now=60.0) == set()
+    order.forget(["e:3"])
+    order.start("e:3", 96)
+    assert order.stalled({"e:3": 120}, now=61.0) == set()  # moved and back: a fresh clock
