@@ -131,10 +131,7 @@ class ReadOrder:
                 continue
             if now - self._arrived.setdefault(tp, now) < self.patience_s:
                 continue
-            missing, since = self._gap_since.get(tp, (None, now))
-            if missing != want:
-                since = now
-            self._gap_since[tp] = (want, min(since, now - self.patience_s))
+            self._gap_since[tp] = (want, now - self.patience_s)
             out.add(tp)
         return out
 

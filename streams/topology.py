@@ -423,11 +423,11 @@ class Topology:
             self.order.start(tp, offset)
 
     async def _rewind(self, gaps: set[TP], why: str) -> None:
-        """Records came past one not read yet (:mod:`gpuwarden.streams.readorder`): they were set
-        aside (not applied, not acknowledged) and each such partition is read again from the
-        record it misses. Records a retention deletion took before they were read are said so,
-        and reading goes on after them. One offsets request for all of them: under a slow broker
-        each took 1.5 s, and a takeover's 13 partitions held the lock for 10 s one by one."""
+        """Partitions missing records (:mod:`gpuwarden.streams.readorder`: records past them set
+        aside, or stalled), each read again from the record it misses; ``why`` says so in the log
+        (``{}``: that offset). Records a retention deletion took before they were read are said
+        so, and reading goes on after them. One offsets request for all of them: under a slow
+        broker each took 1.5 s, and a takeover's 13 partitions held the lock for 10 s one by one."""
         consumer = self.app.consumer
         now = asyncio.get_running_loop().time()
         due = {tp: want for tp in sorted(gaps) if (want := self.order.rewind(tp, now)) is not None}
@@ -435,20 +435,14 @@ class Topology:
             return  # not yet (faust's seek after a rebalance brings them), or under way
         try:
             earliest = await consumer.earliest_offsets(*due)
-        except (IllegalStateError, KafkaError, ConsumerNotStarted, AssertionError) as e:
-            log.info("%d partitions not read again now (%s)", len(due), e)
-            for tp in due:
-                self.order.rewind_failed(tp)
-            return
-        for tp, want in list(due.items()):
-            first = earliest.get(tp) or 0
-            if first > want:
-                log.error("%s:%d: records %d to %d were deleted before they were read (retention "
-                          "shorter than the outage?)", tp.topic, tp.partition, want, first - 1)
-                self.order.skip_to(tp, first)
-                due[tp] = first
-            log.info("%s:%d: %s: read again from there", tp.topic, tp.partition, why.format(due[tp]))
-        try:
+            for tp, want in list(due.items()):
+                first = earliest.get(tp) or 0
+                if first > want:
+                    log.error("%s:%d: records %d to %d were deleted before they were read (retention "
+                              "shorter than the outage?)", tp.topic, tp.partition, want, first - 1)
+                    self.order.skip_to(tp, first)
+                    due[tp] = first
+                log.info("%s:%d: %s: read again from there", tp.topic, tp.partition, why.format(due[tp]))
             await consumer.seek_wait(due)
         except (IllegalStateError, KafkaError, ConsumerNotStarted, AssertionError, asyncio.TimeoutError) as e:
             # A rebalance took a partition meanwhile: faust seeks it to its committed offset.
