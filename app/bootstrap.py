@@ -173,19 +173,19 @@ _READ_S = 60.0
 
 
 async def _ensure_changelog(admin: Any, topic: str, settings: Settings) -> int:
-    """Create the class-state changelog as a worker's faust would (compacted, ``kafka.partitions``
-    partitions, the topology's record size limit) unless it is there; returns its partition count."""
+    """Create the class-state changelog as a worker would (compacted, ``kafka.partitions``
+    partitions, the workers' record size limit) unless it is there; returns its partition count."""
     from aiokafka.admin import NewTopic
     from aiokafka.errors import TopicAlreadyExistsError
 
-    from gpuwarden.streams.topology import MAX_RECORD_BYTES
+    from gpuwarden.streams.statewire import CHANGELOG_CONFIG
 
     k = settings.kafka
     if topic not in set(await admin.list_topics()):
         try:
             await admin.create_topics([NewTopic(
                 topic, num_partitions=k.partitions, replication_factor=k.replication_factor,
-                topic_configs={"cleanup.policy": "compact", "max.message.bytes": str(MAX_RECORD_BYTES)})])
+                topic_configs=CHANGELOG_CONFIG)])
         except TopicAlreadyExistsError:
             pass  # a worker made it meanwhile
     deadline = time.monotonic() + _METADATA_S
@@ -211,8 +211,9 @@ async def _latest(kw: dict[str, Any], topic: str, partitions: int) -> dict[str, 
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     from gpuwarden.kafka import start_client
+    from gpuwarden.streams.statewire import MARKER
 
-    consumer = AIOKafkaConsumer(**kw, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(**kw, enable_auto_commit=False, isolation_level="read_committed")
     await start_client(consumer, kw)
     latest: dict[str, bytes | None] = {}
     try:
@@ -225,7 +226,7 @@ async def _latest(kw: dict[str, Any], topic: str, partitions: int) -> dict[str, 
             while left:
                 for tp, batch in (await consumer.getmany(*left, timeout_ms=500)).items():
                     for r in batch:
-                        if r.key is not None:
+                        if r.key is not None and r.key != MARKER:  # a task's snapshot marker: no class
                             latest[r.key.decode(errors="replace")] = r.value
                     if batch and batch[-1].offset + 1 >= end[tp]:
                         left.discard(tp)
@@ -261,8 +262,8 @@ async def write_classes(settings: Settings, stage: Any, classes: list[str], *, r
     from aiokafka.admin import AIOKafkaAdminClient
 
     from gpuwarden.kafka import client_kwargs, start_client
-    from gpuwarden.streams.statewire import CLASS_TABLE, changelog_topic, fresh_envelope, partition_of
-    from gpuwarden.streams.topology import COMPRESSION, MAX_RECORD_BYTES, app_id
+    from gpuwarden.streams.statewire import CLASS_TABLE, COMPRESSION, MAX_RECORD_BYTES, app_id, changelog_topic, \
+        fresh_envelope, partition_of
 
     kw = client_kwargs(settings)
     topic = changelog_topic(app_id(settings), CLASS_TABLE)

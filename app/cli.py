@@ -116,10 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve Prometheus /metrics on this port (default: scheduler.metrics_port; off when unset)")
     p.set_defaults(handler="gpuwarden.producers.scheduler:cmd_scheduler")
 
-    p = sub.add_parser("streams", help="stream worker (faust): baselines, rules, tiers")
+    p = sub.add_parser("streams", help="stream worker (Kafka consumer group, exactly once): baselines, rules, tiers")
     _add_config(p)
     p.add_argument("--worker-id", default=None, help="distinguishes workers sharing partitions (default: the host name)")
-    p.add_argument("--data-dir", metavar="DIR", default=None, help="faust data directory (default: faust's, under the working directory)")
+    p.add_argument("--data-dir", metavar="DIR", default=None,
+                   help="where records too large for their topic are kept, unsent.jsonl (default: var/streams/<worker-id>)")
     p.add_argument("--metrics-port", type=int, default=None,
                    help="serve Prometheus /metrics on this port (default: engine.metrics_port; off when unset)")
     p.set_defaults(handler="gpuwarden.streams.worker:cmd_streams")

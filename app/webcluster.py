@@ -36,11 +36,10 @@ from gpuwarden.kafka import KafkaConnectError, kafka_kwargs, start_client
 from gpuwarden.notifiers.control import ControlState, warn_each
 from gpuwarden.notifiers.kafka import apply_record, ensure_control_topic
 from gpuwarden.streams.engine import Engine
-from gpuwarden.streams.inferencewire import SERVICE_TABLE, TABLE as INFERENCE_TABLE
 from gpuwarden.streams.keyed import unpack
 from gpuwarden.streams.rules import load_rules
-from gpuwarden.streams.statewire import CLASS_TABLE, NODE_TABLE, changelog_topic
-from gpuwarden.streams.topology import app_id
+from gpuwarden.streams.statewire import CLASS_TABLE, INFERENCE_TABLE, MARKER, NODE_TABLE, SERVICE_TABLE, app_id, \
+    changelog_topic
 
 RETRY_S = 5.0
 #: How often a running session asks the broker for the end offsets; unanswered in
@@ -72,7 +71,7 @@ class Replica:
             warn_each([p] if (p := apply_record(self.control, r.key, r.value)) is not None else [])
         elif r.topic == topics.alerts:
             self._alert(r)
-        elif r.key is not None:
+        elif r.key is not None and r.key != MARKER:  # a task's snapshot marker holds no stage state
             self._envelope(self.tables[r.topic], r.key.decode(errors="replace"), r.value, r.timestamp / 1000)
 
     def _alert(self, r: ConsumerRecord) -> None:
@@ -164,7 +163,8 @@ class ClusterView:
 
     async def _session(self, stop: asyncio.Event) -> None:
         kw = kafka_kwargs(self.settings.kafka)
-        consumer = AIOKafkaConsumer(**kw, enable_auto_commit=False)
+        # read_committed: what an aborted transaction of a worker wrote is not state, nor an alert
+        consumer = AIOKafkaConsumer(**kw, enable_auto_commit=False, isolation_level="read_committed")
         await start_client(consumer, kw)
         try:
             parts = await ensure_control_topic(self.settings.kafka) if self.settings.notify.control == "kafka" else []

@@ -1,4 +1,4 @@
-"""Kafka connection options in one place: ``settings.kafka`` → aiokafka kwargs and faust credentials.
+"""Kafka connection options in one place: ``settings.kafka`` → aiokafka kwargs.
 
 Every Kafka user (agent publisher, stream workers, notifier, replay, import)
 builds its clients from here, so SASL/SCRAM and TLS work the same everywhere.
@@ -14,12 +14,9 @@ import asyncio
 import ssl
 from collections.abc import Iterable
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuwarden.config import CommonSettings, KafkaConfig
-
-if TYPE_CHECKING:
-    import faust
 
 #: aiokafka connection kwargs; the rest are client-specific (acks, group_id, …).
 _CONN_KEYS = ("client_id", "security_protocol", "sasl_mechanism", "sasl_plain_username",
@@ -55,21 +52,6 @@ def kafka_kwargs(kafka: KafkaConfig) -> dict[str, Any]:
 def client_kwargs(settings: CommonSettings) -> dict[str, Any]:
     """aiokafka kwargs for ``settings.kafka`` (producers, consumers, admin clients)."""
     return kafka_kwargs(settings.kafka)
-
-
-def broker_credentials(kafka: KafkaConfig) -> faust.SSLCredentials | faust.SASLCredentials | None:
-    """faust ``broker_credentials`` for a ``KafkaConfig`` (None for PLAINTEXT)."""
-    import faust
-
-    proto = kafka.security_protocol
-    if proto == "PLAINTEXT":
-        return None
-    context = ssl_context(kafka)
-    if proto == "SSL":
-        return faust.SSLCredentials(context)
-    password = kafka.sasl_password.resolve().get_secret_value() if kafka.sasl_password else None
-    return faust.SASLCredentials(username=kafka.sasl_username, password=password, ssl_context=context,
-                                 mechanism=kafka.sasl_mechanism or "PLAIN")
 
 
 async def diagnose(kw: dict[str, Any], timeout_s: float = 10.0) -> str:

@@ -69,16 +69,20 @@ class ArrivalContext(NodeContext):
         return True
 
 
-def announce(st: NodeState, ev: GpuEvent, rules: list[ArrivalRule], ctx: ArrivalContext,
+def announce(st: NodeState, ev: GpuEvent, key: tuple, rules: list[ArrivalRule], ctx: ArrivalContext,
              gpu: GpuState | None, identity: dict[str, str], labels: dict[str, str]) -> list[AlertTransition]:
-    """The firing transitions ``ev`` decides for one entity (``gpu``, else the node) now, made
-    before the buffer releases it; each is remembered in ``st.announced``."""
+    """The firing transitions ``ev`` (its release order ``key``) decides for one entity (``gpu``,
+    else the node) now, made before the buffer releases it; each is remembered in
+    ``st.announced``. The buffered events it counts are those the buffer releases before it (as
+    the ordered evaluation counts them), so an announcement made once later events are in does
+    not count them."""
     fields = event_fields(ev)
     hits = [a for a in rules if a.trigger.pred(fields)]
     if not hits:
         return []
     alerts = st.alerts if gpu is None else gpu.alerts
-    ctx.held = [(r.ts, event_fields(r)) for _, _, r in st.buffer if type(r) is GpuEvent and r.ts <= ev.ts]
+    at = (ev.ts, key)
+    ctx.held = [(t, event_fields(r)) for t, (k, _), r in st.buffer if type(r) is GpuEvent and (t, k) < at]
     ctx.held.append((ev.ts, fields))
     ctx.select(st, gpu=gpu)
     out = []

@@ -58,17 +58,24 @@ class EngineConfig(MetricsEndpoint):
     allowed_lateness: Duration = 30.0
     """Records up to this much older than the newest of their node are reordered; older ones dropped."""
     max_source_skew: Duration = Field(default=6 * 3600.0, ge=0)
-    """faust only: how far (event time) a node's records wait for an input topic that has records
+    """Kafka only: how far (event time) a node's records wait for an input topic that has records
     not yet read (so they are not dropped as late while catching up); past this it is ignored.
     Stage 2 waits this far for a stage-1 partition that is still catching up."""
     summary_lateness: Duration = Field(default=300.0, ge=0)
     """Stage 2 holds a task class's summaries until each of its contributors (task on a node) has
-    sent one as new, so results do not depend on which node's summaries arrive first (faust: one
+    sent one as new, so results do not depend on which node's summaries arrive first (on Kafka: one
     node catching up after a takeover); a contributor this far behind the class's newest no longer
-    holds it (0: apply on arrival). faust: stage 2 also waits for every stage-1 partition's
+    holds it (0: apply on arrival). Kafka: stage 2 also waits for every stage-1 partition's
     progress (a caught-up partition whose nodes went silent: at most this far)."""
-    checkpoint_interval: Duration = Field(default=5.0, ge=0)
-    """faust only: wall time between writes of changed keys' state to the changelog (0: every batch)."""
+    commit_interval: Duration = Field(default=0.25, gt=0)
+    """Kafka only: wall time a task's transaction stays open for more batches (a batch that makes
+    an alert transition commits at once). Readers see outputs at the commit."""
+    snapshot_interval: Duration = Field(default=300.0, gt=0)
+    """Kafka only: wall time after which a task that changed writes a snapshot of its state (its
+    changed keys' envelopes); between snapshots each commit logs its batches, which a new owner
+    applies again (docs/streams-kafka.md)."""
+    snapshot_records: int = Field(default=20_000, ge=1)
+    """Kafka only: input records after which a task writes a snapshot (bounds a takeover's replay)."""
     bucket: Duration = Field(default=15.0, gt=0)
     """Width of the event-time buckets windows are made of; also the rule evaluation cadence."""
     eval_interval: Duration = Field(default=30.0, gt=0)

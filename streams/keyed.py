@@ -1,21 +1,15 @@
 """Applying batches of Kafka records to a keyed engine stage, with state that survives workers.
 
-This is the pure core of the faust topology (``gpuwarden.streams.topology`` is the thin
-adapter): no faust, no Kafka client, so it is tested directly.
+The pure core under the stream runtime (:mod:`gpuwarden.streams.runtime`): no Kafka client, so
+it is tested directly. A task (:mod:`gpuwarden.streams.task`) holds one runner per table.
 
-The durable copy of a key's state is an *envelope*: the stage's ``dump(key)``
-bytes plus, per source ``topic:partition``, the offset of the last record
-applied to it. Envelopes are written for the keys that changed at most every
-``checkpoint_s`` seconds of wall time (a checkpoint), not per batch, and the
-topology holds faust's offset commit back to the last checkpoint: a record's
-offset is acknowledged only once every state it touched is in a written
-envelope (faust flushes the producer before it commits). After a crash or a
-rebalance the consumer resumes at the last committed offset, at or before the
-stored states, and the runner skips, per key, the records a restored state
-already holds (offset <= its envelope's). The state effect is exactly once;
-outputs of records after a key's last checkpoint are produced again
-(at-least-once), identical, so consumers dedup them by (fingerprint, state,
-started_at).
+The durable copy of a key's state is an *envelope*: the stage's ``dump(key)`` bytes plus, per
+source ``topic:partition``, the offset of the last record applied to it. The runtime writes the
+envelopes of the keys that changed (:meth:`KeyedRunner.snapshot`) in a task's snapshot, and
+restores every envelope of a task before it processes (:meth:`KeyedRunner.restore`). A record at
+or below a key's envelope offset is already in its state and is skipped: that covers envelopes
+written outside the runtime's transactions (``gpuwarden baseline bootstrap --to-kafka`` writes
+offsets ``{}``: every record after it applies) and a changelog of the faust-era workers.
 """
 
 from __future__ import annotations
@@ -94,10 +88,9 @@ class Source:
 
 @dataclass
 class BatchResult:
-    """What one batch produced: records to send (in order) and, at a checkpoint, envelopes to store."""
+    """What one batch produced: records to send, in order."""
 
     out: list[Outbound] = field(default_factory=list)
-    state: dict[str, bytes] = field(default_factory=dict)
     applied: int = 0
     skipped: int = 0
     dead: int = 0
@@ -106,75 +99,62 @@ class BatchResult:
 class KeyedRunner:
     """Feeds decoded records to ``stage`` and tracks which offsets each key's state holds.
 
-    ``emit(record, msg)`` runs the stage on one record and returns what to produce.
-    ``stored(key)`` returns the durable envelope for ``key`` (or None): at a key's first
-    record after :meth:`reassigned` (start, rebalance) the runner loads it into the stage
-    when it differs from what the runner applied itself (or drops the key's in-memory
-    state when nothing is stored), since the input resumes at the last checkpoint.
-    ``BatchResult.state`` holds envelopes only when a checkpoint is due.
-    """
+    ``emit(record, msg)`` runs the stage on one record and returns what to produce. The keys
+    changed since the last :meth:`snapshot` are ``dirty``."""
 
-    def __init__(
-        self,
-        stage: Stage,
-        sources: dict[str, Source],
-        emit: Callable[[Any, Consumed], Iterable[Outbound]],
-        limits: Limits,
-        checkpoint_s: float = 0.0,
-    ) -> None:
+    def __init__(self, stage: Stage, sources: dict[str, Source],
+                 emit: Callable[[Any, Consumed], Iterable[Outbound]], limits: Limits) -> None:
         self.stage = stage
         self.sources = sources
         self.emit = emit
         self.limits = limits
-        self.checkpoint_s = checkpoint_s
-        self.position: dict[str, int] = {}  # next offset to read, per topic:partition
         self._applied: dict[str, dict[str, int]] = {}
-        self._synced: set[str] = set()
-        self._dirty: set[str] = set()
-        self._last_checkpoint = float("-inf")
+        self.dirty: set[str] = set()
         #: Per (topic, field path): records read with a field this version does not know.
         self.unknown: dict[tuple[str, str], int] = {}
         self.dead = 0  # records dead-lettered since start
         self.dead_by: dict[tuple[str, str], int] = {}  # metrics hook (streams/telemetry.py): per (topic, reason)
-        #: Per topic:partition, the last offset this process dead-lettered: its batch's sends
-        #: were acknowledged before the next batch, so a record read again up to there (the
-        #: offsets commit only with state checkpoints) needs no second letter.
-        self._lettered: dict[str, int] = {}
 
-    def reassigned(self, retained: frozenset[str] = frozenset()) -> None:
-        """Partitions were (re)assigned. Keys read only from ``retained`` partitions (this
-        worker kept them) keep their in-memory state; every other key is re-synced from its
-        stored envelope at its next record."""
-        self._synced = {k for k in self._synced if self._applied.get(k, {}).keys() <= retained}
-        self._dirty &= self._synced
-        self.position = {tp: o for tp, o in self.position.items() if tp in retained}
+    def keys(self) -> list[str]:
+        """The keys this runner holds state for."""
+        return sorted(self._applied)
 
-    def synced(self, key: str) -> bool:
-        """Whether ``key``'s in-memory state is current (else it re-syncs at its next record)."""
-        return key in self._synced
+    def restore(self, key: str, envelope: bytes) -> bool:
+        """Load ``key``'s stored envelope into the stage; False (the key starts afresh) when it is
+        not an envelope of this version or the stage refuses it."""
+        try:
+            applied, state = unpack(envelope)
+            self.stage.load(key, state)
+        except ValueError as e:
+            log.warning("key %s: stored state not loaded (%s): it starts afresh", key, e)
+            self.stage.drop(key)
+            return False
+        self._applied[key] = applied
+        return True
 
-    def run(self, batch: Iterable[Consumed], stored: Callable[[str], bytes | None],
-            now: float | None = None, wall: float | None = None, force: bool = False,
+    def snapshot(self) -> dict[str, bytes]:
+        """The envelopes of the keys changed since the last snapshot."""
+        out = {k: pack(self._applied[k], self.stage.dump(k)) for k in sorted(self.dirty)}
+        self.dirty.clear()
+        return out
+
+    def run(self, batch: Iterable[Consumed], now: float | None = None,
             settle: Settle | None = None) -> BatchResult:
-        """Apply a batch; checkpoint when ``checkpoint_s`` has passed, or when ``force``d.
-        ``settle()``, after the records, changes state without a record (the keys it returns)
-        and gives what to produce."""
+        """Apply a batch; ``settle()``, after the records, changes state without a record (the
+        keys it returns) and gives what to produce. ``now``: the wall clock records are judged
+        plausible against (the runtime logs it with the batch, so a replay judges the same)."""
         now = time.time() if now is None else now
         res = BatchResult()
         for msg in batch:
             src = self.sources[msg.topic]
-            tp = f"{msg.topic}:{msg.partition}"
-            self.position[tp] = max(self.position.get(tp, 0), msg.offset + 1)
             try:
                 record = decode_inbound(msg, src.model, self.limits, key_of=src.key_of, now=now)
             except Exception as e:  # a ContractError; anything else from a parser must not stop us either
-                record = self._rescue(msg, e, src, tp, now, res)
+                record = self._rescue(msg, e, src, now, res)
                 if record is None:
                     continue
             key = src.key_of(record)
-            if key not in self._synced:
-                self._sync(key, stored(key))
-                self._synced.add(key)
+            tp = f"{msg.topic}:{msg.partition}"
             offsets = self._applied.setdefault(key, {})
             if msg.offset <= offsets.get(tp, -1):
                 res.skipped += 1
@@ -190,38 +170,24 @@ class KeyedRunner:
                     which = "" if src.unpack is None else f" (item {i} of the batch)"
                     self._letter(msg, f"engine: {type(e).__name__}: {e}{which}", src, res)
             offsets[tp] = msg.offset
-            self._dirty.add(key)
+            self.dirty.add(key)
             res.applied += 1
         if settle is not None:
             keys, out = settle()
-            self._dirty.update(keys)
+            self.dirty.update(keys)
             res.out.extend(out)
-        wall = time.monotonic() if wall is None else wall
-        if self._dirty and (force or wall - self._last_checkpoint >= self.checkpoint_s):
-            self._last_checkpoint = wall
-            res.state = {k: pack(self._applied[k], self.stage.dump(k)) for k in sorted(self._dirty)}
-            self._dirty.clear()
         return res
 
-    def _rescue(self, msg: Consumed, error: Exception, src: Source, tp: str, now: float,
-                res: BatchResult) -> Any:
+    def _rescue(self, msg: Consumed, error: Exception, src: Source, now: float, res: BatchResult) -> Any:
         """A record that did not decode becomes a dead letter, or, for a batch with some bad
-        items, each bad item does; returns the batch of the good ones (None: nothing to apply).
-        A record read again (a rebalance) up to the last one lettered is not lettered twice."""
+        items, each bad item does; returns the batch of the good ones (None: nothing to apply)."""
         salvaged = None if src.salvage is None else src.salvage(msg, self.limits, now)
-        again = msg.offset <= self._lettered.get(tp, -1)
         if salvaged is None:
-            if again:
-                res.skipped += 1
-            else:
-                self._letter(msg, str(error) if isinstance(error, ContractError)
-                             else f"decode: {type(error).__name__}: {error}", src, res)
-                self._lettered[tp] = msg.offset
+            self._letter(msg, str(error) if isinstance(error, ContractError)
+                         else f"decode: {type(error).__name__}: {error}", src, res)
             return None
-        if not again:
-            for value, why in salvaged.bad:
-                self._letter(msg, why, src, res, value)
-            self._lettered[tp] = msg.offset
+        for value, why in salvaged.bad:
+            self._letter(msg, why, src, res, value)
         return salvaged.batch
 
     def _letter(self, msg: Consumed, why: str, src: Source, res: BatchResult, value: bytes | None = None) -> None:
@@ -239,26 +205,3 @@ class KeyedRunner:
                 log.warning("%s: records carry %r, a field this worker does not know: ignored and "
                             "counted (a writer newer than this worker)", topic, f)
             self.unknown[topic, f] = n + 1
-
-    def _sync(self, key: str, envelope: bytes | None) -> None:
-        if envelope is not None:
-            try:
-                applied, state = unpack(envelope)
-            except ValueError:  # another format (an older version): the key starts afresh
-                envelope = None
-        if envelope is None:
-            if key in self._applied:  # state built from records that are read again now
-                log.info("key %s: nothing stored, in-memory state at %s dropped", key, self._applied[key])
-                self.stage.drop(key)
-                del self._applied[key]
-            return
-        if applied != self._applied.get(key):
-            log.info("key %s: stored state at %s loaded (in memory: %s)", key, applied, self._applied.get(key))
-            try:
-                self.stage.load(key, state)
-            except ValueError as e:  # written by another version: the key starts afresh
-                log.warning("key %s: stored state not loaded (%s)", key, e)
-                self.stage.drop(key)
-                self._applied.pop(key, None)
-                return
-            self._applied[key] = applied

@@ -88,8 +88,8 @@ class NodeStage:
         self.eval_s = float(config.eval_interval)
         self.lateness = float(config.allowed_lateness)
         self.max_skew = float(config.max_source_skew)
-        #: How far the scheduler stage has released allocations (``streams/progress.py``): the
-        #: faust topology sets the gate of the partition whose records it hands over; in one
+        #: How far the scheduler stage has released allocations (``streams/progress.py``): on
+        #: Kafka the gate of the node task's partition (``streams/nodetask.py``); in one
         #: process allocations come in event order with the samples (``OPEN``).
         self.gate: AllocationGate = OPEN
         self._nodes: dict[str, NodeState] = {}
@@ -237,21 +237,41 @@ class NodeStage:
             self._handle(st, held, out)
             return out
         if source == EVENT and (self._arrival_gpu or self._arrival_node):
-            self._announce(st, record, out)  # type: ignore[arg-type]
+            if st.src_max[SNAPSHOT] >= ts:
+                self._announce(st, record, key, out)  # type: ignore[arg-type]
+            else:  # its labels depend on the node's snapshots up to its ts: not all here yet
+                st.awaiting.append([ts, record.boot_id, record.seq])  # type: ignore[union-attr]
         st.arrivals += 1
         buf.add(ts, (key, st.arrivals), held)
+        if st.awaiting and source == SNAPSHOT:
+            self._announce_awaited(st, out)
         self._release(st, behind, out)
         return out
 
-    def _announce(self, st: NodeState, ev: GpuEvent, out: StageOutput) -> None:
+    def _announce_awaited(self, st: NodeState, out: StageOutput) -> None:
+        """The events that waited for the node's snapshots to reach their ts, announced now that
+        they have (still buffered: one released meanwhile went through the ordered evaluation).
+        So an announcement never depends on how a snapshot and an event of one moment were
+        batched: it is what the ordered evaluation will make (Kafka batches the inputs apart)."""
+        reached = st.src_max[SNAPSHOT]
+        due = {(EVENT, boot, seq) for ts, boot, seq in st.awaiting if ts <= reached}
+        if not due:
+            return
+        st.awaiting = [a for a in st.awaiting if a[0] > reached]
+        for _, (key, _), rec in st.buffer:
+            if key in due and type(rec) is GpuEvent:
+                self._announce(st, rec, key, out)
+
+    def _announce(self, st: NodeState, ev: GpuEvent, key: tuple, out: StageOutput) -> None:
         """The rules ``ev`` decides alone, judged now rather than when the buffer releases it
         (``streams/arrival.py``)."""
         ctx, trs = self._arrival_ctx, out.transitions
         if ev.gpu_index is not None and self._arrival_gpu:
             gs = st.gpus.get(ev.gpu_index) or GpuState(ev.gpu_index, self.keep_gpu, self.horizon)
-            trs.extend(announce(st, ev, self._arrival_gpu, ctx, gs, _gpu_id(st, gs), _labels_at(st, gs, ev.ts)))
+            trs.extend(announce(st, ev, key, self._arrival_gpu, ctx, gs, _gpu_id(st, gs),
+                                _labels_at(st, gs, ev.ts)))
         if self._arrival_node:
-            trs.extend(announce(st, ev, self._arrival_node, ctx, None, {"node": st.node}, _node_labels(st)))
+            trs.extend(announce(st, ev, key, self._arrival_node, ctx, None, {"node": st.node}, _node_labels(st)))
 
     def advance(self, node: str, behind: AbstractSet[int], out: StageOutput) -> bool:
         """Release what ``node``'s watermark allows now that fewer inputs are ``behind`` than
@@ -318,6 +338,8 @@ class NodeStage:
         if type(rec) is Snap:
             self._snapshot(st, rec)
         elif type(rec) is GpuEvent:
+            if st.awaiting:  # released before the snapshots reached it: the ordered firing goes out alone
+                st.awaiting = [a for a in st.awaiting if (a[1], a[2]) != (rec.boot_id, rec.seq)]
             self._event(st, rec, out)
         elif type(rec) is JobAllocation:
             self._allocation(st, rec, out)

@@ -158,7 +158,9 @@ class TaskState:
 class NodeState:
     __slots__ = ("node", "buffer", "arrivals", "seen", "released", "max_ts", "src_max", "bucket", "period",
                  "gpus", "tasks", "events", "win", "alerts", "driver_version", "cuda_version", "late",
-                 "duplicates", "has_samples", "evaluated", "announced", "corrected", "simulated", "allocs")
+                 "duplicates", "has_samples", "evaluated", "announced", "corrected", "simulated", "allocs",
+                 "awaiting")
+    ADDED = {"awaiting": list}  # state written before announcements waited for the snapshots
 
     def __init__(self, node: str, keep: Keep, horizon: float) -> None:
         self.node = node
@@ -185,3 +187,5 @@ class NodeState:
         self.corrected = 0  # ordered firings that differed from their announcement (arrival.py)
         self.simulated = False  # its records come from the simulator: its alerts say so
         self.allocs = NodeAllocations()  # jobs holding its GPUs (the scheduler join)
+        #: [ts, boot id, seq] of buffered events to announce once the node's snapshots reach their ts
+        self.awaiting: list[list] = []

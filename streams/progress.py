@@ -1,9 +1,9 @@
-"""Stage 1 → stage 2 progress: a watermark over stage 1's input partitions (faust only); and
+"""Stage 1 → stage 2 progress: a watermark over stage 1's input partitions (Kafka only); and
 the scheduler stage → stage 1 progress, the same way.
 
 Stage 2 applies a task class's summaries in content order (ts, node, task id) and must not
 apply one before every summary that sorts ahead of it has arrived. In one process that is
-easy (summaries come in the order stage 1 makes them); in faust a class's summaries come from
+easy (summaries come in the order stage 1 makes them); on Kafka a class's summaries come from
 every stage-1 partition, read by different workers at different speeds (a backlog, a worker
 taking over another's partitions), and a node stage 2 has not heard from yet could still send
 one dated earlier. So each stage-1 partition reports how far it has got: after the summaries
@@ -146,6 +146,16 @@ class Gate:
         released = self.value if self.value < math.inf else -math.inf  # no cluster anywhere: none released
         return max(released, newest - (self.skew if waiting else self.lateness))
 
+    def dump(self) -> dict:
+        """What the gate has heard, for a task's snapshot (a replay from it then releases exactly
+        what the run it replays released)."""
+        return {"heard": [[p, _num(h.watermark), h.catching_up, h.empty] for p, h in sorted(self._heard.items())],
+                "value": _num(self.value)}
+
+    def load(self, data: dict) -> None:
+        self._heard = {int(p): _Heard(_inf(w), bool(c), bool(e)) for p, w, c, e in data["heard"]}
+        self.value = _inf(data["value"])
+
     def _floor(self) -> float:
         """The minimum over the partitions of their watermarks, each held no further back than
         its bound behind the newest (so a silent or dead partition delays, never stops)."""
@@ -166,6 +176,15 @@ class Gate:
                 w, bound = h.watermark, self.skew if h.catching_up else self.lateness
             floor = min(floor, max(w, newest - bound))
         return floor
+
+
+def _num(x: float) -> float | str:
+    """JSON for a watermark: strict JSON has no infinities."""
+    return x if math.isfinite(x) else ("inf" if x > 0 else "-inf")
+
+
+def _inf(x: float | str) -> float:
+    return float(x)
 
 
 def read_reports(reports: Iterable[Consumed], gate: Callable[[int], Gate], limits: Limits,

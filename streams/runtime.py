@@ -1,69 +1,426 @@
-"""Collector settings and heap trimming for stream worker processes.
+"""The stream runtime: one asyncio task owns the group consumer and runs this worker's tasks.
 
-CPython's cyclic collector runs a young collection every 700 net container allocations
-and, every 100 of those, a full one that walks every tracked object. Decoding one 8-GPU
-snapshot allocates ~500 containers, so a worker ran a young collection every snapshot or
-two and a full one every few seconds, each walking start-up's ~80k objects (modules,
-pydantic schemas, the faust app) and the engine's windows: 18 % of the stream worker's CPU
-in ``bench/streams_throughput.py`` (b). The engine's records and window entries are
-acyclic, so reference counting frees them; the collector is only there for rare cycles
-and can run far less often. (In ``gpuwarden run`` and replay, without faust's objects, the
-collector took under 1 % of the engine's time: left alone there.)
+Kafka is the distributed engine: the consumer group hands out tasks (:mod:`.assignor`), each task
+restores its state before it processes (:mod:`.restore`), and a task's outputs, batch log, state
+and input offsets are committed in one transaction of its own producer, which fences a zombie
+owner (:mod:`.commit`). This module is the loop around them: ``getmany`` batches split by task,
+commits when due, snapshots now and then, rebalances at a barrier, and what an operator needs to
+see (metrics, a catch-up line, one line per broker problem). The tasks themselves are pure
+(:mod:`.task`). docs/streams-kafka.md tells what happens on each fault.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import gc
+import asyncio
+import json
 import logging
+import math
 import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.structs import OffsetAndMetadata
+
+from gpuwarden.contract import Topics
+from gpuwarden.deadletter import UnsentLog
+from gpuwarden.kafka import start_client
+from gpuwarden.streams.assignor import TaskAssignor
+from gpuwarden.streams.batchlog import Entry, Marker, encode_entries, encode_marker
+from gpuwarden.streams.commit import TaskProducer
+from gpuwarden.streams.dlq import Outbound
+from gpuwarden.streams.groups import Group
+from gpuwarden.streams.memory import HeapTrim
+from gpuwarden.streams.restore import Restorer
+from gpuwarden.streams.statewire import MARKER, batchlog_topic, changelog_topic, transactional_id
+from gpuwarden.streams.task import Batch, Task, TaskId, digest
+from gpuwarden.streams.telemetry import StreamMetrics
 
 log = logging.getLogger("gpuwarden.streams")
 
-#: Net container allocations between young collections (CPython's default: 700).
-YOUNG_THRESHOLD = 20_000
+#: Quick takeover when a worker dies, yet tolerant of a slow batch (heartbeats run in aiokafka's
+#: coordinator task). The broker's group.min.session.timeout.ms (default 6 s) is the floor.
+SESSION_TIMEOUT_S = 10.0
+HEARTBEAT_INTERVAL_S = 2.0
+#: A restore can take a while; past this without a ``getmany`` the member leaves the group.
+MAX_POLL_INTERVAL_S = 300.0
+#: An input topic created after the group was joined is seen within this (aiokafka's default: 5 min).
+METADATA_MAX_AGE_MS = 10_000
+#: Records per ``getmany``, and bytes per partition per fetch (a catch-up decompresses whole fetches).
+MAX_RECORDS = 5000
+FETCH_BYTES = 1 << 20
+#: How often a task holding records back for an input behind is settled when nothing comes.
+IDLE_S = 1.0
+#: While the inputs have records past what was applied for this long, a catch-up line this often.
+PROGRESS_S = 10.0
+#: After a task failed (broker away, fenced), wait this long before restoring it: a zombie that was
+#: fenced learns of the rebalance that moved its task meanwhile, instead of fencing the new owner back.
+RETRY_S = SESSION_TIMEOUT_S + 1.0
 
 
-def tune_gc() -> None:
-    """Call once start-up is done: what exists now moves to the permanent generation
-    (full collections skip it), and young collections run every ``YOUNG_THRESHOLD``."""
-    gc.collect()
-    gc.freeze()
-    _, middle, old = gc.get_threshold()
-    gc.set_threshold(YOUNG_THRESHOLD, middle, old)
+@dataclass
+class Active:
+    """A task this worker runs: the pure task, its producer, and where its inputs stand."""
+
+    task: Task
+    producer: TaskProducer
+    positions: dict[TopicPartition, int]  # next offset to apply, per input partition
+    committed: dict[TopicPartition, tuple[int, str]]  # what the group's offsets say, as last committed or read
+    entries: list[Entry] = field(default_factory=list)  # the open transaction's batches
+    opened: float | None = None  # monotonic time the open transaction took its first batch
+    urgent: bool = False  # the open transaction holds an alert transition: commit now
+    since_snapshot: int = 0  # input records since the last snapshot
+    batches_since: int = 0
+    snapshot_at: float = field(default_factory=time.monotonic)
+    idled_at: float = -math.inf
+    seq: int = 0
+
+    @property
+    def tps(self) -> list[TopicPartition]:
+        return list(self.positions)
 
 
-class HeapTrim:
-    """Hands the memory a catch-up freed back to the system once the worker is idle.
+class Runtime:
+    """One worker of the group ``app``: ``run(stop)`` until ``stop`` is set."""
 
-    Catching up, a worker decompresses whole fetches (4 MiB per partition on the wire, ~37x
-    that as zstd JSON): a worker that read a 2-hour backlog of 64 GPUs peaked at ~550 MB and
-    still held ~420 MB once caught up, though its Python objects were ~50 MB (tracemalloc)
-    and its checkpointed state ~20 kB per node. glibc's malloc keeps freed memory in its
-    arenas (aiokafka's fetcher thread has its own); ``malloc_trim(0)`` returns it: ~127 MB
-    (bench/worker_memory.py, docs/benchmarks.md). So: after ``MIN_RECORDS`` records, at the
-    first idle fetch, at most every ``EVERY_S``. A no-op where libc has no malloc_trim."""
+    def __init__(self, *, app: str, client_kw: Mapping[str, object], topics: Topics, groups: Mapping[str, Group],
+                 outputs: Iterable[str], limits: Mapping[str, int], factory: Callable[[TaskId], Task],
+                 metrics: StreamMetrics, unsent: UnsentLog, commit_s: float, snapshot_s: float,
+                 snapshot_records: int) -> None:
+        self.app, self.kw, self.topics, self.groups = app, dict(client_kw), topics, groups
+        self.outputs = (*outputs, *(changelog_topic(app, t) for g in groups.values() for t in g.tables),
+                        *(batchlog_topic(app, g) for g in groups))
+        self.limits, self.factory, self.metrics, self.unsent = limits, factory, metrics, unsent
+        self.commit_s, self.snapshot_s, self.snapshot_records = commit_s, snapshot_s, snapshot_records
+        self.group_of = {t: g.name for g in groups.values() for t in g.inputs}
+        self.assignor = TaskAssignor({g.name: g.inputs for g in groups.values()})
+        self.instance = uuid.uuid4().hex[:12]  # names this process's commits (a kept task is checked by it)
+        self.lock = asyncio.Lock()  # a round, a reconcile and the rebalance barrier, one at a time
+        self.active: dict[TaskId, Active] = {}
+        self.wanted: set[TaskId] | None = None  # a new assignment to reconcile with
+        self.revoked = False  # partitions taken away, the new assignment not reconciled yet
+        self.waiting: dict[TaskId, float] = {}  # assigned, not running: when to try opening it
+        self.trim = HeapTrim()
+        self.lagging_since: float | None = None
+        self.progress_at = -math.inf
+        self.applied = self.applied_at = 0  # input records applied since start (the catch-up line's rate)
+        self.lags: dict[TopicPartition, int] = {}
 
-    MIN_RECORDS = 20_000
-    EVERY_S = 30.0
+    # -- the loop ----------------------------------------------------------------------------
 
-    def __init__(self) -> None:
-        name = ctypes.util.find_library("c")
-        libc = ctypes.CDLL(name) if name else None
-        self._trim = getattr(libc, "malloc_trim", None)
-        self._records = 0
-        self._last = float("-inf")
+    async def run(self, stop: asyncio.Event) -> None:
+        kw = self.kw
+        self.consumer = AIOKafkaConsumer(
+            **kw, group_id=self.app, enable_auto_commit=False, isolation_level="read_committed",
+            auto_offset_reset="earliest", partition_assignment_strategy=(self.assignor,),
+            session_timeout_ms=int(SESSION_TIMEOUT_S * 1000), heartbeat_interval_ms=int(HEARTBEAT_INTERVAL_S * 1000),
+            max_poll_interval_ms=int(MAX_POLL_INTERVAL_S * 1000), metadata_max_age_ms=METADATA_MAX_AGE_MS,
+            max_partition_fetch_bytes=FETCH_BYTES)
+        reader = AIOKafkaConsumer(**kw, enable_auto_commit=False, isolation_level="read_committed",
+                                  auto_offset_reset="earliest", max_partition_fetch_bytes=FETCH_BYTES,
+                                  fetch_max_wait_ms=20)  # a restore reads on at once
+        self.admin = AIOKafkaAdminClient(**kw)
+        await start_client(reader, kw)
+        await start_client(self.admin, kw)
+        await start_client(self.consumer, kw)
+        self.restorer = Restorer(reader, self.app, {g.name: g.tables for g in self.groups.values()})
+        self.consumer.subscribe(sorted(self.group_of), listener=_Barrier(self))
+        try:
+            while not stop.is_set():
+                await self._reconcile()
+                try:
+                    data = await self.consumer.getmany(timeout_ms=self._wait_ms(), max_records=MAX_RECORDS)
+                except Exception as e:  # noqa: BLE001 - the broker away, a coordinator moving: the loop goes on
+                    log.warning("fetch failed: %s", e)
+                    await asyncio.sleep(1.0)
+                    continue
+                async with self.lock:
+                    await self._round(data)
+        finally:
+            async with self.lock:  # a clean stop: the next owners restore without a replay
+                await asyncio.gather(*(self._guard(a, self._commit(a, snapshot=a.batches_since > 0))
+                                       for a in list(self.active.values())))
+                for tid in list(self.active):
+                    await self._close(tid)
+            for client in (self.consumer, reader, self.admin):  # outside the lock: a rebalance callback may wait for it
+                try:
+                    await asyncio.wait_for(client.stop() if hasattr(client, "stop") else client.close(), 15)
+                except Exception as e:  # noqa: BLE001
+                    log.warning("closing a Kafka client: %s", e)
 
-    def busy(self, records: int) -> None:
-        self._records += records
+    def _wait_ms(self) -> int:
+        now, due = time.monotonic(), IDLE_S
+        for a in self.active.values():
+            if a.opened is not None:
+                due = min(due, a.opened + self.commit_s - now)
+        return max(5, int(due * 1000))
 
-    def idle(self) -> None:
-        if self._trim is None or self._records < self.MIN_RECORDS:
+    async def _round(self, data: Mapping[TopicPartition, list]) -> None:
+        """One ``getmany``'s records, each task's as one batch; then reports and due commits.
+        Between a revocation and the next reconcile nothing is applied (the records fetched before
+        it are read again from the tasks' positions)."""
+        if self.revoked:
             return
+        now, wall, c = time.time(), time.monotonic(), self.consumer
+        ends = {tp: await c.position(tp) for a in self.active.values() for tp in a.tps}
+        due = []
+        for a in self.active.values():
+            records = {tp.topic: data[tp] for tp in a.tps if tp in data}
+            moved = bool(records) or any(ends[tp] != a.positions[tp] for tp in a.tps)
+            if moved or (a.task.holding() and wall - a.idled_at >= IDLE_S):
+                due.append((a, records))
+        highs = await self._highs([tp for a, _ in due for tp in a.tps]) if due else {}
+        for a, records in due:
+            beyond = frozenset(tp.topic for tp in a.tps if highs.get(tp, math.inf) > ends[tp])
+            await self._guard(a, self._batch(a, records, beyond, ends, now, wall))
+        batched = {a.task.id for a, _ in due}
+        for a in list(self.active.values()):
+            if a.task.id not in batched:
+                await self._guard(a, self._send(a, a.task.reports(wall)))
+            if a.opened is not None and (a.urgent or wall - a.opened >= self.commit_s):
+                await self._guard(a, self._commit(a, snapshot=self._snapshot_due(a, wall)))
+        lags = self._lags(highs, ends)
+        self.lags.update(lags)
+        self._progress(lags, wall)
+        self.metrics.refresh(self.lags, [r for a in self.active.values() for r in a.task.tables.values()],
+                             self.unsent, [a.task for a in self.active.values()])
+        n = sum(len(r) for r in data.values())
+        self.trim.busy(n)
+        if not n:
+            self.trim.idle()
+
+    async def _batch(self, a: Active, records: dict[str, list], beyond: frozenset[str],
+                     ends: Mapping[TopicPartition, int], now: float, wall: float) -> None:
+        out = a.task.apply(Batch(records, beyond, now))
+        n, crc = digest(out)
+        a.entries.append(Entry({tp.topic: ends[tp] for tp in a.tps if ends[tp] != a.positions[tp]},
+                               tuple(sorted(beyond)), now, n, crc))
+        a.positions.update({tp: ends[tp] for tp in a.tps})
+        count = sum(len(r) for r in records.values())
+        a.since_snapshot += count
+        a.batches_since += 1
+        self.applied += count
+        self.metrics.fetched(records)
+        if not count:
+            a.idled_at = wall
+        if a.opened is None:
+            a.opened = wall
+        await self._send(a, out + a.task.reports(wall))
+
+    async def _send(self, a: Active, out: list[Outbound]) -> None:
+        fit = []
+        for o in out:
+            if a.producer.fits(o):
+                fit.append(o)
+            else:
+                self.unsent.record(o.topic, o.key, o.value, ValueError("larger than the topic's max.message.bytes"))
+        if not fit:
+            return
+        await a.producer.send(fit)
+        if a.opened is None:
+            a.opened = time.monotonic()
+        alerts = [o for o in fit if o.topic == self.topics.alerts]
+        if alerts:
+            a.urgent = True
+            self.metrics.produced(json.loads(o.value) for o in alerts)
+
+    def _snapshot_due(self, a: Active, wall: float) -> bool:
+        return a.since_snapshot >= self.snapshot_records or a.batches_since >= self.snapshot_records or \
+            (a.batches_since > 0 and wall - a.snapshot_at >= self.snapshot_s)
+
+    async def _commit(self, a: Active, snapshot: bool = False) -> None:
+        """The open transaction with the batch log (and, for a snapshot, the changed keys'
+        envelopes and the marker) and the input offsets; nothing to do if nothing is open."""
+        if not (snapshot or a.entries or a.producer.open):
+            return
+        tid, p = a.task.id, a.task.id.partition
+        if a.entries or snapshot:
+            sent = await a.producer.send([Outbound(batchlog_topic(self.app, tid.group), str(tid).encode(),
+                                                   encode_entries(a.entries), partition=p)])
+        if snapshot:
+            log_at = (await sent[0]).offset + 1
+            state = [Outbound(changelog_topic(self.app, table), key.encode(), envelope, partition=p)
+                     for table, runner in a.task.tables.items() for key, envelope in runner.snapshot().items()]
+            marker = Marker({tp.topic: o for tp, o in a.positions.items()}, log_at, a.task.dump())
+            first = self.groups[tid.group].tables[0]
+            await a.producer.send([*state, Outbound(changelog_topic(self.app, first), MARKER, encode_marker(marker),
+                                                    partition=p)])
+        a.seq += 1
+        meta = f"{self.instance}:{a.seq}"
+        offsets = {tp: OffsetAndMetadata(o, meta) for tp, o in a.positions.items()}
+        await a.producer.commit(offsets, self.app)
+        a.committed = {tp: (o, meta) for tp, o in a.positions.items()}
+        a.entries, a.opened, a.urgent = [], None, False
+        if snapshot:
+            a.since_snapshot = a.batches_since = 0
+            a.snapshot_at = time.monotonic()
+        self.metrics.committed()
+
+    async def _guard(self, a: Active, step: "asyncio.Future[None] | object") -> None:
+        """Run one step of a task; a failure (broker away, the task fenced by a new owner, a
+        defect) ends the task here: its state is dropped, and it is restored later from what
+        was committed."""
+        try:
+            await step  # type: ignore[misc]
+        except Exception as e:  # noqa: BLE001
+            tid = a.task.id
+            if self.active.get(tid) is not a:
+                return
+            fenced = type(e).__name__ in ("ProducerFenced", "InvalidProducerEpoch")
+            (log.warning if fenced or "Kafka" in type(e).__name__ else log.exception)(
+                "task %s stopped (%s: %s); it is restored from what was committed in %g s",
+                tid, type(e).__name__, e, RETRY_S)
+            self.metrics.transactions.labels("aborted").inc()
+            await self._close(tid)
+            self.waiting[tid] = time.monotonic() + RETRY_S
+            self._pause(a.tps)
+
+    # -- assignment --------------------------------------------------------------------------
+
+    async def revoke(self) -> None:
+        """The rebalance barrier's first half: every open transaction committed, then nothing
+        applied until the new assignment is reconciled."""
+        async with self.lock:
+            await asyncio.gather(*(self._guard(a, self._commit(a)) for a in list(self.active.values())))
+            self.revoked = True
+
+    def _pause(self, tps: Iterable[TopicPartition]) -> None:
+        assigned = self.consumer.assignment()
+        self.consumer.pause(*(tp for tp in tps if tp in assigned))
+
+    def tasks_of(self, partitions: Iterable[TopicPartition]) -> set[TaskId]:
+        return {TaskId(self.group_of[tp.topic], tp.partition) for tp in partitions if tp.topic in self.group_of}
+
+    async def _reconcile(self) -> None:
+        """Bring the running tasks in line with the assignment: close those gone, check those
+        kept (nobody committed for them meanwhile), restore those new or failed."""
         now = time.monotonic()
-        if now - self._last < self.EVERY_S:
+        if self.wanted is None and not any(t <= now for t in self.waiting.values()):
             return
-        self._last, self._records = now, 0
-        self._trim(0)
-        log.debug("heap trimmed after a busy spell")
+        async with self.lock:
+            if self.wanted is not None:
+                wanted, self.wanted, self.revoked = self.wanted, None, False
+                for tid in set(self.active) - wanted:
+                    await self._close(tid)
+                self.waiting = {t: w for t, w in self.waiting.items() if t in wanted}
+                kept = [self.active[t] for t in sorted(set(self.active) & wanted)]
+                if kept:
+                    await self._check_kept(kept)
+                for tid in wanted - set(self.active):
+                    self.waiting.setdefault(tid, now)
+            for tid in sorted(t for t, w in self.waiting.items() if w <= now):
+                try:
+                    await self._open(tid)
+                    del self.waiting[tid]
+                except Exception as e:  # noqa: BLE001 - the broker away: try again later
+                    log.warning("task %s not restored now (%s: %s); trying again in %g s", tid, type(e).__name__, e,
+                                RETRY_S)
+                    self.waiting[tid] = time.monotonic() + RETRY_S
+            self.assignor.owned = set(self.active)
+
+    async def _check_kept(self, kept: list[Active]) -> None:
+        try:
+            committed = await self.admin.list_consumer_group_offsets(
+                self.app, partitions=[tp for a in kept for tp in a.tps])
+        except Exception as e:  # noqa: BLE001
+            log.warning("committed offsets not read (%s): the kept tasks are restored", e)
+            committed = {}
+        for a in kept:
+            now = {tp: (o.offset, o.metadata) for tp in a.tps if (o := committed.get(tp)) and o.offset >= 0}
+            if now == a.committed:
+                for tp, o in a.positions.items():
+                    self.consumer.seek(tp, o)
+                continue
+            log.info("task %s: committed by another worker meanwhile: restored", a.task.id)
+            await self._close(a.task.id)
+            self.waiting[a.task.id] = time.monotonic()
+
+    async def _open(self, tid: TaskId) -> None:
+        """Fence the task's earlier producers, then restore it and seek its inputs."""
+        task = self.factory(tid)
+        producer = TaskProducer(self.kw, transactional_id(self.app, tid), self.outputs, self.limits)
+        self.metrics.restoring.inc()
+        try:
+            await producer.start()
+            tps = [TopicPartition(t, tid.partition) for t in task.inputs]
+            got = await self.admin.list_consumer_group_offsets(self.app, partitions=tps)
+            committed = {tp: (o.offset, o.metadata) for tp, o in got.items() if o.offset >= 0}
+            done = await self.restorer.restore(task, {tp: o for tp, (o, _) in committed.items()})
+            for tp, o in done.positions.items():  # fails if a rebalance took the partition meanwhile
+                self.consumer.seek(tp, o)
+            self.consumer.resume(*tps)
+        except BaseException:
+            await _quietly(producer.stop())
+            raise
+        finally:
+            self.metrics.restoring.dec()
+        a = self.active[tid] = Active(task, producer, done.positions, committed)
+        self.metrics.restored(done.seconds, done.replayed, done.diverged)
+        log.info("task %s: %d keys restored, %d batches (%d records) replayed in %.2f s%s", tid, done.keys,
+                 done.batches, done.replayed, done.seconds, f", {done.diverged} DIVERGED" if done.diverged else "")
+        if not done.marker:  # the first snapshot: every later batch log has one to start from
+            await self._commit(a, snapshot=True)
+
+    async def _close(self, tid: TaskId) -> None:
+        a = self.active.pop(tid, None)
+        if a is not None:
+            for tp in a.tps:
+                self.lags.pop(tp, None)
+            await _quietly(a.producer.stop())
+
+    async def _highs(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """The inputs' end offsets now (last stable: what a reader gets); {} when the broker cannot
+        say (every input then counts as behind)."""
+        try:
+            return await self.restorer.consumer.end_offsets(tps)
+        except Exception as e:  # noqa: BLE001
+            log.info("end offsets not read (%s): inputs count as behind", e)
+            return {}
+
+    # -- what an operator sees ---------------------------------------------------------------
+
+    def _lags(self, highs: Mapping[TopicPartition, int], ends: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        return {tp: max(0, h - ends[tp]) for tp, h in highs.items() if tp in ends}
+
+    def _progress(self, lags: Mapping[TopicPartition, int], wall: float) -> None:
+        """While the inputs stay behind: a line every ``PROGRESS_S`` with the lag, rate and ETA."""
+        if not lags:
+            return
+        lag = sum(lags.values())
+        if lag == 0:
+            self.lagging_since = None
+            return
+        if self.lagging_since is None:
+            self.lagging_since, self.progress_at, self.applied_at = wall, wall, self.applied
+            return
+        if wall - self.progress_at >= PROGRESS_S:
+            rate = (self.applied - self.applied_at) / max(wall - self.progress_at, 1e-9)
+            eta = f"{lag / rate:,.0f} s" if rate > 0 else "unknown"
+            log.warning("catching up: %s records behind, %s records/s, done in %s", f"{lag:,}", f"{rate:,.0f}", eta)
+            self.progress_at, self.applied_at = wall, self.applied
+
+
+class _Barrier(ConsumerRebalanceListener):  # type: ignore[misc]
+    """The rebalance barrier: before the group takes partitions away, every open transaction is
+    committed (the loop is held by the lock meanwhile); the new assignment is reconciled by the
+    loop before its next fetch, and its partitions wait, paused, until their task is restored."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self.rt.revoke()
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        rt = self.rt
+        rt.wanted = rt.tasks_of(assigned)
+        rt.consumer.pause(*(tp for tp in assigned if TaskId(rt.group_of[tp.topic], tp.partition) not in rt.active))
+
+
+async def _quietly(step: object) -> None:
+    try:
+        await step  # type: ignore[misc]
+    except Exception as e:  # noqa: BLE001 - closing what failed: the next owner's fence settles the rest
+        log.debug("closing: %s", e)

@@ -13,7 +13,7 @@ The SLO series are per service and objective over all the service's nodes: the s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -41,26 +41,29 @@ class StageSeries(Collector):
         self._budget: dict[tuple[str, str], float] = {}  # service, SLI -> budget left
         self._burn: dict[tuple[str, str, str], float] = {}  # service, SLI, window -> burn rate
 
-    def read(self, node_stage: Any, sched_stage: Any, service_stage: Any) -> None:
-        """``node_stage.allocations()``, ``sched_stage.clusters()``/``figures(c)``,
-        ``service_stage.slo_status()``."""
+    def read(self, node_stages: Iterable[Any], sched_stages: Iterable[Any], service_stages: Iterable[Any]) -> None:
+        """Each ``node_stage.allocations()``, ``sched_stage.clusters()``/``figures(c)``,
+        ``service_stage.slo_status()`` (one per task of each kind)."""
         allocated: dict[tuple[str, str, str], int] = {}
-        for _, a in node_stage.allocations():
-            held = len(a.gpus) or a.count
-            key = (a.labels.get("cluster", ""), a.labels.get("queue") or NO_PARTITION)
-            for use, n in zip(USES, (len(a.busy), len(a.idle), max(0, held - len(a.busy) - len(a.idle)))):
-                allocated[(*key, use)] = allocated.get((*key, use), 0) + n
+        for node_stage in node_stages:
+            for _, a in node_stage.allocations():
+                held = len(a.gpus) or a.count
+                key = (a.labels.get("cluster", ""), a.labels.get("queue") or NO_PARTITION)
+                for use, n in zip(USES, (len(a.busy), len(a.idle), max(0, held - len(a.busy) - len(a.idle)))):
+                    allocated[(*key, use)] = allocated.get((*key, use), 0) + n
         fragmented = {}
-        for c in sched_stage.clusters():
-            f = sched_stage.figures(c)
-            if f is not None:
-                fragmented[c] = len(f.fragmented)
+        for sched_stage in sched_stages:
+            for c in sched_stage.clusters():
+                f = sched_stage.figures(c)
+                if f is not None:
+                    fragmented[c] = len(f.fragmented)
         budget: dict[tuple[str, str], float] = {}
         burn: dict[tuple[str, str, str], float] = {}
-        for s in service_stage.slo_status():
-            budget[s.service, s.sli] = s.budget_remaining
-            for w, rate in s.burn.items():
-                burn[s.service, s.sli, window_label(w)] = rate
+        for service_stage in service_stages:
+            for s in service_stage.slo_status():
+                budget[s.service, s.sli] = s.budget_remaining
+                for w, rate in s.burn.items():
+                    burn[s.service, s.sli, window_label(w)] = rate
         self._allocated, self._fragmented, self._budget, self._burn = allocated, fragmented, budget, burn
 
     def collect(self) -> Iterator[Metric]:

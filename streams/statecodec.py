@@ -3,7 +3,9 @@
 State objects are small ``__slots__`` classes registered here (a class's ``ADDED``
 maps slots added later to a factory for their value in older state); the codec walks
 them, deques, tuples and dicts with non-string keys and writes sorted, compact
-JSON (dicts as ordered pairs), so the same state always gives the same bytes (changelog-friendly).
+JSON (dicts as ordered pairs), so the same state always gives the same bytes (changelog-friendly),
+and loads it back as it was: a tuple as a tuple, so a restored state compares, hashes and deduplicates
+as the one dumped (a task taken over must go on exactly as its old owner would have).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ def _enc(v: Any) -> Any:
     t = type(v)
     if t in _PLAIN or (t is float and v - v == 0):  # v - v is NaN for inf and NaN
         return v
+    if t is tuple:  # a tuple comes back a tuple: a restored state compares and hashes as the one dumped
+        return {"__tu": [x if type(x) in _PLAIN or (type(x) is float and x - x == 0) else _enc(x) for x in v]}
     if isinstance(v, (list, tuple)):  # scalars inline: a checkpoint walks ~10^4 of them per node
         return [x if type(x) in _PLAIN or (type(x) is float and x - x == 0) else _enc(x) for x in v]
     if isinstance(v, (bool, int, str)):  # subclasses (enums)
@@ -53,12 +57,14 @@ def _dec(v: Any) -> Any:
         return [_dec(x) for x in v]
     if not isinstance(v, dict):
         return v
+    if "__tu" in v:
+        return tuple(_dec(x) for x in v["__tu"])
     if "__f" in v:
         return float(v["__f"])
     if "__dq" in v:
         return deque((_dec(x) for x in v["v"]), maxlen=v["__dq"])
     if "__kd" in v:
-        return {_key(_dec(k)): _dec(x) for k, x in v["__kd"]}
+        return {_dec(k): _dec(x) for k, x in v["__kd"]}
     cls = _TYPES[v["__t"]]
     obj = cls.__new__(cls)
     if "__s" in v:
@@ -70,13 +76,9 @@ def _dec(v: Any) -> Any:
     return obj
 
 
-def _key(k: Any) -> Any:
-    return tuple(k) if isinstance(k, list) else k
-
-
 #: Bumped when the layout of state changes; state of another format is refused with a clear
 #: error (no release has written an older one).
-FORMAT = 11  # 7: tasks' checkpoint time per bucket, GPUs' memory minima (leak detection); 8: stage 1's firings announced on arrival (streams/arrival.py); 9: stage 1's job allocations (the scheduler join); 10: scheduler clusters marked simulated, allocation judgements held for the scheduler watermark; 11: the service stage (fleet SLOs), SLO slots off the inference stage
+FORMAT = 12  # 12: tuples come back as tuples (a restored inference stage forgot its histograms, its dedup missed repeats); 7: tasks' checkpoint time per bucket, GPUs' memory minima (leak detection); 8: stage 1's firings announced on arrival (streams/arrival.py); 9: stage 1's job allocations (the scheduler join); 10: scheduler clusters marked simulated, allocation judgements held for the scheduler watermark; 11: the service stage (fleet SLOs), SLO slots off the inference stage
 
 
 def dumps(obj: Any) -> bytes:

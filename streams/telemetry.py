@@ -1,9 +1,9 @@
 """The stream worker's Prometheus metrics: what it read, how far behind it is, what it set aside.
 
-The topology (:mod:`gpuwarden.streams.topology`) calls these hooks on its event loop; the
-HTTP thread of :mod:`gpuwarden.exposition` only reads the registry. Counts the runners keep
-themselves (dead letters, letters the broker refused) are carried over as counter increments
-at each :meth:`StreamMetrics.refresh`, so the runners stay free of prometheus-client.
+The runtime (:mod:`gpuwarden.streams.runtime`) calls these hooks on its event loop; the HTTP
+thread of :mod:`gpuwarden.exposition` only reads the registry. Counts the runners keep
+themselves (dead letters) are carried over as counter increments at each
+:meth:`StreamMetrics.refresh`, so the runners stay free of prometheus-client.
 """
 
 from __future__ import annotations
@@ -18,20 +18,20 @@ from prometheus_client.registry import Collector
 
 from gpuwarden.streams.stageseries import StageSeries
 
-#: Seconds between two refreshes of the lag gauges and carried-over counts (a fetch comes
-#: back every ~250 ms; a scrape every 15 s or so).
+#: Seconds between two refreshes of the lag gauges and carried-over counts.
 REFRESH_S = 1.0
 #: Seconds between two readings of the task classes' baselines (they change every
 #: ``engine.baseline_refresh`` of event time; a reading walks every class).
 CLASSES_S = 15.0
+_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
 class Runner(Protocol):
     """What :meth:`StreamMetrics.refresh` reads of a :class:`gpuwarden.streams.keyed.KeyedRunner`."""
 
-    sources: Mapping[str, Any]
-    position: Mapping[str, int]
     dead_by: Mapping[tuple[str, str], int]
+
+    def keys(self) -> list[str]: ...
 
 
 class StreamMetrics:
@@ -44,23 +44,28 @@ class StreamMetrics:
         r = self.registry
         self.records = Counter("gpuwarden_streams_records", "records read, by input topic", ("topic",), registry=r)
         self.lag = Gauge("gpuwarden_streams_consumer_lag", "records on the broker past what this worker applied "
-                         "(high-water mark minus next offset), per assigned input partition",
+                         "(last stable offset minus next offset), per input partition of its tasks",
                          ("topic", "partition"), registry=r)
         self.dead_letters = Counter("gpuwarden_streams_dead_letters", "records sent to a dead-letter topic, "
                                     "by input topic and reason", ("topic", "reason"), registry=r)
-        self.unsent = Counter("gpuwarden_streams_unsent", "records the broker refused for good (kept in the "
+        self.unsent = Counter("gpuwarden_streams_unsent", "records too large for their topic (kept in the "
                               "worker's unsent.jsonl)", registry=r)
         self.transitions = Counter("gpuwarden_streams_transitions", "alert transitions produced, by rule, tier "
                                    "and state", ("rule", "tier", "state"), registry=r)
+        self.transactions = Counter("gpuwarden_streams_transactions", "task transactions: committed, or aborted "
+                                    "(the task then restores from what was committed)", ("outcome",), registry=r)
+        self.last_commit = Gauge("gpuwarden_streams_last_commit_timestamp_seconds", "wall time of the last "
+                                 "committed transaction", registry=r)
+        self.tasks = Gauge("gpuwarden_streams_tasks", "tasks this worker runs, by stage group", ("group",), registry=r)
         self.state_keys = Gauge("gpuwarden_streams_state_keys", "keys in a state table (nodes, task classes)",
                                 ("table",), registry=r)
-        self.state_bytes = Gauge("gpuwarden_streams_state_bytes", "bytes of the stored state envelopes",
-                                 ("table",), registry=r)
-        self.checkpoint = Histogram("gpuwarden_streams_checkpoint_seconds", "wall time to write a checkpoint's "
-                                    "envelopes to the changelog and have them acknowledged", ("table",),
-                                    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=r)
-        self.last_checkpoint = Gauge("gpuwarden_streams_last_checkpoint_timestamp_seconds",
-                                     "wall time of the last checkpoint", ("table",), registry=r)
+        self.restoring = Gauge("gpuwarden_streams_restoring_tasks", "tasks being restored now", registry=r)
+        self.restore_seconds = Histogram("gpuwarden_streams_restore_seconds", "wall time to restore a task "
+                                         "(changelog, batch log, replay)", buckets=_SECONDS, registry=r)
+        self.restore_records = Counter("gpuwarden_streams_restore_records", "input records applied again by "
+                                       "restores", registry=r)
+        self.diverged = Counter("gpuwarden_streams_replay_diverged", "replayed batches whose outputs differed from "
+                                "the logged run's (a defect)", registry=r)
         self.classes = _ClassSeries()
         r.register(self.classes)
         self.stages = StageSeries()
@@ -70,57 +75,75 @@ class StreamMetrics:
         self._lagging: set[tuple[str, str]] = set()
         self._next = float("-inf")
 
-    def fetched(self, fetched: Mapping[Any, list[Any]]) -> None:
-        """One fetch: its records per topic (keys are faust ``TP``s)."""
-        for tp, recs in fetched.items():
-            self.records.labels(tp.topic).inc(len(recs))
+    def fetched(self, records: Mapping[str, list[Any]]) -> None:
+        """One batch: its records per input topic."""
+        for topic, recs in records.items():
+            self.records.labels(topic).inc(len(recs))
 
-    def produced(self, transitions: Iterable[Any]) -> None:
+    def produced(self, transitions: Iterable[Mapping[str, Any]]) -> None:
         for t in transitions:
-            self.transitions.labels(t.rule, str(t.tier), str(t.state)).inc()
+            self.transitions.labels(t["rule"], str(t["tier"]), str(t["state"])).inc()
 
-    def checkpointed(self, table: str, sizes: Mapping[Any, int], seconds: float) -> None:
-        """A checkpoint of ``table`` took ``seconds``; ``sizes``: each key's last stored envelope, in bytes."""
-        self.checkpoint.labels(table).observe(seconds)
-        self.last_checkpoint.labels(table).set(time.time())
-        self.state_keys.labels(table).set(len(sizes))
-        self.state_bytes.labels(table).set(sum(sizes.values()))
+    def committed(self) -> None:
+        self.transactions.labels("committed").inc()
+        self.last_commit.set(time.time())
 
-    def refresh(self, consumer: Any, runners: Iterable[Runner], unsent: Any, class_stage: Any = None,
-                stages: tuple[Any, Any, Any] | None = None) -> None:
-        """At most every ``refresh_s``: lag per assigned input partition (faust's
-        ``Consumer.highwater(tp)``, the high-water mark of the last fetch response against the runner's next offset), and the runners' counts carried over;
-        every ``classes_s``, the task classes of ``class_stage`` against their baselines and the
-        node, scheduler and service ``stages``' figures (:mod:`gpuwarden.streams.stageseries`)."""
+    def restored(self, seconds: float, records: int, diverged: int) -> None:
+        self.restore_seconds.observe(seconds)
+        self.restore_records.inc(records)
+        self.diverged.inc(diverged)
+
+    def refresh(self, lags: Mapping[Any, int], runners: Iterable[Runner], unsent: Any,
+                tasks: Iterable[Any] = ()) -> None:
+        """At most every ``refresh_s``: lag per input partition (``lags``: TopicPartition → records),
+        the runners' counts carried over and their keys; every ``classes_s``, the tasks' task
+        classes against their baselines and the node, scheduler and service stages' figures
+        (:mod:`gpuwarden.streams.stageseries`)."""
         now = time.monotonic()
-        if class_stage is not None and now >= self._classes_next:
+        tasks = list(tasks)
+        if tasks and now >= self._classes_next:
             self._classes_next = now + self.classes_s
-            self.classes.read(class_stage)
-            if stages is not None:
-                self.stages.read(*stages)
+            by = _stages(tasks)
+            self.classes.read(by["class"])
+            self.stages.read(by["node"], by["cluster"], by["service"])
         if now < self._next:
             return
         self._next = now + self.refresh_s
         lagging = set()
-        assigned = consumer.assignment()
-        for runner in runners:
-            for tp in assigned:
-                pos = runner.position.get(f"{tp.topic}:{tp.partition}")
-                high = consumer.highwater(tp) if tp.topic in runner.sources else None
-                if pos is not None and high is not None:
-                    labels = (tp.topic, str(tp.partition))
-                    self.lag.labels(*labels).set(max(0, high - pos))
-                    lagging.add(labels)
-            for (topic, reason), n in runner.dead_by.items():
-                self._carry(self.dead_letters.labels(topic, reason), ("dead", topic, reason), n)
-        self._carry(self.unsent, "unsent", unsent.count)
-        for labels in self._lagging - lagging:  # revoked: no longer this worker's to report
+        for tp, n in lags.items():
+            labels = (tp.topic, str(tp.partition))
+            self.lag.labels(*labels).set(n)
+            lagging.add(labels)
+        for labels in self._lagging - lagging:  # no longer this worker's to report
             self.lag.remove(*labels)
         self._lagging = lagging
+        keys: dict[str, int] = {}
+        for runner in runners:
+            for (topic, reason), n in runner.dead_by.items():
+                self._carry(self.dead_letters.labels(topic, reason), ("dead", topic, reason), n)
+        for t in tasks:
+            for table, runner in t.tables.items():
+                keys[table] = keys.get(table, 0) + len(runner.keys())
+        for table, n in keys.items():
+            self.state_keys.labels(table).set(n)
+        groups: dict[str, int] = {}
+        for t in tasks:
+            groups[t.id.group] = groups.get(t.id.group, 0) + 1
+        for g in ("node", "class", "service", "cluster"):
+            self.tasks.labels(g).set(groups.get(g, 0))
+        self._carry(self.unsent, "unsent", unsent.count)
 
     def _carry(self, counter: Any, key: Any, total: int) -> None:
         counter.inc(max(0, total - self._seen.get(key, 0)))
         self._seen[key] = total
+
+
+def _stages(tasks: list[Any]) -> dict[str, list[Any]]:
+    """Each task kind's stages: what the class and stage series read."""
+    by: dict[str, list[Any]] = {"node": [], "class": [], "service": [], "cluster": []}
+    for t in tasks:
+        by[t.id.group].append(t.node_stage if t.id.group == "node" else t.stage)
+    return by
 
 
 class _ClassSeries(Collector):
@@ -131,14 +154,16 @@ class _ClassSeries(Collector):
         self._rows: list[tuple[str, str, float | None, Any]] = []  # class, statistic, value, band
         self._counts = (0, 0)  # learning, baselined
 
-    def read(self, stage: Any) -> None:
-        """``stage``: a :class:`gpuwarden.streams.classstage.ClassStage` (``classes``, ``latest``, ``baseline``)."""
-        rows, learning, names = [], 0, stage.classes()
-        for c in names:
-            bands, latest = stage.baseline(c), stage.latest(c)
-            learning += all(b is None for b in bands.values())
-            rows += [(c, k, latest.get(k), b) for k, b in bands.items() if k in latest or b is not None]
-        self._rows, self._counts = rows, (learning, len(names) - learning)
+    def read(self, stages: Iterable[Any]) -> None:
+        """``stages``: :class:`gpuwarden.streams.classstage.ClassStage` s (``classes``, ``latest``, ``baseline``)."""
+        rows, learning, n = [], 0, 0
+        for stage in stages:
+            for c in stage.classes():
+                n += 1
+                bands, latest = stage.baseline(c), stage.latest(c)
+                learning += all(b is None for b in bands.values())
+                rows += [(c, k, latest.get(k), b) for k, b in bands.items() if k in latest or b is not None]
+        self._rows, self._counts = rows, (learning, n - learning)
 
     def collect(self) -> Iterator[Metric]:
         rows, (learning, baselined) = self._rows, self._counts

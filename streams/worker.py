@@ -1,79 +1,117 @@
-"""``gpuwarden streams``: run one faust worker of the topology in :mod:`gpuwarden.streams.topology`.
+"""``gpuwarden streams``: one stream worker of the group (:mod:`gpuwarden.streams.runtime`).
 
-Workers started with the same config join one consumer group and share the
-partitions; each recovers the state of the partitions it is given from the
-changelog topics, so a worker may be killed and restarted (or replaced) at any time.
+Workers started with the same config join one consumer group and share its tasks; each restores
+the state of the tasks it is given from their changelogs and batch logs, so a worker may be killed
+and restarted (or replaced) at any time. Before joining, the worker creates the topics it reads
+and writes (``kafka.partitions``; never the broker's auto-creation) and refuses to start, exit 2,
+when a stage's co-partitioned topics disagree in their partition counts.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
+import signal
 import socket
 import sys
+import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from gpuwarden.streams.config import StreamsSettings
-
-if TYPE_CHECKING:
-    import faust
 
 log = logging.getLogger("gpuwarden.streams")
 
 
 def cmd_streams(args: argparse.Namespace, settings: StreamsSettings) -> int:
     """Run a worker until SIGINT/SIGTERM."""
-    import asyncio
+    return asyncio.run(_main(args, settings))
 
+
+async def _main(args: argparse.Namespace, settings: StreamsSettings) -> int:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    from gpuwarden.contract import Topics
+    from gpuwarden.deadletter import UnsentLog
     from gpuwarden.exposition import serve_from
-    from gpuwarden.kafka import KafkaConnectError, client_kwargs, diagnose
+    from gpuwarden.kafka import KafkaConnectError, client_kwargs, diagnose, start_client
+    from gpuwarden.streams import statewire as sw
+    from gpuwarden.streams.groups import TaskFactory, groups, outputs
+    from gpuwarden.streams.memory import tune_gc
+    from gpuwarden.streams.runtime import Runtime
     from gpuwarden.streams.telemetry import StreamMetrics
-    from gpuwarden.streams.topology import Topology, app_id
+    from gpuwarden.topics import TopicSpec, ensure_topics, partition_mismatch
 
-    why = asyncio.run(diagnose(client_kwargs(settings)))  # faust retries a refused login forever
+    kafka = settings.kafka
+    kw = client_kwargs(settings)
+    why = await diagnose(kw)  # aiokafka retries a refused login forever
     if why:
-        raise KafkaConnectError(f"Kafka {settings.kafka.bootstrap}: {why}")
-
+        raise KafkaConnectError(f"Kafka {kafka.bootstrap}: {why}")
     worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
     data_dir = Path(args.data_dir or Path("var") / "streams" / worker_id)
     data_dir.mkdir(parents=True, exist_ok=True)
+    topics, app = Topics(kafka.topic_prefix), sw.app_id(settings)
+    gs = groups(topics)
+    own = {g.name: (*(sw.changelog_topic(app, t) for t in g.tables), sw.batchlog_topic(app, g.name))
+           for g in gs.values()}
+    specs = {t: TopicSpec() for g in gs.values() for t in g.inputs}
+    specs |= {t: TopicSpec(config=sw.DLQ_CONFIG if t.endswith(".dlq") else {}) for t in outputs(topics)}
+    specs |= {t: TopicSpec(config=sw.CHANGELOG_CONFIG if t.endswith("-changelog") else sw.BATCHLOG_CONFIG)
+              for ts in own.values() for t in ts}
+    counts = await ensure_topics(kafka, specs)
+    wrong = partition_mismatch(counts, [(*g.inputs, *own[g.name]) for g in gs.values()])
+    if wrong:
+        print("gpuwarden streams: a stage's topics must have one partition count (docs/kafka.md, "
+              "\"Repartitioning\"):\n  " + "\n  ".join(wrong), file=sys.stderr)
+        return 2
+    admin = AIOKafkaAdminClient(**kw)
+    await start_client(admin, kw)
+    try:
+        limits = await _max_message_bytes(admin, [*outputs(topics), *(t for ts in own.values() for t in ts)])
+    finally:
+        await admin.close()
     metrics = StreamMetrics()
-    app = Topology(settings, worker_id=worker_id, data_dir=data_dir, metrics=metrics).app
     try:
         serve_from(metrics.registry, settings.engine, getattr(args, "metrics_port", None))
     except OSError as e:  # the port taken, or an address not on this host
         print(f"gpuwarden streams: cannot serve /metrics on {settings.engine.metrics_bind}: {e.strerror or e}",
               file=sys.stderr)
         return 1
-    log.warning("streams worker %s: app %s, broker %s, data dir %s",
-                worker_id, app_id(settings), settings.kafka.bootstrap, data_dir)
-    level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
-    worker = quiet_worker(app, loglevel=level, redirect_stdouts=False)
-    try:
-        worker.execute_from_commandline()
-    except SystemExit as e:
-        return int(e.code or 0)
+    e = settings.engine
+    runtime = Runtime(app=app, client_kw={**kw, "client_id": f"{kafka.client_id}-{worker_id}"}, topics=topics,
+                      groups=gs, outputs=outputs(topics), limits=limits, factory=TaskFactory(settings, counts),
+                      metrics=metrics, unsent=UnsentLog(data_dir / "unsent.jsonl"), commit_s=float(e.commit_interval),
+                      snapshot_s=float(e.snapshot_interval), snapshot_records=e.snapshot_records)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, _print_stacks)
+    log.warning("streams worker %s: group %s, broker %s, data dir %s", worker_id, app, kafka.bootstrap, data_dir)
+    tune_gc()
+    await runtime.run(stop)
     return 0
 
 
-def quiet_worker(app: faust.App, **kwargs: Any) -> faust.Worker:
-    """A faust Worker for ``app`` without the terminal spinner, collector tuned once started.
+async def _max_message_bytes(admin: object, names: list[str]) -> dict[str, int]:
+    """Each topic's ``max.message.bytes`` (what the broker takes in one record batch)."""
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-    faust's spinner puts a DEBUG-level handler on the root logger, so every debug line of
-    aiokafka's fetcher (several per fetch) was formatted and handled: ~8 % of a stream
-    worker's CPU in ``bench/streams_throughput.py``. Without it the root logger keeps
-    the level given (``-v``)."""
-    import faust
+    out: dict[str, int] = {}
+    responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, t) for t in names])  # type: ignore[attr-defined]
+    for resp in responses:
+        for _err, _msg, _rtype, name, entries in resp.resources:
+            for entry in entries:
+                if entry[0] == "max.message.bytes":
+                    out[name] = int(entry[1])
+    return out
 
-    from gpuwarden.streams.runtime import tune_gc
 
-    class Worker(faust.Worker):
-        async def on_startup_finished(self) -> None:
-            await super().on_startup_finished()
-            tune_gc()
-
-    worker = Worker(app, quiet=True, **kwargs)
-    worker.spinner = None
-    return worker
+def _print_stacks() -> None:
+    """SIGUSR1: every asyncio task's stack on stderr (what a stalled worker is waiting on)."""
+    for task in asyncio.all_tasks():
+        print(f"--- {task.get_name()}: {task.get_coro()}", file=sys.stderr)
+        for frame in task.get_stack():
+            print("".join(traceback.format_stack(frame, limit=1)).rstrip(), file=sys.stderr)
+    sys.stderr.flush()

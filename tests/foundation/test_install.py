@@ -1,7 +1,7 @@
 """``pip install .`` into a fresh virtualenv: the rooms exist only inside the ``gpuwarden`` namespace.
 
 The new environment borrows the running environment's dependencies through ``.pth``
-path lines, one per site-packages folder on ``sys.path`` (pydantic, faust, ... without
+path lines, one per site-packages folder on ``sys.path`` (pydantic, aiokafka, ... without
 reinstalling them; a path line does not run that folder's own ``.pth`` files, so the
 editable install stays out)
 and installs a copy of this checkout (so no ``build/`` left in it, and none left over from an
@@ -15,7 +15,10 @@ import shutil
 import subprocess
 import sys
 import venv
+from importlib.metadata import version
 from pathlib import Path
+
+from packaging.requirements import Requirement
 
 REPO = Path(__file__).resolve().parents[2]
 NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", ".cache", "build", "dist", "var", "artifacts",
@@ -62,3 +65,15 @@ def test_installed_rooms_live_in_the_gpuwarden_namespace(tmp_path):
     cli = subprocess.run([env / "bin" / "gpuwarden", "--version"], capture_output=True, text=True,
                          timeout=60, cwd=out)
     assert cli.returncode == 0 and cli.stdout.startswith("gpuwarden "), cli.stderr
+
+    # What pip would install with it: the wheel's Requires-Dist. faust-streaming and mode are gone
+    # (issue #29); aiokafka's range admits the next minor release and not the one after.
+    meta = subprocess.run([python, "-c", "import importlib.metadata as m; print('\\n'.join(m.requires('gpuwarden')))"],
+                          capture_output=True, text=True, timeout=60, cwd=out)
+    requires = [Requirement(line) for line in meta.stdout.splitlines() if line.strip()]
+    assert not {r.name.lower() for r in requires} & {"faust-streaming", "faust", "mode-streaming", "mode"}
+    (aiokafka,) = [r for r in requires if r.name == "aiokafka"]
+    installed = version("aiokafka")
+    major, minor = (int(x) for x in installed.split(".")[:2])
+    assert installed in aiokafka.specifier and f"{major}.{minor + 1}.0" in aiokafka.specifier
+    assert f"{major}.{minor + 2}.0" not in aiokafka.specifier

@@ -9,7 +9,8 @@ task summaries (their stats read most window columns), the counters and a digest
 ``tests/fixtures/engine_golden.jsonl``: transitions, summaries and counters as the engine gave
 them when last re-recorded (issue #18: median deviation, growth-based memory-leak, SDK checkpoint
 buckets out of util summaries, resolve figures; the scheduler scenarios, and mixed, which holds
-them, since their stage: session 9), the state digest of state format 10. A change meant to alter
+them, since their stage: session 9), the state digest of state format 12 (tuples kept as tuples; announcements that wait for the node's snapshots, session 13: the xid-79
+scenario's correction of a stale-labelled announcement is gone). A change meant to alter
 them re-records it:
 
     .venv/bin/python tests/streams/golden.py > tests/fixtures/engine_golden.jsonl

@@ -1,11 +1,11 @@
-"""Product code reaches into no private name (``._x``) of another object: faust, aiokafka and
-mode are driven through their public API only (issue #17), so a patch release of one cannot
-change what the workers rely on without a failing test.
+"""Product code reaches into no private name (``._x``) of another object: aiokafka is driven
+through its public API only (issue #17), so a release of it cannot change what the workers rely
+on without a failing test; and faust-streaming, with mode, is gone (issue #29).
 
 Flagged, by reading the source with ``ast`` (no broker, nothing imported but the bases):
 
 * ``obj._x`` whose ``obj`` is not ``self``/``cls`` nor a module of this project;
-* in a class derived from a faust, aiokafka or mode class: ``self._x`` that the class does
+* in a class derived from an aiokafka class: ``self._x`` that the class does
   not define itself (an inherited private), and a method overriding a private of the base.
 """
 
@@ -19,7 +19,8 @@ from pathlib import Path
 from tests.kafka_support import REPO_ROOT
 
 ROOTS = ("gpuwarden", "producers", "streams", "notifiers", "history", "app")
-LIBRARIES = ("faust", "aiokafka", "mode")
+LIBRARIES = ("aiokafka",)
+GONE = ("faust", "mode")
 PROJECT = ("gpuwarden",)
 
 def _is_private(name: str) -> bool:
@@ -27,7 +28,7 @@ def _is_private(name: str) -> bool:
 
 
 class _Imports(ast.NodeVisitor):
-    """Names bound to this project's modules, and to faust/aiokafka/mode objects."""
+    """Names bound to this project's modules, and to aiokafka objects."""
 
     def __init__(self) -> None:
         self.project: set[str] = set()
@@ -130,36 +131,49 @@ def test_product_code_uses_no_private_names() -> None:
     assert not found, "\n".join(sorted(found))
 
 
-OLD_BATCH_CONSUMER = '''
-from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
+SAMPLE = '''
+from aiokafka import AIOKafkaConsumer
 
 class BatchConsumer(AIOKafkaConsumer):
     _seeks = 0
 
-    async def perform_seek(self) -> None:
+    async def getmany(self, *partitions, timeout_ms=0, max_records=None):
         self._seeks += 1
-        fresh = [tp for tp in self.assignment() if not self._committed_offset.get(tp)]
-        await self._thread.seek_to_beginning(*fresh)
-
-    def _tune_fetches(self) -> None:
-        fetcher = self._thread._ensure_consumer()._fetcher
+        fetcher = self._fetcher
         fetcher._fetch_min_bytes = 1 << 17
+        return await super().getmany(*partitions, timeout_ms=timeout_ms, max_records=max_records)
 
-    async def _drain_messages(self, fetcher) -> None:
-        records, active = await self._wait_next_records(timeout=1.0)
+    def _validate_topics(self, topics):
+        return topics
 '''
 
 
-def test_the_scan_finds_what_the_old_batch_consumer_did(tmp_path: Path) -> None:
-    """The batch consumer this replaced (an excerpt of streams/batchconsumer.py before #17)."""
+def test_the_scan_finds_privates_of_aiokafka_reached_into(tmp_path: Path) -> None:
+    """What the faust-era batch consumer did, on aiokafka's consumer: a fetcher setting, an
+    inherited private, an overridden private."""
     (tmp_path / "streams").mkdir()
-    (tmp_path / "streams" / "batchconsumer.py").write_text(OLD_BATCH_CONSUMER)
+    (tmp_path / "streams" / "batchconsumer.py").write_text(SAMPLE)
     for top in ROOTS:
         (tmp_path / top).mkdir(exist_ok=True)
     got = scan(tmp_path)
     assert "streams/batchconsumer.py: fetcher._fetch_min_bytes" in got
-    assert "streams/batchconsumer.py: self._thread._ensure_consumer" in got
-    assert "streams/batchconsumer.py: BatchConsumer._drain_messages overrides a private of Consumer" in got
-    assert any("self._committed_offset (inherited" in g for g in got), got
-    assert any("self._wait_next_records (inherited" in g for g in got), got
+    assert "streams/batchconsumer.py: BatchConsumer._validate_topics overrides a private of AIOKafkaConsumer" in got
+    assert any("self._fetcher (inherited" in g for g in got), got
     assert not any("_seeks" in g for g in got), got  # the class's own attribute
+
+
+def test_no_product_module_imports_faust_or_mode_and_the_package_does_not_depend_on_them() -> None:
+    import tomllib
+
+    imports = set()
+    for top in ROOTS:
+        for path in sorted((REPO_ROOT / top).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+                imports |= {(path.relative_to(REPO_ROOT).as_posix(), n) for n in names if n.split(".")[0] in GONE}
+    assert not imports, sorted(imports)
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    deps = [*project["dependencies"], *(d for ds in project["optional-dependencies"].values() for d in ds)]
+    assert not [d for d in deps if d.split("[")[0].split(">")[0].split("<")[0].split("=")[0].strip().lower()
+                in ("faust-streaming", "faust", "mode-streaming", "mode")]

@@ -13,7 +13,8 @@ from gpuwarden.contract import DeadLetter, JobState as S, Topics, decode, encode
 from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.dlq import Inbound, Limits
 from gpuwarden.streams.engine import Engine
-from gpuwarden.streams.schedrunner import scheduler_runner
+from gpuwarden.streams.clustertask import ClusterTask
+from gpuwarden.streams.task import Batch, TaskId
 from gpuwarden.streams.schedstage import SchedulerStage
 from tests.streams.sched_records import CLUSTER, job, node, poll, samples
 
@@ -214,18 +215,21 @@ def test_late_incomplete_and_error_polls_change_nothing() -> None:
 
 def test_a_malformed_scheduler_record_goes_to_the_dead_letter_topic_with_its_reason() -> None:
     topics = Topics()
-    runner = scheduler_runner(SchedulerStage(EngineConfig()), topics, Limits(), 0.0, {})
+    task = ClusterTask(TaskId("cluster", 0), topics, EngineConfig(), Limits(), stage=SchedulerStage(EngineConfig()),
+                       allocation_partitions=2)
     good = poll(T, [job("1", S.PENDING, T, submit=T - 10, gpus=4)], [node("gn1", T, 4, 0)])
     bad = b'{"schema":"scheduler_job/1","ts":1700000000,"cluster":"lab","scheduler":"slurm","job_id":"2",' \
           b'"state":"pending","gpus":-4}'
     msgs = [Inbound(topics.jobs, 0, 0, CLUSTER.encode(), bad),
             *(Inbound(topics.jobs, 0, i + 1, CLUSTER.encode(), encode(r)) for i, r in enumerate(good)),
             Inbound(topics.jobs, 0, 9, b"other", encode(good[0]))]  # on the wrong key
-    res = runner.run(msgs, lambda key: None, now=T + 1)
-    dead = [decode(o.value, DeadLetter) for o in res.out if o.topic == "scheduler.jobs.dlq"]
-    assert [d.offset for d in dead] == [0, 9] and res.dead == 2 and res.applied == 3
+    out = task.apply(Batch({topics.jobs: msgs}, frozenset(), T + 1))
+    dead = [decode(o.value, DeadLetter) for o in out if o.topic == "scheduler.jobs.dlq"]
+    assert [d.offset for d in dead] == [0, 9] and task.runner.dead == 2
     assert "gpus" in dead[0].error and "key" in dead[1].error
-    assert res.state and CLUSTER in res.state  # the stage's state checkpointed under its cluster
+    assert CLUSTER in task.runner.snapshot()  # the stage's state, under its cluster
+    reports = task.reports(0.0)  # its progress to both scheduler.allocations partitions
+    assert sorted(o.partition for o in reports) == [0, 1] and all(o.topic == topics.allocations for o in reports)
 
 
 def test_unknown_scheduler_config_keys_are_errors() -> None:

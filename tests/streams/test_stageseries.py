@@ -31,7 +31,7 @@ def test_a_service_on_two_nodes_shows_its_budget_and_burn_over_both() -> None:
             f.minute += 1
             f.seq += 1
     series = StageSeries()
-    series.read(NoJoin(), NoJoin(), s.fleet)
+    series.read([NoJoin()], [NoJoin()], [s.fleet])
     v = {(m.name, tuple(sorted(x.labels.items()))): x.value for m in series.collect() for x in m.samples}
     # Minutes 0-8 released (the 30 s lateness holds the 10th), minute 8 open on both nodes: the
     # service judged minutes 0-7, watched from minute 0's start.

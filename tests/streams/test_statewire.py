@@ -1,21 +1,27 @@
-"""The names a writer outside the workers (``baseline bootstrap --to-kafka``) uses are the topology's."""
+"""The names a writer outside the workers (``baseline bootstrap --to-kafka``) and the web console
+use are the runtime's: the class task restores what bootstrap writes where bootstrap writes it."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from aiokafka.partitioner import DefaultPartitioner
 
-from gpuwarden.app.settings import validate_settings
-from gpuwarden.streams.statewire import CLASS_TABLE, changelog_topic, partition_of
-from gpuwarden.streams.topology import Topology, app_id
+from gpuwarden.contract import Topics
+from gpuwarden.streams.groups import TaskFactory, groups
+from gpuwarden.streams.statewire import CLASS_TABLE, MARKER, app_id, changelog_topic, partition_of
+from gpuwarden.streams.task import TaskId
+from tests.streams_kafka.records import settings_for
 
 
-def test_the_class_state_changelog_and_partitions_are_the_topologys(tmp_path: Path) -> None:
-    settings = validate_settings({"kafka": {"topic_prefix": "site.", "partitions": 6}})
-    topology = Topology(settings, worker_id="w", data_dir=tmp_path)
-    assert topology.class_table.name == CLASS_TABLE
-    assert topology.class_table.changelog_topic.get_topic_name() == changelog_topic(app_id(settings), CLASS_TABLE)
+def test_the_class_state_changelog_and_partitions_are_the_runtime_s() -> None:
+    settings = settings_for("127.0.0.1:1", partitions=6)
+    topics = Topics(settings.kafka.topic_prefix)
+    group = groups(topics)["class"]
+    assert group.tables[0] == CLASS_TABLE  # the class task's first table: its snapshot marker sits there too
+    task = TaskFactory(settings, dict.fromkeys([*groups(topics)["node"].inputs, topics.summaries, topics.sli,
+                                                topics.jobs], 6))(TaskId("class", 2))
+    assert list(task.tables) == [CLASS_TABLE]
+    assert changelog_topic(app_id(settings), CLASS_TABLE) == f"{settings.kafka.topic_prefix}gpuwarden-streams-class-state-changelog"
     every = list(range(6))
-    for key in (b"sd-finetune", b"llama-pretrain", b"", "vllm-serve-\u00e9".encode()):
-        assert topology._partition(key) == partition_of(key, 6) == DefaultPartitioner()(key, every, every)
+    for key in (b"llm-pretrain", b"sd-finetune", b"\xe4\xb8\xad"):
+        assert partition_of(key, 6) == DefaultPartitioner()(key, every, every)
+    assert not MARKER.decode().isprintable()  # never a stage key: those are printable names

@@ -118,8 +118,10 @@ async def wait_for(predicate: Any, timeout: float, what: str, poll: float = 0.5)
 
 async def read_to_end(bootstrap: str, topic: str, partitions: int,
                       timeout: float = 20.0) -> list[ConsumerRecord]:
-    """Every record in ``topic`` now (from the beginning up to the current end offsets)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    """Every committed record in ``topic`` now (from the beginning up to the last stable offsets):
+    what a ``read_committed`` reader such as the notifier gets of the workers' transactions."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                isolation_level="read_committed", fetch_max_wait_ms=50)
     await consumer.start()
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
@@ -127,13 +129,11 @@ async def read_to_end(bootstrap: str, topic: str, partitions: int,
         await consumer.seek_to_beginning(*tps)
         end = await consumer.end_offsets(tps)
         out: list[ConsumerRecord] = []
-        left = {tp for tp in tps if end[tp] > 0}
         async with asyncio.timeout(timeout):
-            while left:
-                for tp, batch in (await consumer.getmany(*left, timeout_ms=500)).items():
-                    out.extend(batch)
-                    if batch[-1].offset + 1 >= end[tp]:
-                        left.discard(tp)
+            while left := [tp for tp in tps if await consumer.position(tp) < end[tp]]:
+                for batch in (await consumer.getmany(*left, timeout_ms=200)).values():
+                    out.extend(r for r in batch if r.offset < end[r.topic_partition if hasattr(r, "topic_partition")
+                                                             else TopicPartition(r.topic, r.partition)])
         return out
     finally:
         await consumer.stop()

@@ -1,4 +1,4 @@
-"""The pure core of the topology: batches, dead letters, offset-tracked state envelopes."""
+"""The keyed runner under every task: batches, dead letters, offset-tracked state envelopes."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ TOPIC = "p.gpu.samples"
 EVENTS = "p.gpu.events"
 
 
-def runner(stage: StandinNodeStage, checkpoint_s: float = 0.0) -> KeyedRunner:
+def runner(stage: StandinNodeStage) -> KeyedRunner:
     def emit(record: object, msg: Inbound) -> list[Outbound]:
         out = stage.process(record)
         return [Outbound("alerts", t.fingerprint.encode(), encode(t)) for t in out.transitions] + \
@@ -26,7 +26,7 @@ def runner(stage: StandinNodeStage, checkpoint_s: float = 0.0) -> KeyedRunner:
     return KeyedRunner(stage, {
         TOPIC: Source(NodeSnapshot, lambda r: r.node, TOPIC + ".dlq"),
         EVENTS: Source(GpuEvent, lambda r: r.node, EVENTS + ".dlq"),
-    }, emit, Limits(), checkpoint_s)
+    }, emit, Limits())
 
 
 def msg(record: object, offset: int, topic: str = TOPIC, partition: int = 0) -> Inbound:
@@ -54,39 +54,46 @@ def test_envelope_of_the_zlib_form_is_refused() -> None:
         unpack(old)
 
 
-def test_batch_writes_one_envelope_per_key_with_last_offsets() -> None:
+def test_a_snapshot_holds_one_envelope_per_key_changed_with_its_last_offsets() -> None:
     r = runner(StandinNodeStage(every=2))
     batch = [msg(snapshot("a", i, T0 + i), 10 + i) for i in range(4)] + [msg(snapshot("b", 0, T0), 3, partition=1)]
-    res = r.run(batch, lambda key: None, now=T0)
+    res = r.run(batch, now=T0)
     assert res.applied == 5 and res.dead == 0 and res.skipped == 0
-    assert set(res.state) == {"a", "b"}
-    assert unpack(res.state["a"]) == ({f"{TOPIC}:0": 13}, json.dumps({"snapshots": 4, "seen": []}).encode())
-    assert res.state["a"].startswith(b"GWS4")
+    state = r.snapshot()
+    assert set(state) == {"a", "b"} and r.dirty == set()
+    assert unpack(state["a"]) == ({f"{TOPIC}:0": 13}, json.dumps({"snapshots": 4, "seen": []}).encode())
+    assert state["a"].startswith(b"GWS4")
     assert [o.topic for o in res.out] == ["summaries", "summaries"]
+    r.run([msg(snapshot("b", 1, T0 + 1), 4, partition=1)], now=T0)
+    assert set(r.snapshot()) == {"b"}  # only what changed since
+    assert r.snapshot() == {}
 
 
 def test_restored_state_skips_records_already_applied_and_matches_uninterrupted_run() -> None:
     records = [msg(snapshot("a", i, T0 + i), i) for i in range(6)] + [msg(xid("a", 0, T0 + 3, 79), 0, EVENTS)]
-    whole = runner(StandinNodeStage(every=2)).run(records, lambda k: None, now=T0)
+    whole = runner(StandinNodeStage(every=2))
+    whole_out = whole.run(records, now=T0).out
 
-    # First life: applies the first 4 samples and the event, stores the envelope, then dies.
-    first = runner(StandinNodeStage(every=2)).run(records[:4] + records[6:], lambda k: None, now=T0)
-    # Second life (a fresh worker) resumes from an older committed offset: samples 2..5 again.
-    second = runner(StandinNodeStage(every=2)).run(records[2:6], first.state.get, now=T0)
-    assert second.skipped == 2 and second.applied == 2
-    assert second.state["a"] == whole.state["a"]
-    # Nothing lost, nothing produced twice, though the two lives saw the records in another order.
-    assert sorted(o.value for o in first.out + second.out) == sorted(o.value for o in whole.out)
-    assert len(whole.out) == 4
+    # First life: applies the first 4 samples and the event, snapshots, then dies.
+    first = runner(StandinNodeStage(every=2))
+    first_out = first.run(records[:4] + records[6:], now=T0).out
+    stored = first.snapshot()
+    # A new owner restores the envelope and reads from an older offset: samples 2..5 again.
+    second = runner(StandinNodeStage(every=2))
+    assert second.restore("a", stored["a"]) and second.keys() == ["a"]
+    res = second.run(records[2:6], now=T0)
+    assert res.skipped == 2 and res.applied == 2
+    assert second.snapshot()["a"] == whole.snapshot()["a"]
+    assert sorted(o.value for o in first_out + res.out) == sorted(o.value for o in whole_out)
+    assert len(whole_out) == 4
 
 
-def test_state_moved_on_elsewhere_is_loaded_before_the_next_record() -> None:
+def test_an_envelope_claiming_no_offsets_applies_every_record_after_it() -> None:
+    """What ``gpuwarden baseline bootstrap --to-kafka`` writes: state, offsets ``{}``."""
     stage = StandinNodeStage(every=100)
     r = runner(stage)
-    r.run([msg(snapshot("a", 0, T0), 0)], lambda k: None, now=T0)
-    elsewhere = pack({f"{TOPIC}:0": 50}, json.dumps({"snapshots": 51, "seen": [79]}).encode())
-    r.reassigned()
-    res = r.run([msg(snapshot("a", 51, T0 + 51), 51)], {"a": elsewhere}.get, now=T0)
+    assert r.restore("a", pack({}, json.dumps({"snapshots": 51, "seen": [79]}).encode()))
+    res = r.run([msg(snapshot("a", 0, T0), 0)], now=T0)
     assert stage.state["a"]["snapshots"] == 52 and res.applied == 1
 
 
@@ -101,7 +108,7 @@ def test_bad_records_become_dead_letters_and_the_batch_goes_on() -> None:
     far = snapshot("a", 2, T0 + 10_000)
     batch = [Inbound(TOPIC, 0, 0, b"a", b"\xff\xfe"), Inbound(TOPIC, 0, 1, b"a", None),
              msg(snapshot("a", 1, T0), 2), msg(far, 3), msg(snapshot("a", 3, T0 + 1), 4)]
-    res = r.run(batch, lambda k: None, now=T0)
+    res = r.run(batch, now=T0)
     dead = [decode(o.value) for o in res.out if o.topic == TOPIC + ".dlq"]
     assert [(d.offset, d.topic, d.partition) for d in dead] == [(0, TOPIC, 0), (1, TOPIC, 0), (2, TOPIC, 0), (3, TOPIC, 0)]
     assert "Invalid JSON" in dead[0].error and base64.b64decode(dead[0].value_b64) == b"\xff\xfe"
@@ -138,71 +145,31 @@ def test_a_task_metrics_batch_applies_its_items_and_dead_letters_only_what_is_ba
                Inbound(topic, 0, 2, b"a", json.dumps({**batch("t4"), "node": ""}).encode()[:-3]),
                Inbound(topic, 0, 3, b"b", json.dumps(batch("t5")).encode())]
     r = runner_()
-    res = r.run(records, lambda k: None, now=T0)
+    res = r.run(records, now=T0)
     assert applied == [(0, "a", "t0"), (1, "a", "t1"), (1, "a", "t3")]
     dead = [decode(o.value) for o in res.out]
     assert [(d.topic, d.offset) for d in dead] == [(topic, 1), (topic, 2), (topic, 3)] and res.dead == 3
     assert dead[0].error.startswith("metrics[1].step: ")
     assert json.loads(base64.b64decode(dead[0].value_b64))["metrics"] == [hurt["metrics"][1]]
     assert "Invalid JSON" in dead[1].error and dead[2].error.startswith("key: ")
-    # Read again after a rebalance (the offsets commit with checkpoints): nothing lettered twice.
-    r.reassigned()
-    again = r.run(records, res.state.get, now=T0)
-    assert again.out == [] and again.skipped == 4 and len(applied) == 3
-
-
-def test_checkpoints_at_most_every_interval_cover_every_key_changed_since() -> None:
-    r = runner(StandinNodeStage(every=100), checkpoint_s=5.0)
-    first = r.run([msg(snapshot("a", 0, T0), 0)], lambda k: None, now=T0, wall=100.0)
-    assert set(first.state) == {"a"}  # the first batch checkpoints
-    between = r.run([msg(snapshot("a", 1, T0 + 1), 1), msg(snapshot("b", 0, T0), 0, partition=1)],
-                    lambda k: None, now=T0, wall=102.0)
-    assert between.state == {} and between.applied == 2  # 2 s later: no write
-    forced = r.run([msg(snapshot("a", 2, T0 + 2), 2)], lambda k: None, now=T0, wall=102.5, force=True)
-    assert set(forced.state) == {"a", "b"}  # too many records held: checkpoint now
-    r.run([msg(snapshot("a", 3, T0 + 3), 3)], lambda k: None, now=T0, wall=103.0)
-    late = r.run([msg(snapshot("b", 1, T0 + 1), 1, partition=1)], lambda k: None, now=T0, wall=107.6)
-    assert set(late.state) == {"a", "b"}  # every key changed since the last checkpoint
-    assert unpack(late.state["a"])[0] == {f"{TOPIC}:0": 3} and unpack(late.state["b"])[0] == {f"{TOPIC}:1": 1}
-    assert r.run([], lambda k: None, now=T0, wall=200.0).state == {}  # nothing changed: nothing written
-
-
-def test_after_a_rebalance_keys_reload_their_checkpoint_or_start_afresh_unless_kept() -> None:
-    stage = StandinNodeStage(every=100)
-    r = runner(stage, checkpoint_s=60.0)
-    ckpt = r.run([msg(snapshot("a", 0, T0), 0), msg(xid("c", 0, T0, 79), 0, EVENTS)],
-                 lambda k: None, now=T0, wall=0.0).state
-    r.run([msg(snapshot("a", 1, T0 + 1), 1), msg(snapshot("b", 0, T0), 0, partition=1),
-           msg(xid("c", 1, T0 + 1, 13), 1, EVENTS)], lambda k: None, now=T0, wall=1.0)
-    assert stage.state["a"]["snapshots"] == 2 and "b" in stage.state
-    # Rebalance: this worker keeps only the events partition; the others resume at the
-    # last checkpoint's commit, and "b" was never stored.
-    r.reassigned(frozenset({f"{EVENTS}:0"}))
-    res = r.run([msg(snapshot("a", 0, T0), 0), msg(snapshot("a", 1, T0 + 1), 1),
-                 msg(snapshot("b", 0, T0), 0, partition=1), msg(xid("c", 1, T0 + 1, 13), 1, EVENTS)],
-                {"a": ckpt["a"], "c": ckpt["c"]}.get, now=T0, wall=2.0)
-    assert res.applied == 2 and res.skipped == 2
-    assert stage.state["a"]["snapshots"] == 2 and stage.state["b"]["snapshots"] == 1  # not 3 and 2
-    assert stage.state["c"]["seen"] == [79, 13]  # kept in memory, not reloaded from its checkpoint
 
 
 def test_stored_state_of_another_version_starts_the_key_afresh_and_keeps_going() -> None:
     stage = StandinNodeStage(every=2)
     r = runner(stage)
     envelope = pack({f"{TOPIC}:0": 1}, b"\x00 not this version's state")  # the stage's load raises ValueError
-    res = r.run([msg(snapshot("a", i, T0 + i), i) for i in range(4)], lambda key: envelope, now=T0)
+    assert not r.restore("a", envelope) and r.keys() == []
+    assert not r.restore("b", b"GWS3 an older envelope")
+    res = r.run([msg(snapshot("a", i, T0 + i), i) for i in range(4)], now=T0)
     assert res.applied == 4 and res.skipped == 0 and res.dead == 0  # nothing skipped: no state held them
-    assert unpack(res.state["a"])[0] == {f"{TOPIC}:0": 3}
+    assert unpack(r.snapshot()["a"])[0] == {f"{TOPIC}:0": 3}
 
 
-def test_settle_changes_keys_without_a_record_and_their_next_checkpoint_holds_them() -> None:
-    r = runner(StandinNodeStage(every=100), checkpoint_s=10.0)
-    first = r.run([msg(snapshot("a", 0, T0), 0)], lambda k: None, now=T0, wall=0.0)
-    assert set(first.state) == {"a"}
+def test_settle_changes_keys_without_a_record_and_the_next_snapshot_holds_them() -> None:
+    r = runner(StandinNodeStage(every=100))
+    r.run([msg(snapshot("a", 0, T0), 0)], now=T0)
+    assert set(r.snapshot()) == {"a"}
     settled = Outbound("alerts", b"fp", b"{}")
-    res = r.run([msg(snapshot("b", 0, T0), 0, partition=1)], lambda k: None, now=T0, wall=5.0,
-                settle=lambda: (["a"], [settled]))
-    assert res.out[-1] is settled and not res.state  # no checkpoint due yet
-    assert r.synced("a") and r.synced("b") and not r.synced("c")
-    later = r.run([], lambda k: None, now=T0, wall=11.0)
-    assert set(later.state) == {"a", "b"}  # "a" changed by the settle, with no record of its own
+    res = r.run([msg(snapshot("b", 0, T0), 0, partition=1)], now=T0, settle=lambda: (["a"], [settled]))
+    assert res.out[-1] is settled
+    assert set(r.snapshot()) == {"a", "b"}  # "a" changed by the settle, with no record of its own
