@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from gpuwarden import __version__
+from gpuwarden import __version__, outage
 from gpuwarden.app.settings import Settings, load_settings
 from gpuwarden.config import ConfigError, config_warnings
 from gpuwarden.kafka import KafkaConnectError
@@ -310,6 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    outage.install()  # Kafka trouble: one line per cause per 30 s, one on recovery (gpuwarden/outage.py)
     settings = None
     if getattr(args, "needs_settings", True):
         try:

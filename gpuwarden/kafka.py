@@ -92,9 +92,11 @@ async def start_client(client: Any, kw: dict[str, Any], timeout_s: float = 30.0)
 
 
 async def produce_records(records: Iterable[Any], client_kw: dict[str, Any], topic_prefix: str = "", *,
-                          event_time: bool = False, batch: int = 1000) -> int:
+                          event_time: bool = False, batch: int = 1000, partitions: int = 4,
+                          replication_factor: int = 1) -> int:
     """Send contract records to their topics under their keys (acks=all, idempotent), each node's
     task metrics between two of its other records as one batch; returns how many Kafka records.
+    The pipeline's topics are created first where missing (``partitions``: ``kafka.partitions``).
 
     ``event_time`` stamps each Kafka record with the record's own ``ts`` (as a live agent's
     would be), so ``offsets_for_times`` finds it by event time; without it Kafka stamps the
@@ -104,7 +106,10 @@ async def produce_records(records: Iterable[Any], client_kw: dict[str, Any], top
 
     from gpuwarden.contract import Topics, batch_task_metrics, encode, record_key
 
+    from gpuwarden.topics import data_topics, ensure_topics
+
     topics, n = Topics(topic_prefix), 0
+    await ensure_topics(client_kw, data_topics(topics), partitions=partitions, replication_factor=replication_factor)
     producer = AIOKafkaProducer(**client_kw, acks="all", enable_idempotence=True, linger_ms=20)
     await start_client(producer, client_kw)
     try:

@@ -247,7 +247,8 @@ def restore_state(hf: HistoryFile, spool: Spool) -> None:
         spool.kv_put_many(ns, items.items())
 
 
-async def import_to_kafka(hf: HistoryFile, client_kw: dict[str, Any], topic_prefix: str = "") -> int:
+async def import_to_kafka(hf: HistoryFile, client_kw: dict[str, Any], topic_prefix: str = "", *,
+                          partitions: int = 4, replication_factor: int = 1) -> int:
     """Produce every record to its topic with its key; Kafka stamps them with the import time.
 
     Import time rather than event time: old event-time stamps would let the
@@ -256,7 +257,8 @@ async def import_to_kafka(hf: HistoryFile, client_kw: dict[str, Any], topic_pref
     """
     from gpuwarden.kafka import produce_records
 
-    return await produce_records(hf.records(), client_kw, topic_prefix, batch=BATCH)
+    return await produce_records(hf.records(), client_kw, topic_prefix, batch=BATCH, partitions=partitions,
+                                 replication_factor=replication_factor)
 
 
 # --------------------------------------------------------------------------- commands
@@ -302,7 +304,9 @@ def cmd_import(args: argparse.Namespace, settings: CommonSettings) -> int:
                 from gpuwarden.kafka import client_kwargs
 
                 kw = {**client_kwargs(settings), "bootstrap_servers": args.kafka}
-                n = asyncio.run(import_to_kafka(hf, kw, settings.kafka.topic_prefix))
+                k = settings.kafka
+                n = asyncio.run(import_to_kafka(hf, kw, k.topic_prefix, partitions=k.partitions,
+                                                replication_factor=k.replication_factor))
                 where = f"Kafka {args.kafka}"
                 with Spool(settings.spool.path) as spool:
                     restore_state(hf, spool)

@@ -27,6 +27,8 @@ from gpuwarden.contract import AlertState, AlertTransition, ContractError, Tier,
 from gpuwarden.deadletter import UnsentLog, letter
 from gpuwarden.exposition import serve_from
 from gpuwarden.kafka import kafka_kwargs, start_client
+from gpuwarden.outage import OUTAGE, recovered
+from gpuwarden.topics import TopicSpec, data_topics, ensure_topics
 from gpuwarden.spool import Spool
 from gpuwarden.notifiers import am_server
 from gpuwarden.notifiers.config import NotifyConfig
@@ -45,6 +47,8 @@ MIN_WAIT_MS = 5  # a poll never spins: even a past-due timer waits this long for
 
 #: A dead letter holds a record of up to ``limits.max_record_bytes`` (≤ 8 MiB) in base64.
 DLQ_REQUEST_BYTES = 16 << 20
+#: After Kafka trouble, how long before (and how long at most) the idle loop asks the broker whether it is back.
+PROBE_S = 5.0
 
 
 class Stats:
@@ -118,8 +122,13 @@ async def _consume(settings: NotifierSettings, notifier: Notifier, stats: Stats,
     """The ``alerts`` topic (and ``control`` in cluster mode) through ``notifier`` until ``stop`` is set."""
     cfg, topics = settings.notify, Topics(settings.kafka.topic_prefix)
     kw = kafka_kwargs(settings.kafka)
+    # The topics first (a consumer's metadata request would let the broker auto-create them); the
+    # alerts as the workers' transactions committed them (an aborted attempt is never delivered).
+    await ensure_topics(kw, {**data_topics(topics), topics.dlq(topics.alerts): TopicSpec()},
+                        partitions=settings.kafka.partitions, replication_factor=settings.kafka.replication_factor)
     alerts = AIOKafkaConsumer(topics.alerts, **kw, group_id=cfg.consumer_group + settings.kafka.topic_prefix,
-                              enable_auto_commit=False, auto_offset_reset="earliest")
+                              enable_auto_commit=False, auto_offset_reset="earliest",
+                              isolation_level="read_committed")
     producer = AIOKafkaProducer(**kw, compression_type="zstd", max_request_size=DLQ_REQUEST_BYTES)
     stats.unsent = UnsentLog(settings.spool.path.parent / "unsent.jsonl")
     control = AIOKafkaConsumer(**kw, enable_auto_commit=False) if cfg.control == "kafka" else None
@@ -145,11 +154,27 @@ async def _consume(settings: NotifierSettings, notifier: Notifier, stats: Stats,
             if batch:
                 notifier.save_state()  # the state covers what the committed offsets say was handled
                 await alerts.commit()
+                recovered("alerts read and committed")
+            elif OUTAGE.since is not None and time.monotonic() - OUTAGE.since >= PROBE_S:
+                await _probe(alerts)
     finally:
         await alerts.stop()
         if control is not None:
             await control.stop()
         await producer.stop()
+
+
+async def _probe(alerts: AIOKafkaConsumer) -> None:
+    """After Kafka trouble with no alerts coming: ask for the topic's end offsets, so that the
+    recovery is logged when the broker answers, not at the next alert."""
+    parts = list(alerts.assignment())
+    if not parts:  # nothing to ask about (the group not joined yet): no news either way
+        return
+    try:
+        await asyncio.wait_for(alerts.end_offsets(parts), PROBE_S)
+    except Exception:  # noqa: BLE001 - still away: its lines are gated (gpuwarden/outage.py)
+        return
+    recovered("alerts topic reachable")
 
 
 async def _one(r: ConsumerRecord, notifier: Notifier, producer: AIOKafkaProducer, topics: Topics,

@@ -55,7 +55,8 @@ class Sink:
             kw = client_kwargs(settings)
             self.publisher = Publisher(self.spool, kw.pop("bootstrap_servers"), Topics(kafka.topic_prefix),
                                        send_timeout_s=settings.agent.publish_timeout,
-                                       max_record_bytes=int(settings.limits.max_record_bytes), **kw)
+                                       max_record_bytes=int(settings.limits.max_record_bytes),
+                                       partitions=kafka.partitions, replication_factor=kafka.replication_factor, **kw)
         self.max_record_bytes = int(settings.limits.max_record_bytes)
 
     def put(self, records: list[Any]) -> None:

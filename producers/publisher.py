@@ -18,7 +18,9 @@ from typing import Any
 
 from gpuwarden.contract import DEFAULT_MAX_RECORD_BYTES, Topics, batch_task_metrics, encode, record_key
 from gpuwarden.kafka import start_client
+from gpuwarden.outage import recovered, trouble
 from gpuwarden.spool import Spool
+from gpuwarden.topics import data_topics, ensure_topics
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +46,15 @@ def within_limit(records: Iterable[Any], max_bytes: int) -> Iterator[tuple[Any, 
 class Publisher:
     def __init__(self, spool: Spool, bootstrap: str, topics: Topics | None = None, *,
                  batch: int = 500, send_timeout_s: float = 10.0,
-                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, **kafka: Any) -> None:
+                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, partitions: int = 4, replication_factor: int = 1,
+                 **kafka: Any) -> None:
         self.spool, self.bootstrap = spool, bootstrap
         self.topics = topics or Topics()
         self.batch, self.send_timeout_s = batch, send_timeout_s
         self.max_record_bytes = max_record_bytes
         self.kafka = kafka
+        self.partitions, self.replication_factor = partitions, replication_factor
+        self._topics_made = False  # the pipeline's topics exist (created here if missing)
         self._producer: Any = None
         self.published = 0
         self.failures = 0
@@ -66,13 +71,18 @@ class Publisher:
             self.spool.append_many(rows)
 
     async def _ensure(self) -> Any:
+        kw = {"bootstrap_servers": self.bootstrap, **self.kafka}
+        if not self._topics_made:  # before the first send: a send would let the broker auto-create them
+            await ensure_topics(kw, data_topics(self.topics), partitions=self.partitions,
+                                replication_factor=self.replication_factor)
+            self._topics_made = True
         if self._producer is None:
             from aiokafka import AIOKafkaProducer
 
             p = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True,
                                  compression_type=COMPRESSION, linger_ms=5,
                                  request_timeout_ms=int(self.send_timeout_s * 1000), **self.kafka)
-            await start_client(p, {"bootstrap_servers": self.bootstrap, **self.kafka}, self.send_timeout_s)
+            await start_client(p, kw, self.send_timeout_s)
             self._producer = p
         return self._producer
 
@@ -94,10 +104,12 @@ class Publisher:
             except (asyncio.TimeoutError, OSError, Exception) as e:  # noqa: BLE001 - any Kafka failure
                 self.failures += 1
                 log.warning("Kafka unavailable (%s: %s); %d records wait in the spool",
-                            type(e).__name__, e, self.spool.pending_count(self.topics.all()))
+                            type(e).__name__, e, self.spool.pending_count(self.topics.all()),
+                            extra=trouble("publish"))
                 await self._reset()
                 return sent
             self.spool.mark_published(r.id for r in pending)
+            recovered("records published")
             sent += len(pending)
             self.published += len(pending)
 

@@ -114,6 +114,7 @@ class KeyedRunner:
         self.unknown: dict[tuple[str, str], int] = {}
         self.dead = 0  # records dead-lettered since start
         self.dead_by: dict[tuple[str, str], int] = {}  # metrics hook (streams/telemetry.py): per (topic, reason)
+        self.outside = 0  # envelopes restored that were written outside the workers (offsets {})
 
     def keys(self) -> list[str]:
         """The keys this runner holds state for."""
@@ -130,6 +131,7 @@ class KeyedRunner:
             self.stage.drop(key)
             return False
         self._applied[key] = applied
+        self.outside += not applied
         return True
 
     def snapshot(self) -> dict[str, bytes]:

@@ -22,11 +22,13 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import InvalidProducerEpoch, KafkaError, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata
 
 from gpuwarden.contract import Topics
 from gpuwarden.deadletter import UnsentLog
 from gpuwarden.kafka import start_client
+from gpuwarden.outage import recovered, trouble
 from gpuwarden.streams.assignor import TaskAssignor
 from gpuwarden.streams.batchlog import Entry, Marker, encode_entries, encode_marker
 from gpuwarden.streams.commit import TaskProducer
@@ -55,6 +57,8 @@ FETCH_BYTES = 1 << 20
 IDLE_S = 1.0
 #: While the inputs have records past what was applied for this long, a catch-up line this often.
 PROGRESS_S = 10.0
+#: The counts of what was set aside are logged when they change, at most this often.
+COUNTS_S = 5.0
 #: After a task failed (broker away, fenced), wait this long before restoring it: a zombie that was
 #: fenced learns of the rebalance that moved its task meanwhile, instead of fencing the new owner back.
 RETRY_S = SESSION_TIMEOUT_S + 1.0
@@ -107,6 +111,8 @@ class Runtime:
         self.progress_at = -math.inf
         self.applied = self.applied_at = 0  # input records applied since start (the catch-up line's rate)
         self.lags: dict[TopicPartition, int] = {}
+        self.reported: dict[str, int] = {"dead_letters": 0, "unsent": 0}
+        self.reported_at = -math.inf
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -133,7 +139,7 @@ class Runtime:
                 try:
                     data = await self.consumer.getmany(timeout_ms=self._wait_ms(), max_records=MAX_RECORDS)
                 except Exception as e:  # noqa: BLE001 - the broker away, a coordinator moving: the loop goes on
-                    log.warning("fetch failed: %s", e)
+                    log.warning("fetch failed: %s", e, extra=trouble("fetch"))
                     await asyncio.sleep(1.0)
                     continue
                 async with self.lock:
@@ -148,7 +154,7 @@ class Runtime:
                 try:
                     await asyncio.wait_for(client.stop() if hasattr(client, "stop") else client.close(), 15)
                 except Exception as e:  # noqa: BLE001
-                    log.warning("closing a Kafka client: %s", e)
+                    log.warning("closing a Kafka client: %s", e, extra=trouble("close"))
 
     def _wait_ms(self) -> int:
         now, due = time.monotonic(), IDLE_S
@@ -186,6 +192,7 @@ class Runtime:
         self._progress(lags, wall)
         self.metrics.refresh(self.lags, [r for a in self.active.values() for r in a.task.tables.values()],
                              self.unsent, [a.task for a in self.active.values()])
+        self._report_counts(wall)
         n = sum(len(r) for r in data.values())
         self.trim.busy(n)
         if not n:
@@ -268,10 +275,12 @@ class Runtime:
             tid = a.task.id
             if self.active.get(tid) is not a:
                 return
-            fenced = type(e).__name__ in ("ProducerFenced", "InvalidProducerEpoch")
-            (log.warning if fenced or "Kafka" in type(e).__name__ else log.exception)(
-                "task %s stopped (%s: %s); it is restored from what was committed in %g s",
-                tid, type(e).__name__, e, RETRY_S)
+            name = type(e).__name__
+            fenced = isinstance(e, (ProducerFenced, InvalidProducerEpoch))
+            kafka = not fenced and isinstance(e, (KafkaError, asyncio.TimeoutError, OSError))
+            (log.warning if fenced or kafka else log.exception)(
+                "task %s stopped (%s: %s); it is restored from what was committed in %g s", tid, name, e, RETRY_S,
+                extra=trouble("task stopped") if kafka else None)
             self.metrics.transactions.labels("aborted").inc()
             await self._close(tid)
             self.waiting[tid] = time.monotonic() + RETRY_S
@@ -316,7 +325,7 @@ class Runtime:
                     del self.waiting[tid]
                 except Exception as e:  # noqa: BLE001 - the broker away: try again later
                     log.warning("task %s not restored now (%s: %s); trying again in %g s", tid, type(e).__name__, e,
-                                RETRY_S)
+                                RETRY_S, extra=trouble("restore"))
                     self.waiting[tid] = time.monotonic() + RETRY_S
             self.assignor.owned = set(self.active)
 
@@ -325,7 +334,7 @@ class Runtime:
             committed = await self.admin.list_consumer_group_offsets(
                 self.app, partitions=[tp for a in kept for tp in a.tps])
         except Exception as e:  # noqa: BLE001
-            log.warning("committed offsets not read (%s): the kept tasks are restored", e)
+            log.warning("committed offsets not read (%s): the kept tasks are restored", e, extra=trouble("offsets"))
             committed = {}
         for a in kept:
             now = {tp: (o.offset, o.metadata) for tp in a.tps if (o := committed.get(tp)) and o.offset >= 0}
@@ -374,12 +383,26 @@ class Runtime:
         """The inputs' end offsets now (last stable: what a reader gets); {} when the broker cannot
         say (every input then counts as behind)."""
         try:
-            return await self.restorer.consumer.end_offsets(tps)
+            highs = await self.restorer.consumer.end_offsets(tps)
         except Exception as e:  # noqa: BLE001
             log.info("end offsets not read (%s): inputs count as behind", e)
             return {}
+        recovered("end offsets read")
+        return highs
 
     # -- what an operator sees ---------------------------------------------------------------
+
+    def _report_counts(self, wall: float) -> None:
+        """What was set aside (dead letters, letters the broker refused, fields a newer writer
+        sends), logged when it changed, at most every ``COUNTS_S``."""
+        if wall - self.reported_at < COUNTS_S:
+            return
+        runners = [r for a in self.active.values() for r in a.task.tables.values()]
+        counts = {"dead_letters": sum(r.dead for r in runners), "unsent": self.unsent.count,
+                  **{f"unknown {t} {f}": n for r in runners for (t, f), n in sorted(r.unknown.items())}}
+        if counts != self.reported:
+            log.warning("counts: %s", ", ".join(f"{k}={v}" for k, v in counts.items()))
+            self.reported, self.reported_at = counts, wall
 
     def _lags(self, highs: Mapping[TopicPartition, int], ends: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         return {tp: max(0, h - ends[tp]) for tp, h in highs.items() if tp in ends}

@@ -59,7 +59,8 @@ async def _main(args: argparse.Namespace, settings: StreamsSettings) -> int:
     specs |= {t: TopicSpec(config=sw.DLQ_CONFIG if t.endswith(".dlq") else {}) for t in outputs(topics)}
     specs |= {t: TopicSpec(config=sw.CHANGELOG_CONFIG if t.endswith("-changelog") else sw.BATCHLOG_CONFIG)
               for ts in own.values() for t in ts}
-    counts = await ensure_topics(kafka, specs)
+    counts = await ensure_topics(kw, specs, partitions=kafka.partitions,
+                                  replication_factor=kafka.replication_factor)
     wrong = partition_mismatch(counts, [(*g.inputs, *own[g.name]) for g in gs.values()])
     if wrong:
         print("gpuwarden streams: a stage's topics must have one partition count (docs/kafka.md, "

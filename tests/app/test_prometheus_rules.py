@@ -29,7 +29,7 @@ def promtool() -> str:
 def test_promtool_check_rules_passes(promtool: str) -> None:
     out = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 9 rules found" in out.stdout
+    assert "SUCCESS: 10 rules found" in out.stdout
 
 
 @pytest.mark.prometheus

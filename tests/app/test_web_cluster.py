@@ -29,9 +29,8 @@ from gpuwarden.kafka import kafka_kwargs, produce_records
 from gpuwarden.spool import Spool
 from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.engine import Engine
-from gpuwarden.streams.inferencewire import SERVICE_TABLE, TABLE as INFERENCE_TABLE
-from gpuwarden.streams.statewire import CLASS_TABLE, NODE_TABLE, changelog_topic, fresh_envelope
-from gpuwarden.streams.topology import app_id
+from gpuwarden.streams.statewire import CLASS_TABLE, INFERENCE_TABLE, NODE_TABLE, SERVICE_TABLE, app_id, \
+    changelog_topic, fresh_envelope
 from tests.app.web_support import TOKEN_ENV, SimRun, chromium, full_page_shot, shot_dir, simulated_run, web_server
 from tests.kafka_support import consume_all, create_topic, produce, unique_topic
 from tests.streams_kafka.records import keyed

@@ -1,20 +1,17 @@
 """Integration tests on a real Kafka broker (scripts/kafka-local or $KAFKA_BOOTSTRAP).
 
 They prove the pinned broker works with the clients the pipeline uses:
-aiokafka (idempotent producer, consumer groups, admin) and faust-streaming
-(agent + Table with a compacted changelog topic).
+aiokafka (idempotent producer, consumer groups, admin, transactions with offsets and fencing: what
+the stream runtime relies on).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import socket
-from collections import Counter
 from pathlib import Path
 
-import faust
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -24,9 +21,7 @@ from tests.kafka_support import (
     create_topic,
     kafka_local,
     kafka_local_address,
-    list_topics,
     produce,
-    topic_config,
     unique_topic,
 )
 
@@ -77,60 +72,71 @@ async def test_idempotent_produce_and_group_consume_in_order(
           f"(acks=all, idempotent, {COMPRESSION}; group resumed at offset {committed})")
 
 
-async def test_faust_agent_counts_into_table_with_changelog(
-    kafka_bootstrap: str, tmp_path: Path, kafka_report
-) -> None:
-    app_id = unique_topic("it-faust")
-    source_name = f"{app_id}-events"
-    # Create the source topic first: a faust consumer subscribed to a topic
-    # that does not exist yet only sees it after a metadata refresh (minutes).
-    await create_topic(kafka_bootstrap, source_name, partitions=1)
+async def test_transactions_hide_aborts_and_fence_a_zombie(kafka_bootstrap: str, kafka_report) -> None:
+    """What the stream runtime borrows from the broker (docs/streams-kafka.md): a read_committed
+    reader never sees an aborted transaction's records, offsets committed in a transaction move
+    the group only when it commits, and a second producer with the same transactional id fences
+    the first, whose commit then fails."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
+    from aiokafka.structs import OffsetAndMetadata
 
-    app = faust.App(
-        app_id,
-        broker=f"kafka://{kafka_bootstrap}",
-        datadir=str(tmp_path / "faust"),
-        store="memory://",
-        topic_partitions=1,
-        topic_replication_factor=1,
-        web_enabled=False,
-    )
-    source = app.topic(source_name, key_type=str, value_type=str, partitions=1)
-    counts = app.Table("counts", default=int, partitions=1)
-    processed: list[str] = []
+    topic, source, group = unique_topic("it-tx"), unique_topic("it-tx-in"), unique_topic("it-tx-group")
+    await create_topic(kafka_bootstrap, topic, partitions=1)
+    await create_topic(kafka_bootstrap, source, partitions=1)
+    tid = unique_topic("it-tx-id")
 
-    @app.agent(source)
-    async def count(stream):  # type: ignore[no-untyped-def]
-        async for key, value in stream.items():
-            counts[key] += 1
-            processed.append(value)
+    def producer() -> AIOKafkaProducer:
+        return AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=tid, enable_idempotence=True)
 
-    keys = ["gpu-a"] * 15 + ["gpu-b"] * 10 + ["gpu-c"] * 5
-    expected = Counter(keys)
+    first, second = producer(), producer()
+    await first.start()
     try:
-        await asyncio.wait_for(app.start(), timeout=60)
-        await produce(
-            kafka_bootstrap, source_name,
-            [(k.encode(), json.dumps(f"event-{i}").encode()) for i, k in enumerate(keys)],
-        )
-        async with asyncio.timeout(45):
-            while len(processed) < len(keys):
-                await asyncio.sleep(0.05)
-        table = dict(counts.items())
+        async with first.transaction():
+            await first.send_and_wait(topic, b"committed-1")
+            await first.send_offsets_to_transaction({TopicPartition(source, 0): OffsetAndMetadata(7, "a")}, group)
+        await first.begin_transaction()
+        await first.send_and_wait(topic, b"aborted")
+        await first.abort_transaction()
+        await first.begin_transaction()
+        await first.send_and_wait(topic, b"zombie")
+        await first.send_offsets_to_transaction({TopicPartition(source, 0): OffsetAndMetadata(9, "z")}, group)
+        await second.start()  # the new owner: its InitProducerId aborts the open one and fences `first`
+        with pytest.raises((ProducerFenced, InvalidProducerEpoch)):
+            await first.commit_transaction()
+        async with second.transaction():
+            await second.send_and_wait(topic, b"committed-2")
     finally:
-        await asyncio.wait_for(app.stop(), timeout=60)
+        await first.stop()
+        await second.stop()
 
-    assert table == dict(expected)
+    async def read(isolation: str) -> list[bytes]:
+        c = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False, isolation_level=isolation)
+        await c.start()
+        try:
+            tp = TopicPartition(topic, 0)
+            c.assign([tp])
+            await c.seek_to_beginning(tp)
+            end = (await c.end_offsets([tp]))[tp]
+            out: list[bytes] = []
+            async with asyncio.timeout(30):
+                while await c.position(tp) < end:
+                    out += [r.value for r in (await c.getmany(tp, timeout_ms=500)).get(tp, [])]
+            return out
+        finally:
+            await c.stop()
 
-    changelog = f"{app_id}-counts-changelog"
-    assert changelog in await list_topics(kafka_bootstrap)
-    assert "compact" in (await topic_config(kafka_bootstrap, changelog))["cleanup.policy"]
-    # Every table update went to the changelog; the last value per key is the count.
-    log = await consume_all(kafka_bootstrap, changelog, expected=len(keys), timeout=30)
-    latest = {json.loads(r.key): json.loads(r.value) for r in log}
-    assert latest == dict(expected)
-    kafka_report(f"faust: {len(processed)} events -> table {table}, {len(log)} changelog records "
-          f"via {kafka_bootstrap}")
+    assert await read("read_committed") == [b"committed-1", b"committed-2"]
+    assert set(await read("read_uncommitted")) == {b"committed-1", b"aborted", b"zombie", b"committed-2"}
+    c = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=group, enable_auto_commit=False)
+    await c.start()
+    try:
+        committed = await c.committed(TopicPartition(source, 0))
+    finally:
+        await c.stop()
+    assert committed == 7  # the fenced transaction's offsets never landed
+    kafka_report(f"kafka transactions: aborted and fenced records hidden from read_committed, group offset "
+                 f"{committed} via {kafka_bootstrap}")
 
 
 def require_kafka_local(kafka_bootstrap: str) -> None:

@@ -79,7 +79,7 @@ def config(tmp: Path, bootstrap: str, prefix: str, ports: dict[str, int], name: 
                   "inference": {"interval": "1s", "targets": [{"url": vllm_url, "engine": "vllm", "service": SERVICE}]}},
         "scheduler": {"metrics_port": ports["scheduler"], "cluster": "local", "interval": "1s"},
         # Minutes of history squeezed into seconds, so the simulated tasks' classes get baselines.
-        "engine": {"metrics_port": ports["streams"], "checkpoint_interval": "1s", "bucket": "1s",
+        "engine": {"metrics_port": ports["streams"], "commit_interval": "1s", "bucket": "1s",
                    "summary_interval": "5s", "observation_period": "10s", "baseline_min_samples": 3,
                    "baseline_refresh": "1s", "summary_lateness": "10s", "allowed_lateness": "2s",
                    "slo": {SERVICE: {"ttft_p99": "250ms", "error_rate": "5%", "window": "1h"}}},

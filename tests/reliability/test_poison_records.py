@@ -26,7 +26,7 @@ import pytest
 from gpuwarden.contract import NodeSnapshot, Topics, encode
 from gpuwarden.producers.simulator import Simulator
 from gpuwarden.streams.engine import Engine
-from gpuwarden.streams.topology import app_id
+from gpuwarden.streams.statewire import app_id
 from tests.kafka_support import consume_all, create_topic, produce
 from tests.streams_kafka.records import settings_for, snapshot, transition_ids
 from tests.streams_kafka.test_failover import produce_records

@@ -26,7 +26,7 @@ from gpuwarden.kafka import produce_records as send_records
 from gpuwarden.producers.simulator import Simulator
 from gpuwarden.streams.engine import Engine, StageOutput
 from gpuwarden.streams.nodestage import NodeStage
-from gpuwarden.streams.topology import app_id
+from gpuwarden.streams.statewire import app_id
 from tests.kafka_support import create_topic
 from tests.streams_kafka.records import settings_for, transition_ids
 from tests.streams_kafka.test_failover import CHUNK_S

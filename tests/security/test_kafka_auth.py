@@ -1,7 +1,7 @@
 """SASL/SCRAM and TLS from ``settings.kafka`` through gpuwarden/kafka.py, on a real SCRAM broker.
 
 The password comes from an environment variable (a ``SecretRef``); the agent's
-Publisher, a plain consumer and a faust app all connect with it, and a wrong
+Publisher, a plain consumer and a stream task's transactional producer all connect with it, and a wrong
 password fails fast with an error that says so, without echoing the password.
 """
 
@@ -16,13 +16,12 @@ import uuid
 from pathlib import Path
 
 import certifi
-import faust
 import pytest
 from aiokafka import AIOKafkaConsumer
 
 from gpuwarden.app.settings import validate_settings
 from gpuwarden.contract import NodeSnapshot, Topics, decode
-from gpuwarden.kafka import KafkaConnectError, broker_credentials, client_kwargs, start_client
+from gpuwarden.kafka import KafkaConnectError, client_kwargs, start_client
 from gpuwarden.spool import Spool
 from gpuwarden.producers.publisher import Publisher
 from gpuwarden.producers.simulator import Simulator, sim_node
@@ -39,7 +38,6 @@ def test_plaintext_has_no_credentials():
     s = settings_for("PLAINTEXT")
     kw = client_kwargs(s)
     assert kw == {"bootstrap_servers": "127.0.0.1:1", "client_id": "gpuwarden", "security_protocol": "PLAINTEXT"}
-    assert broker_credentials(s.kafka) is None
 
 
 def test_sasl_ssl_builds_a_verifying_context_from_the_cafile(monkeypatch):
@@ -53,17 +51,12 @@ def test_sasl_ssl_builds_a_verifying_context_from_the_cafile(monkeypatch):
     assert isinstance(ctx, ssl.SSLContext)
     assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
     assert ctx.cert_store_stats()["x509_ca"] > 10  # certifi's bundle was loaded
-    creds = broker_credentials(s.kafka)
-    assert isinstance(creds, faust.SASLCredentials)
-    assert creds.username == "u" and creds.password == "pw-from-env" and creds.mechanism.value == "SCRAM-SHA-512"
-    assert creds.ssl_context is not None
 
 
 def test_ssl_only_and_a_bad_cafile():
     s = settings_for("SSL", ssl_cafile=certifi.where())
     kw = client_kwargs(s)
     assert "sasl_mechanism" not in kw and isinstance(kw["ssl_context"], ssl.SSLContext)
-    assert isinstance(broker_credentials(s.kafka), faust.SSLCredentials)
     with pytest.raises((OSError, ssl.SSLError)):
         client_kwargs(settings_for("SSL", ssl_cafile="/nonexistent/ca.pem"))
 
@@ -77,7 +70,7 @@ def scram_settings(broker: ScramBroker, monkeypatch, password: str, prefix: str 
 
 
 @pytest.mark.kafka
-async def test_publisher_consumer_and_faust_connect_with_scram(kafka_scram, monkeypatch, tmp_path, kafka_report):
+async def test_publisher_consumer_and_a_task_transaction_connect_with_scram(kafka_scram, monkeypatch, tmp_path, kafka_report):
     prefix = f"sec-{uuid.uuid4().hex[:8]}."
     settings = scram_settings(kafka_scram, monkeypatch, kafka_scram.password, prefix)
     kw = client_kwargs(settings)
@@ -100,26 +93,26 @@ async def test_publisher_consumer_and_faust_connect_with_scram(kafka_scram, monk
     assert sorted((s.node, s.seq) for s in (decode(r.value, NodeSnapshot) for r in got)) == \
         sorted((sim_node(n), i) for n in range(2) for i in range(10))
 
-    seen: list[bytes] = []
-    app = faust.App(f"{prefix}faust", broker=f"kafka://{kafka_scram.bootstrap}",
-                    broker_credentials=broker_credentials(settings.kafka), datadir=str(tmp_path / "faust"),
-                    store="memory://", topic_partitions=1, topic_replication_factor=1, web_enabled=False,
-                    consumer_auto_offset_reset="earliest")
+    # A stream task's producer (streams/commit.py): a transaction with group offsets, as a worker commits.
+    from aiokafka import TopicPartition
+    from aiokafka.structs import OffsetAndMetadata
 
-    @app.agent(app.topic(topics.samples, value_serializer="raw", key_serializer="raw"))
-    async def collect(stream):  # type: ignore[no-untyped-def]
-        async for value in stream:
-            seen.append(value)
+    from gpuwarden.streams.commit import TaskProducer
+    from gpuwarden.streams.dlq import Outbound
 
+    producer = TaskProducer(kw, f"{prefix}app-node-0", [topics.alerts], {})
+    await create_topic(kafka_scram.bootstrap, topics.alerts, **{k: v for k, v in kw.items() if k != "bootstrap_servers"})
+    await producer.start()
     try:
-        await asyncio.wait_for(app.start(), 60)
-        async with asyncio.timeout(60):
-            while len(seen) < 20:
-                await asyncio.sleep(0.1)
+        await producer.send([Outbound(topics.alerts, b"k", b"committed over scram")])
+        await producer.commit({TopicPartition(topics.samples, 0): OffsetAndMetadata(20, "m")}, f"{prefix}app")
     finally:
-        await asyncio.wait_for(app.stop(), 60)
-    assert len(seen) == 20
-    kafka_report(f"scram: publisher sent {sent}, consumer read {len(got)}, faust agent read {len(seen)} "
+        await producer.stop()
+    alerts = await consume_all(kafka_scram.bootstrap, topics.alerts, expected=1, timeout=30,
+                               isolation_level="read_committed",
+                               **{k: v for k, v in kw.items() if k != "bootstrap_servers"})
+    assert [r.value for r in alerts] == [b"committed over scram"]
+    kafka_report(f"scram: publisher sent {sent}, consumer read {len(got)}, a task transaction committed "
                  f"as {kafka_scram.username} via {kafka_scram.bootstrap}")
 
 

@@ -1,30 +1,15 @@
-"""The stream worker's metrics hooks against stand-ins of what the topology hands them (a consumer
-with an assignment and high-water marks, runners with positions and dead-letter counts)."""
+"""The stream worker's metrics hooks against what the runtime hands them (lags per input partition
+as aiokafka's TopicPartition, runners with dead-letter counts, the unsent log)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import NamedTuple
 
+from aiokafka import TopicPartition as TP
 from prometheus_client import generate_latest
 
 from gpuwarden.streams.dlq import reason_label
 from gpuwarden.streams.telemetry import StreamMetrics
-
-class TP(NamedTuple):  # faust's TP: (topic, partition)
-    topic: str
-    partition: int
-
-
-class Consumer:
-    def __init__(self, highs: dict[tuple[str, int], int]) -> None:
-        self.highs = highs
-
-    def assignment(self) -> set:
-        return {TP(topic=t, partition=p) for t, p in self.highs}
-
-    def highwater(self, tp) -> int | None:  # noqa: ANN001 - faust Consumer.highwater's shape
-        return self.highs.get((tp.topic, tp.partition))
 
 
 def sample(m: StreamMetrics, name: str, **labels: str) -> float | None:
@@ -33,19 +18,17 @@ def sample(m: StreamMetrics, name: str, **labels: str) -> float | None:
 
 def test_lag_dead_letters_and_unsent_follow_the_runners_and_the_assignment() -> None:
     m = StreamMetrics(refresh_s=0.0)
-    runner = SimpleNamespace(sources={"gpu.samples": None}, position={"gpu.samples:0": 90, "gpu.samples:1": 10},
-                             dead_by={("gpu.samples", "json"): 2})
+    runner = SimpleNamespace(dead_by={("gpu.samples", "json"): 2})
     unsent = SimpleNamespace(count=1)
-    m.refresh(Consumer({("gpu.samples", 0): 100, ("gpu.samples", 1): 10, ("changelog", 0): 5}), [runner], unsent)
+    m.refresh({TP("gpu.samples", 0): 10, TP("gpu.samples", 1): 0}, [runner], unsent)
     assert sample(m, "gpuwarden_streams_consumer_lag", topic="gpu.samples", partition="0") == 10
     assert sample(m, "gpuwarden_streams_consumer_lag", topic="gpu.samples", partition="1") == 0
-    assert sample(m, "gpuwarden_streams_consumer_lag", topic="changelog", partition="0") is None  # not an input
     assert sample(m, "gpuwarden_streams_dead_letters_total", topic="gpu.samples", reason="json") == 2
-    # Later: partition 1 revoked, two more letters, one more refused by the broker.
+    # Later: partition 1's task moved away, two more letters, one more refused by the broker.
     runner.dead_by[("gpu.samples", "json")] = 3
     runner.dead_by[("gpu.samples", "field")] = 1
     unsent.count = 2
-    m.refresh(Consumer({("gpu.samples", 0): 120}), [runner], unsent)
+    m.refresh({TP("gpu.samples", 0): 30}, [runner], unsent)
     assert sample(m, "gpuwarden_streams_consumer_lag", topic="gpu.samples", partition="0") == 30
     assert sample(m, "gpuwarden_streams_consumer_lag", topic="gpu.samples", partition="1") is None
     assert sample(m, "gpuwarden_streams_dead_letters_total", topic="gpu.samples", reason="json") == 3
@@ -54,13 +37,19 @@ def test_lag_dead_letters_and_unsent_follow_the_runners_and_the_assignment() -> 
     assert b"# TYPE gpuwarden_streams_dead_letters_total counter" in generate_latest(m.registry)
 
 
-def test_checkpoints_record_time_state_size_and_keys() -> None:
+def test_transactions_and_restores_are_counted() -> None:
     m = StreamMetrics()
-    m.checkpointed("node-state", {"a": 100, "b": 50}, 0.02)
-    assert sample(m, "gpuwarden_streams_state_bytes", table="node-state") == 150
-    assert sample(m, "gpuwarden_streams_state_keys", table="node-state") == 2
-    assert sample(m, "gpuwarden_streams_checkpoint_seconds_count", table="node-state") == 1
-    assert sample(m, "gpuwarden_streams_checkpoint_seconds_bucket", table="node-state", le="0.025") == 1
+    m.committed()
+    m.committed()
+    m.transactions.labels("aborted").inc()
+    m.restored(0.02, records=120, diverged=0)
+    assert sample(m, "gpuwarden_streams_transactions_total", outcome="committed") == 2
+    assert sample(m, "gpuwarden_streams_transactions_total", outcome="aborted") == 1
+    assert (sample(m, "gpuwarden_streams_last_commit_timestamp_seconds") or 0) > 0
+    assert sample(m, "gpuwarden_streams_restore_seconds_count") == 1
+    assert sample(m, "gpuwarden_streams_restore_seconds_bucket", le="0.025") == 1
+    assert sample(m, "gpuwarden_streams_restore_records_total") == 120
+    assert sample(m, "gpuwarden_streams_replay_diverged_total") == 0
 
 
 def test_dead_letter_reasons_are_a_bounded_set() -> None:
@@ -88,7 +77,7 @@ def test_task_classes_against_their_baselines_from_a_real_class_stage() -> None:
     stage.process(TaskSummary(task="fresh", task_id="t3", node="n1", ts=1_055, window_s=5.0, samples=5, gpus=1,
                               stats={"util_gpu": 10.0}))
     m = StreamMetrics(refresh_s=0.0, classes_s=0.0)
-    m.refresh(Consumer({}), [], SimpleNamespace(count=0), stage)
+    m.refresh({}, [], SimpleNamespace(count=0), [SimpleNamespace(id=SimpleNamespace(group="class"), stage=stage, tables={})])
     band = stage.baseline("llm-pretrain")["util_gpu"]
     assert band is not None
     assert sample(m, "gpuwarden_streams_class_baseline", task_class="llm-pretrain", statistic="util_gpu",

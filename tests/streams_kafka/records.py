@@ -16,7 +16,7 @@ T0 = float(int(time.time()) // 86400 * 86400 - 86400)
 
 
 def settings_for(bootstrap: str, partitions: int = 2, **engine: Any) -> Any:
-    """Settings with a unique topic prefix (hence a unique faust app id) for one test."""
+    """Settings with a unique topic prefix (hence a unique consumer group and app id) for one test."""
     prefix = unique_topic("gw") + "."
     return validate_settings({
         "kafka": {"bootstrap": bootstrap, "topic_prefix": prefix, "partitions": partitions},

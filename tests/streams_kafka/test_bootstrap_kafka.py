@@ -24,7 +24,7 @@ from gpuwarden.kafka import produce_records
 from gpuwarden.streams.keyed import unpack
 from gpuwarden.streams.progress import is_progress
 from gpuwarden.streams.statewire import CLASS_TABLE, changelog_topic, partition_of
-from gpuwarden.streams.topology import MAX_RECORD_BYTES, app_id
+from gpuwarden.streams.statewire import MAX_RECORD_BYTES, app_id
 from tests.kafka_support import REPO_ROOT, topic_config
 from tests.streams_kafka.records import settings_for
 from tests.streams_kafka.workers import group_members, read_to_end, wait_for, workers, write_config
@@ -32,7 +32,7 @@ from tests.streams_kafka.workers import group_members, read_to_end, wait_for, wo
 pytestmark = pytest.mark.kafka
 
 PARTITIONS = 3
-ENGINE = {"observation_period": "45m", "checkpoint_interval": "1s"}
+ENGINE = {"observation_period": "45m", "commit_interval": "1s"}
 
 
 def gw(*args: str) -> subprocess.CompletedProcess[str]:

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from gpuwarden.contract import ContractError, NodeSnapshot, TaskMetric, TaskMetrics, Topics, decode, encode
-from gpuwarden.streams.topology import app_id
+from gpuwarden.streams.statewire import app_id
 from tests.kafka_support import consume_all, create_topic, produce
 from tests.streams_kafka.records import settings_for, snapshot
 from tests.streams_kafka.workers import read_to_end, wait_for, workers, write_config
@@ -103,9 +103,9 @@ def _task_metric_batches(node: str, ts: float) -> tuple[bytes, bytes]:
 async def test_fuzzed_samples_land_in_dlq_and_workers_keep_going(kafka_bootstrap: str, tmp_path: Path) -> None:
     bad = fuzzed(N_BAD)
     want = [expected_error(raw) for raw in bad]
-    # A checkpoint every batch: a key's state is on the changelog once a batch applied it (else
-    # only the first applied record's is, the rest at the next batch after the interval).
-    settings = settings_for(kafka_bootstrap, partitions=2, checkpoint_interval=0)
+    # A snapshot every batch: a key's state is on the changelog once a batch applied it (else
+    # only at the task's first snapshot and after engine.snapshot_interval).
+    settings = settings_for(kafka_bootstrap, partitions=2, snapshot_records=1)
     settings.limits.max_record_bytes = MAX_BYTES
     topics = Topics(settings.kafka.topic_prefix)
     for t in (topics.samples, topics.events, topics.metrics):

@@ -20,7 +20,7 @@ from gpuwarden.contract import Topics, encode
 from gpuwarden.kafka import produce_records as send_records
 from gpuwarden.producers.simulator import Simulator
 from gpuwarden.streams.engine import Engine
-from gpuwarden.streams.topology import app_id
+from gpuwarden.streams.statewire import app_id
 from tests.kafka_support import create_topic
 from tests.streams_kafka.records import settings_for, transition_ids
 from tests.streams_kafka.workers import group_members, read_to_end, wait_for, workers, write_config

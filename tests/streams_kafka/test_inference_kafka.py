@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpuwarden.contract import CounterDelta, InferenceMetrics, Topics, encode
-from gpuwarden.streams.topology import app_id
+from gpuwarden.streams.statewire import app_id
 from tests.kafka_support import consume_all, create_topic, produce
 from tests.streams_kafka.records import settings_for
 from tests.streams_kafka.workers import read_to_end, wait_for, workers, write_config

@@ -22,7 +22,7 @@ from aiokafka import AIOKafkaProducer
 from gpuwarden.contract import TaskMetric, Topics, encode, record_key
 from gpuwarden.producers.simulator import Simulator
 from gpuwarden.streams.engine import Engine
-from gpuwarden.streams.topology import app_id
+from gpuwarden.streams.statewire import app_id
 from tests.kafka_support import create_topic
 from tests.streams_kafka.records import settings_for, transition_ids
 from tests.streams_kafka.workers import group_members, read_summaries, read_to_end, wait_for, workers, write_config
