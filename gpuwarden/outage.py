@@ -92,7 +92,7 @@ def install() -> None:
 def recovered(what: str) -> None:
     """Kafka answered again (``what`` did): one line with the outage's length, if there was one."""
     ended = OUTAGE.end(time.monotonic())
-    if ended is not None:
+    if ended is not None and (ended[1] or ended[0] >= SPACING_S):  # a blip (a topic's first leader) says nothing
         seconds, held = ended
         log.warning("Kafka reachable again (%s) after %.0f s of trouble; %d lines about it held back", what,
                     seconds, held)

@@ -61,8 +61,8 @@ class Backlog:
         record never applied (dead-lettered, already in a restored state) leaves its rank
         pending until the next fetch: held longer, never released early."""
         pend = self._pending.get((partition, key))
-        if pend is None:
-            return NONE
+        if pend is None:  # none of its ranked inputs in this fetch (an allocation): those past the fetch
+            return self._beyond.get(partition, NONE)
         if self._last.get((topic, partition, key)) == offset:
             pend.discard(self.ranks[topic])
         return pend

@@ -227,7 +227,10 @@ class NodeStage:
         if ts > st.src_max[source]:
             st.src_max[source] = ts
         buf = st.buffer
-        if ts > st.max_ts:
+        # An allocation moves the node's time on only while the node has nothing else: on Kafka
+        # it comes through the scheduler stage, at any point of the node's own inputs, and one
+        # ahead of them would release the node past samples not read yet (dropped as late).
+        if ts > st.max_ts and (source != ALLOC or max(st.src_max[:ALLOC]) == -math.inf):
             st.max_ts = ts
             floor = ts - self.max_past
             if st.released < floor:  # buffered records are not older than the release point

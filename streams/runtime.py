@@ -392,6 +392,17 @@ class Runtime:
 
     # -- what an operator sees ---------------------------------------------------------------
 
+    def describe(self) -> list[str]:
+        """A line per task: where its inputs stand against the broker (SIGUSR1, with the stacks)."""
+        out = [f"revoked={self.revoked} wanted={self.wanted} waiting={sorted(map(str, self.waiting))}"]
+        paused = self.consumer.paused()
+        for tid, a in sorted(self.active.items()):
+            parts = ", ".join(f"{tp.topic.rsplit('.', 2)[-2]}.{tp.topic.rsplit('.', 1)[-1]}:{o}"
+                              f"(lag {self.lags.get(tp, '?')}{', paused' if tp in paused else ''})"
+                              for tp, o in a.positions.items())
+            out.append(f"task {tid}: holding={a.task.holding()} open={a.opened is not None} {parts}")
+        return out
+
     def _report_counts(self, wall: float) -> None:
         """What was set aside (dead letters, letters the broker refused, fields a newer writer
         sends), logged when it changed, at most every ``COUNTS_S``."""

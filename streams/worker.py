@@ -16,7 +16,6 @@ import os
 import signal
 import socket
 import sys
-import traceback
 from pathlib import Path
 
 from gpuwarden.streams.config import StreamsSettings
@@ -88,7 +87,7 @@ async def _main(args: argparse.Namespace, settings: StreamsSettings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGUSR1, _print_stacks)
+    loop.add_signal_handler(signal.SIGUSR1, _print_stacks, runtime)
     log.warning("streams worker %s: group %s, broker %s, data dir %s", worker_id, app, kafka.bootstrap, data_dir)
     tune_gc()
     await runtime.run(stop)
@@ -109,10 +108,17 @@ async def _max_message_bytes(admin: object, names: list[str]) -> dict[str, int]:
     return out
 
 
-def _print_stacks() -> None:
-    """SIGUSR1: every asyncio task's stack on stderr (what a stalled worker is waiting on)."""
+def _print_stacks(runtime: object) -> None:
+    """SIGUSR1: every asyncio task's awaiting chain and the runtime's tasks on stderr (what a
+    stalled worker is waiting on)."""
+    for line in runtime.describe():  # type: ignore[attr-defined]
+        print(line, file=sys.stderr)
     for task in asyncio.all_tasks():
-        print(f"--- {task.get_name()}: {task.get_coro()}", file=sys.stderr)
-        for frame in task.get_stack():
-            print("".join(traceback.format_stack(frame, limit=1)).rstrip(), file=sys.stderr)
+        print(f"--- {task.get_name()}", file=sys.stderr)
+        coro: object = task.get_coro()
+        while coro is not None:
+            frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+            if frame is not None:
+                print(f"  {frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}", file=sys.stderr)
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
     sys.stderr.flush()

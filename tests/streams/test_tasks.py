@@ -18,7 +18,8 @@ from functools import cache
 
 import pytest
 
-from gpuwarden.contract import DeadLetter, InferenceMetrics, Topics, batch_task_metrics, decode, encode, record_key
+from gpuwarden.contract import DeadLetter, InferenceMetrics, JobAllocation, NodeSnapshot, Topics, batch_task_metrics, \
+    decode, encode, record_key
 from gpuwarden.producers.simulator import Simulator
 from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.dlq import Outbound
@@ -56,6 +57,7 @@ def fleet() -> tuple:
     settings = settings_for("127.0.0.1:1", partitions=PARTITIONS, allowed_lateness="30m", summary_lateness="3h")
     topics = Topics(settings.kafka.topic_prefix)
     records = list(Simulator("mixed", nodes=6, gpus=4, seed=7, start_ts=START, tick_s=10.0, onset_s=900.0).run(SPAN_S))
+    records = sorted(records + allocations(records), key=lambda r: r.ts)
     logs: dict[tuple[str, int], list[Rec]] = defaultdict(list)
     node_inputs = groups(topics)["node"].inputs
     for r in batch_task_metrics(records):
@@ -65,6 +67,15 @@ def fleet() -> tuple:
             log = logs[topic, partition_of(key, PARTITIONS)]
             log.append(Rec(topic, partition_of(key, PARTITIONS), len(log), key, encode(r), int(r.ts * 1000)))
     return settings, topics, records, dict(logs)
+
+
+def allocations(records: list) -> list[JobAllocation]:
+    """A job per node holding two GPUs every ten minutes, as the scheduler stage sends them: on
+    Kafka they reach a node's partition through another task, at any point of its own inputs
+    (a batch may hold allocations alone while the node's samples are still on the broker)."""
+    nodes = sorted({r.node for r in records if isinstance(r, NodeSnapshot)})
+    return [JobAllocation(ts=START + 600 * i + 5, cluster="c1", node=n, job_id=f"j{i}", gpus=[0, 1], count=2,
+                          released=i % 2 == 1) for i in range(int(SPAN_S // 600)) for n in nodes]
 
 
 def factory() -> TaskFactory:
