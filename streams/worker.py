@@ -56,11 +56,14 @@ async def _main(args: argparse.Namespace, settings: StreamsSettings) -> int:
            for g in gs.values()}
     specs = {t: TopicSpec() for g in gs.values() for t in g.inputs}
     specs |= {t: TopicSpec(config=sw.DLQ_CONFIG if t.endswith(".dlq") else {}) for t in outputs(topics)}
-    specs |= {t: TopicSpec(config=sw.CHANGELOG_CONFIG if t.endswith("-changelog") else sw.BATCHLOG_CONFIG)
-              for ts in own.values() for t in ts}
-    counts = await ensure_topics(kw, specs, partitions=kafka.partitions,
-                                  replication_factor=kafka.replication_factor)
-    wrong = partition_mismatch(counts, [(*g.inputs, *own[g.name]) for g in gs.values()])
+    counts = await ensure_topics(kw, specs, partitions=kafka.partitions, replication_factor=kafka.replication_factor)
+    wrong = partition_mismatch(counts, [g.inputs for g in gs.values()])
+    if not wrong:  # each group's changelogs and batch log: as many partitions as its inputs
+        mine = {t: TopicSpec(counts[g.inputs[0]], sw.CHANGELOG_CONFIG if t.endswith("-changelog") else sw.BATCHLOG_CONFIG)
+                for g in gs.values() for t in own[g.name]}
+        counts |= await ensure_topics(kw, mine, partitions=kafka.partitions,
+                                      replication_factor=kafka.replication_factor)
+        wrong = partition_mismatch(counts, [(*g.inputs, *own[g.name]) for g in gs.values()])
     if wrong:
         print("gpuwarden streams: a stage's topics must have one partition count (docs/kafka.md, "
               "\"Repartitioning\"):\n  " + "\n  ".join(wrong), file=sys.stderr)
