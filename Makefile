@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 ## pytest-xdist workers: the suite waits on brokers and subprocesses, so two share two cores well
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test bench reliability kafka-start kafka-stop clean
+.PHONY: demo test soak bench kafka-start kafka-stop clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,13 @@ test: $(STAMP)
 	rc=0; $(PY) -m pytest -q -rfE -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$started = 1 ]; then $(PYTHON) scripts/kafka-local stop; fi; \
 	exit $$rc
+
+## The random-kill test (tests/reliability/test_random_kills.py) over ten random seeds, 2 and 3
+## workers each, against a broker it starts; each run prints its seed. E.g. make soak SOAK_SEEDS=20.
+SOAK_SEEDS ?= 10
+soak: $(STAMP)
+	@GW_SOAK_SEEDS=$(SOAK_SEEDS) $(MAKE) --no-print-directory test PYTEST_WORKERS=1 \
+	  PYTEST_ARGS="tests/reliability/test_random_kills.py -s"
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py
