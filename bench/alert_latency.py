@@ -136,7 +136,7 @@ async def measure_kafka(faults: int, bootstrap: str) -> dict:
     from gpuwarden.contract import Topics
     from gpuwarden.producers.publisher import Publisher
     from gpuwarden.spool import Spool
-    from gpuwarden.streams.topology import app_id
+    from gpuwarden.streams.statewire import app_id
     from tests.fakes.http import FakePagerDuty
     from tests.kafka_support import create_topic
     from tests.streams_kafka.records import settings_for

@@ -9,8 +9,7 @@ once and re-stamped (``ts``, ``seq``) each second, so producing costs little CPU
 Consumers: two worker subprocesses in one consumer group over 8 partitions.
 Every 5 s the consumer lag (end offsets minus the group's committed offsets on
 gpu.samples) is sampled. Committed offsets trail what the workers applied by up to one
-``engine.checkpoint_interval`` plus faust's commit interval by design (offsets commit once a
-checkpoint covers them), so *held* means the lag over the last half of the run is at most
+``engine.commit_interval`` by design (a task's transaction commits its offsets), so *held* means the lag over the last half of the run is at most
 10 s of input beyond that allowance and not growing, and the producer kept the rate (it
 shares the machine with the broker and the workers). If not held, the GPU count is stepped
 down (× ``--step-down``, 60 s each) until a step holds: that is the ceiling. The workers' CPU
@@ -40,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the harness l
 from gpuwarden.contract import NodeSnapshot, Topics, encode  # noqa: E402
 from gpuwarden.producers.publisher import COMPRESSION  # noqa: E402
 from gpuwarden.producers.simulator import Simulator  # noqa: E402
-from gpuwarden.streams.topology import COMMIT_INTERVAL_S, app_id  # noqa: E402
+from gpuwarden.streams.statewire import app_id  # noqa: E402
 from tests.kafka_support import create_topic  # noqa: E402
 from tests.streams_kafka.records import settings_for  # noqa: E402
 from tests.streams_kafka.workers import (  # noqa: E402
@@ -128,7 +127,7 @@ async def step(bs: str, gpus: int, seconds: float, tmp: Path, tree: Path | None 
     per_s = len(tpl)
     tail = [lag_ for t, lag_ in series if t >= seconds / 2] or [series[-1][1]]
     growing = len(tail) > 2 and statistics.linear_regression(range(len(tail)), tail).slope > per_s * 0.5
-    allowance_s = 10.0 + float(settings.engine.checkpoint_interval) + COMMIT_INTERVAL_S
+    allowance_s = 10.0 + float(settings.engine.commit_interval)
     held = max(tail) <= allowance_s * per_s and not growing and alive == 2 and produced >= 0.95 * per_s * seconds
     consumed = produced - series[-1][1] if series else 0
     return {"gpus": len(tpl) * 8, "seconds": seconds, "target_gpu_samples_per_s": per_s * 8,

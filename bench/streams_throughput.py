@@ -1,24 +1,18 @@
-"""Engine alone vs our faust topology on real Kafka, before and after, vs a naive faust agent.
+"""Engine alone vs the stream worker on real Kafka, this checkout against an earlier revision's.
 
 Same simulated data for all (seeded ``mixed``, 8-GPU nodes, 1 s ticks):
 
 (a) engine alone: ``bench/engine_throughput.py:measure`` (CPU time of this process);
 (b) end to end: one ``gpuwarden streams`` worker (subprocess) started on input topics
     loaded beforehand with agent-style records (one NodeSnapshot per node per tick, plus
-    the GPU events: the information (c) gets); time from its first fetch (its log line)
-    to the last task summary on ``task.summaries`` (Kafka record timestamp), i.e. until
-    the worker has consumed everything and emitted what the in-process engine emits;
+    the GPU events); time from its first fetch (its log line) to the last task summary on
+    ``task.summaries`` (Kafka record timestamp), i.e. until the worker has consumed everything
+    and emitted what the in-process engine emits;
     (b+) the same with the task metrics too (~2.5 per snapshot, keyed by node like the rest),
     loaded as the agent publishes them: one ``task_metrics/1`` batch per node and tick;
     (b) and (b+) also run from ``--before`` (a git revision, checked out in a temporary
-    worktree: by default the last one with the batch consumer that overrode faust's fetch
-    loop), so the cost of faust's public API per record is measured in the same run; a
-    revision from before the batches reads its task metrics one Kafka record each, and gets
-    them so (its own wire format: the same metrics, field for field);
-(c) naive: a faust agent (subprocess) iterating one record per GPU sample (each GpuSample
-    its own Kafka record), decoding it with the contract model and keeping a per-GPU
-    rolling window with a threshold check; time from its first record to its echo of an
-    end marker loaded after the data on every partition.
+    worktree; by default the last one on faust-streaming, run with the faust it pinned from
+    ``.cache/faust-site``), so the cost of the runtime per record is measured in the same run.
 
 The target is (b)'s GPU-samples per second of the worker's CPU time (``TARGET_PER_CPU_S``):
 wall time on a shared machine (broker and worker share the cores) also counts the broker's
@@ -64,10 +58,10 @@ sys.path[:0] = [str(REPO), str(REPO / "bench")]
 from tests.streams_kafka.workers import checkout, cli_module, cpu_s  # noqa: E402
 
 PARTITIONS = 4
-#: GPU-samples per second of one worker's CPU time, end to end through faust (issue #17).
-TARGET_PER_CPU_S = 25_000
-#: The last revision whose workers overrode faust's fetch loop (streams/batchconsumer.py).
-BEFORE = "9068046"
+#: GPU-samples per second of one worker's CPU time, end to end, task metrics included (issue #29).
+TARGET_PER_CPU_S = 30_000
+#: The last revision whose workers ran on faust-streaming (its topology, read order and sender).
+BEFORE = "e71bcaa"
 END = b"END"
 
 
@@ -161,9 +155,24 @@ async def started(proc: subprocess.Popen, log: Path, marker: str, timeout: float
 
 
 def line_time(line: str) -> float:
-    """Epoch seconds of a worker log line (mode's ``[YYYY-mm-dd HH:MM:SS,mmm]``, local time)."""
-    stamp = line[line.index("[") + 1:line.index("]")]
+    """Epoch seconds of a worker log line (``YYYY-mm-dd HH:MM:SS,mmm`` at its start, or in brackets
+    as faust-era workers wrote it; local time)."""
+    stamp = line[line.index("[") + 1:line.index("]")] if line.startswith("[") else line[:23]
     return time.mktime(time.strptime(stamp[:19], "%Y-%m-%d %H:%M:%S")) + int(stamp[20:23]) / 1000.0
+
+
+def faust_site(tree: Path) -> Path | None:
+    """For a revision whose workers ran on faust-streaming (no longer a dependency): the faust
+    it pinned, with its own dependencies, installed once into ``.cache/faust-site`` (``pip install
+    --target``, ahead of this checkout's packages on the path); else None."""
+    pin = next((line.strip().strip('",') for line in (tree / "pyproject.toml").read_text().splitlines()
+                if line.strip().startswith('"faust-streaming')), None)
+    if pin is None:
+        return None
+    site = REPO / ".cache" / "faust-site"
+    if not (site / "faust").is_dir():
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(site), pin], check=True)
+    return site
 
 
 def worker(cmd: list[str], log: Path, tree: Path | None = None) -> subprocess.Popen:
@@ -171,7 +180,7 @@ def worker(cmd: list[str], log: Path, tree: Path | None = None) -> subprocess.Po
     out = log.open("wb")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if tree is not None:
-        env["PYTHONPATH"] = str(tree)
+        env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (tree, faust_site(tree)) if p is not None)
     return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=tree or REPO, env=env)
 
 
@@ -262,69 +271,6 @@ async def topology_run(bootstrap: str, records: list[Any], tmp: Path,
         return times[-1] - t0, cpu_s(w.proc.pid) - c0, w.loaded
 
 
-async def naive_run(bootstrap: str, records: list[Any], tmp: Path) -> tuple[float, float, int]:
-    """(wall seconds from the naive agent's first record to its last end-marker echo, its
-    CPU seconds meanwhile)."""
-    from gpuwarden.contract import NodeSnapshot
-
-    prefix = f"bench-{uuid.uuid4().hex[:8]}."
-    source, out = prefix + "naive.samples", prefix + "naive.out"
-    await create_topics(bootstrap, [source, out])
-    batch: list[tuple[str, bytes | None, bytes, int | None]] = []
-    for r in records:
-        if isinstance(r, NodeSnapshot):
-            for g in r.gpus.rows():
-                value = json.dumps({"node": r.node, "ts": r.ts, "gpu": g.model_dump(mode="json")})
-                batch.append((source, f"{r.node}/{g.index}".encode(), value.encode(), None))
-    batch += [(source, None, END, p) for p in range(PARTITIONS)]
-    await send(bootstrap, batch)
-    log = tmp / "naive.log"
-    proc = worker([sys.executable, __file__, "--naive-worker", "--bootstrap", bootstrap, "--prefix", prefix], log)
-    try:
-        t0, c0 = await started(proc, log, "naive: first record")
-        times = await output_times(bootstrap, out, lambda v: v.count(END) >= PARTITIONS, 600)
-        return times[-1] - t0, cpu_s(proc.pid) - c0, len(batch)
-    finally:
-        stop(proc)
-        await delete_topics(bootstrap, prefix)
-
-
-def naive_worker(bootstrap: str, prefix: str) -> None:
-    """The naive path: one record per GPU sample, one faust iteration per record."""
-    import logging
-
-    import faust
-
-    from gpuwarden.contract import GpuSample
-    from gpuwarden.streams.worker import quiet_worker  # the same worker runtime as (b)
-
-    app = faust.App(prefix + "naive", broker=f"kafka://{bootstrap}", store="memory://",
-                    web_enabled=False, autodiscover=False, consumer_auto_offset_reset="earliest",
-                    topic_partitions=PARTITIONS, datadir=tempfile.mkdtemp(prefix="naive-"))
-    source = app.topic(prefix + "naive.samples", key_serializer="raw", value_serializer="raw")
-    out = app.topic(prefix + "naive.out", key_serializer="raw", value_serializer="raw")
-    windows: dict[tuple[str, int], deque] = {}
-    first: list[bool] = []
-
-    @app.agent(source)
-    async def per_sample(stream: Any) -> None:
-        async for value in stream:
-            if not first:
-                first.append(True)
-                logging.getLogger("naive").warning("naive: first record")
-            if value == END:
-                await out.send(value=END)
-                continue
-            d = json.loads(value)
-            g = GpuSample.model_validate(d["gpu"])
-            w = windows.setdefault((d["node"], g.index), deque(maxlen=120))
-            w.append((d["ts"], g.util_gpu, g.mem_used_bytes))
-            if len(w) == w.maxlen and sum(u or 0.0 for _, u, _ in w) / len(w) < 5.0:
-                await out.send(key=f"{d['node']}/{g.index}".encode(), value=b"idle")
-
-    quiet_worker(app, loglevel="warning").execute_from_commandline()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nodes", type=int, default=4)
@@ -334,20 +280,14 @@ def main() -> None:
     ap.add_argument("--before", default=BEFORE, metavar="REV",
                     help=f"also run (b) and (b+) from this git revision (default {BEFORE}; '' for none)")
     ap.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
-    ap.add_argument("--naive-worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
-    ap.add_argument("--prefix", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.naive_worker:
-        naive_worker(a.bootstrap, a.prefix)
-        return
 
     from engine_throughput import measure, simulate
 
     from gpuwarden.contract import TaskMetric
 
     records = simulate(a.scenario, a.nodes, a.minutes)
-    samples_only = [r for r in records if not isinstance(r, TaskMetric)]  # what (c) carries too
+    samples_only = [r for r in records if not isinstance(r, TaskMetric)]
     alone = measure(records)
     gpu_samples = alone["gpu_samples"]
     bootstrap, started = broker()
@@ -361,7 +301,6 @@ def main() -> None:
                     r[name] = asyncio.run(topology_run(bootstrap, recs, Path(tmp)))
                     if before is not None:
                         r[f"{name} before"] = asyncio.run(topology_run(bootstrap, recs, Path(tmp), before))
-                r["c"] = asyncio.run(naive_run(bootstrap, records, Path(tmp)))
                 rounds.append(r)
                 print(f"  round {i + 1}: " + ", ".join(f"({k}) {s:.2f} s / {c:.2f} CPU-s" for k, (s, c, _) in r.items()),
                       flush=True)
@@ -380,7 +319,7 @@ def main() -> None:
         "before": a.before or None, "target_gpu_samples_per_worker_cpu_s": TARGET_PER_CPU_S,
     }
     keys = {"b": "e2e", "b+": "e2e_with_task_metrics", "b before": "before_e2e",
-            "b+ before": "before_e2e_with_task_metrics", "c": "naive"}
+            "b+ before": "before_e2e_with_task_metrics"}
     for run in runs:
         wall, cpu = median(run, 0), median(run, 1)
         k = keys[run]
@@ -396,7 +335,6 @@ def main() -> None:
             if n == m:
                 extra = [(r[run][1] - r[f"{run} before"][1]) / n * 1e6 for r in rounds]
                 figures[f"{keys[run]}_vs_before_us_per_record"] = round(statistics.median(extra), 1)
-    figures["e2e_vs_naive"] = round(figures["e2e_gpu_samples_per_s"] / figures["naive_gpu_samples_per_s"], 2)
     figures["e2e_vs_engine"] = round(figures["e2e_gpu_samples_per_s"] / figures["engine_gpu_samples_per_s_core"], 3)
     per_cpu = figures["e2e_gpu_samples_per_worker_cpu_s"]
     figures["target_met"] = per_cpu >= TARGET_PER_CPU_S
@@ -404,10 +342,9 @@ def main() -> None:
           f"{len(records):,} records, {gpu_samples:,} GPU-samples, {PARTITIONS} partitions; "
           f"medians of {a.rounds} alternating rounds")
     print(f"  (a) engine alone (CPU, 1 core)        {figures['engine_gpu_samples_per_s_core']:>10,} GPU-samples/s")
-    labels = {"b": "(b) faust topology, end to end", "b before": f"    same, before ({a.before})",
-              "b+": "(b+) same, with task metrics", "b+ before": f"     same, before ({a.before})",
-              "c": "(c) naive faust, 1 rec/sample"}
-    for run in ("b", "b before", "b+", "b+ before", "c"):
+    labels = {"b": "(b) stream worker, end to end", "b before": f"    same, before ({a.before})",
+              "b+": "(b+) same, with task metrics", "b+ before": f"     same, before ({a.before})"}
+    for run in ("b", "b before", "b+", "b+ before"):
         if run not in runs:
             continue
         k = keys[run]
@@ -415,7 +352,7 @@ def main() -> None:
               f"{figures[f'{k}_gpu_samples_per_worker_cpu_s']:>8,} per worker CPU-s "
               f"({figures[f'{k}_seconds']:.2f} s wall, {figures[f'{k}_worker_cpu_s']:.2f} CPU-s)")
     print(f"  (b) per worker CPU-s {per_cpu:,} (target >= {TARGET_PER_CPU_S:,}: "
-          f"{'met' if figures['target_met'] else 'NOT met'})   (b)/(c) wall {figures['e2e_vs_naive']:.2f}x   "
+          f"{'met' if figures['target_met'] else 'NOT met'})   "
           f"(b)/(a) {figures['e2e_vs_engine']:.3f}")
     if "b before" in runs:
         per = []

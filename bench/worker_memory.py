@@ -4,7 +4,7 @@ A 2-hour backlog of ``--nodes`` × 8 GPUs (seeded ``mixed``, 1 s ticks, task met
 is loaded compressed as the agents send it, then one ``gpuwarden streams`` worker reads it
 from scratch. Figures: the worker's peak RSS (``VmHWM``) and its RSS once caught up (the last
 task summary the in-process engine gives is on ``task.summaries``, plus 5 s), the size of
-the node state it checkpointed (the changelog), and, as the peer, the same records through
+the node state it snapshots at a clean stop (the changelog), and, as the peer, the same records through
 the in-process Engine in a fresh subprocess, fed one record at a time: its RSS once done
 (what the engine itself needs). The last line is JSON (for bench/run_all.py).
 
@@ -27,7 +27,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
-from streams_throughput import PARTITIONS, backlog_worker, broker, output_times, started  # noqa: E402
+from streams_throughput import PARTITIONS, backlog_worker, broker, output_times, started, stop  # noqa: E402
 
 
 def status_kib(pid: int | str, field: str) -> int:
@@ -65,17 +65,18 @@ def engine_alone(nodes: int, hours: float) -> dict[str, int]:
 
 
 async def worker_run(bootstrap: str, records: list[Any], tmp: Path) -> dict[str, float]:
-    from gpuwarden.streams.topology import app_id
+    from gpuwarden.streams.statewire import app_id
     from tests.streams_kafka.workers import read_to_end
 
     async with backlog_worker(bootstrap, records, tmp) as w:
         t0, _ = await started(w.proc, w.log, "first fetch")
         times = await output_times(bootstrap, w.topics.summaries, lambda v: len(v) >= w.summaries, 1800)
         await asyncio.sleep(5.0)
+        rss, hwm = status_kib(w.proc.pid, "VmRSS"), status_kib(w.proc.pid, "VmHWM")
+        stop(w.proc)  # a clean stop snapshots every node's state into the changelog
         changelog = await read_to_end(bootstrap, f"{app_id(w.settings)}-node-state-changelog", PARTITIONS)
-        latest = {r.key: len(r.value or b"") for r in changelog}
-        return {"catch_up_s": times[-1] - t0, "rss_kib": status_kib(w.proc.pid, "VmRSS"),
-                "hwm_kib": status_kib(w.proc.pid, "VmHWM"), "state_bytes": sum(latest.values()),
+        latest = {r.key: len(r.value or b"") for r in changelog if not r.key.startswith(b"\x00")}
+        return {"catch_up_s": times[-1] - t0, "rss_kib": rss, "hwm_kib": hwm, "state_bytes": sum(latest.values()),
                 "nodes": len(latest)}
 
 
@@ -97,7 +98,7 @@ def main() -> None:
     print(f"worker memory: {a.hours:g} h backlog, {a.nodes} nodes x 8 GPUs, {len(records):,} records, "
           f"{PARTITIONS} partitions, one worker from scratch (caught up in {w['catch_up_s']:.1f} s)")
     print(f"  worker, once caught up:  RSS {w['rss_kib'] / mib:7.1f} MiB   peak {w['hwm_kib'] / mib:7.1f} MiB   "
-          f"checkpointed node state {w['state_bytes'] / 1e3:.0f} kB ({w['state_bytes'] / max(1, w['nodes']) / 1e3:.0f} kB/node)")
+          f"snapshotted node state {w['state_bytes'] / 1e3:.0f} kB ({w['state_bytes'] / max(1, w['nodes']) / 1e3:.0f} kB/node)")
     print(f"  engine alone, same input: RSS {alone['rss_kib'] / mib:7.1f} MiB   peak {alone['hwm_kib'] / mib:7.1f} MiB   "
           f"node state {alone['state_bytes'] / 1e3:.0f} kB")
     print(json.dumps({"records": len(records), "worker_rss_mib": round(w["rss_kib"] / mib, 1),

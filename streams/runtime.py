@@ -113,6 +113,7 @@ class Runtime:
         self.lags: dict[TopicPartition, int] = {}
         self.reported: dict[str, int] = {"dead_letters": 0, "unsent": 0}
         self.reported_at = -math.inf
+        self.applied_any = False
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -194,6 +195,9 @@ class Runtime:
                              self.unsent, [a.task for a in self.active.values()])
         self._report_counts(wall)
         n = sum(len(r) for r in data.values())
+        if n and not self.applied_any:  # when the work began (bench/streams_throughput.py times from it)
+            self.applied_any = True
+            log.info("first fetch: %d records", n)
         self.trim.busy(n)
         if not n:
             self.trim.idle()
