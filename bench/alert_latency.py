@@ -156,7 +156,7 @@ async def measure_kafka(faults: int, bootstrap: str) -> dict:
         log = (tmp / "notify.log").open("wb")
         notify = subprocess.Popen([sys.executable, "-m", "gpuwarden.app.cli", "notify", "--config", str(notify_cfg)],
                                   stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        publisher = Publisher(spool, bootstrap, topics)
+        publisher = Publisher(spool, bootstrap, topics, partitions=1)
         try:
             with workers(cfg, tmp, "w1"):
                 async def joined() -> bool:

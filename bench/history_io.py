@@ -37,7 +37,7 @@ def timed(fn: Callable[[], int]) -> tuple[int, float]:
 
 
 async def to_kafka(bootstrap: str, prefix: str, records: list) -> None:
-    await produce_records(records, {"bootstrap_servers": bootstrap}, prefix, event_time=True)
+    await produce_records(records, {"bootstrap_servers": bootstrap}, prefix, partitions=1, event_time=True)
 
 
 def main() -> None:

@@ -92,11 +92,12 @@ async def start_client(client: Any, kw: dict[str, Any], timeout_s: float = 30.0)
 
 
 async def produce_records(records: Iterable[Any], client_kw: dict[str, Any], topic_prefix: str = "", *,
-                          event_time: bool = False, batch: int = 1000, partitions: int = 4,
+                          partitions: int, event_time: bool = False, batch: int = 1000,
                           replication_factor: int = 1) -> int:
     """Send contract records to their topics under their keys (acks=all, idempotent), each node's
     task metrics between two of its other records as one batch; returns how many Kafka records.
-    The pipeline's topics are created first where missing (``partitions``: ``kafka.partitions``).
+    The pipeline's topics are created first where missing, with ``partitions`` (the workers'
+    ``kafka.partitions``: a caller always says, as a default here would race the workers' own).
 
     ``event_time`` stamps each Kafka record with the record's own ``ts`` (as a live agent's
     would be), so ``offsets_for_times`` finds it by event time; without it Kafka stamps the

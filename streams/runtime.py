@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import InvalidProducerEpoch, KafkaError, ProducerFenced
+from aiokafka.errors import InvalidProducerEpoch, KafkaError, MessageSizeTooLargeError, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata
 
 from gpuwarden.contract import Topics
@@ -226,7 +226,8 @@ class Runtime:
             if a.producer.fits(o):
                 fit.append(o)
             else:
-                self.unsent.record(o.topic, o.key, o.value, ValueError("larger than the topic's max.message.bytes"))
+                self.unsent.record(o.topic, o.key, o.value, MessageSizeTooLargeError(
+                    f"{len(o.value)} bytes, over {o.topic}'s max.message.bytes even compressed: kept here, not sent"))
         if not fit:
             return
         await a.producer.send(fit)

@@ -104,7 +104,8 @@ def test_alerts_topic_and_worker_tables_drive_the_pages(kafka_bootstrap: str, tm
         asyncio.run(create_topic(kafka_bootstrap, changelog, partitions=2, config={"cleanup.policy": "compact"}))
         asyncio.run(produce(kafka_bootstrap, changelog, records))
     recorded = [r for r in read_file(tmp_path / "run.jsonl", None, None) if r.ts >= time.time() - 600]
-    asyncio.run(produce_records(recorded, kafka_kwargs(settings.kafka), settings.kafka.topic_prefix))
+    asyncio.run(produce_records(recorded, kafka_kwargs(settings.kafka), settings.kafka.topic_prefix,
+                                partitions=settings.kafka.partitions))
     first, *_ = run.firing
     gone = {**run.firing[first], "state": "resolved", "ended_at": run.firing[first]["ts"]}
 

@@ -120,7 +120,7 @@ def test_replay_from_kafka_by_time_range(recorded, kafka_bootstrap, tmp_path):
     async def publish() -> None:
         for t in input_topics(prefix):
             await create_topic(kafka_bootstrap, t, partitions=1)
-        await produce_records(records, {"bootstrap_servers": kafka_bootstrap}, prefix, event_time=True)
+        await produce_records(records, {"bootstrap_servers": kafka_bootstrap}, prefix, partitions=1, event_time=True)
 
     asyncio.run(publish())
     since, until = records[0].ts + 1200, records[0].ts + 3000

@@ -49,7 +49,8 @@ async def test_two_hour_backlog_from_scratch_gives_the_in_process_transitions(
     expected = set(transition_ids(reference))
     rules = {json.loads(b)["rule"] for b in reference}
     assert "version-skew" in rules, rules  # the stage-2 rule that flapped
-    await produce_records(records, {"bootstrap_servers": kafka_bootstrap}, topics.prefix)
+    await produce_records(records, {"bootstrap_servers": kafka_bootstrap}, topics.prefix,
+                          partitions=settings.kafka.partitions)
 
     async def alerts() -> list[tuple[str, str, float]]:
         return transition_ids([r.value for r in await read_to_end(kafka_bootstrap, topics.alerts, PARTITIONS)])

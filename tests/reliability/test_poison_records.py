@@ -98,14 +98,14 @@ async def test_poison_records_are_dead_lettered_bounded_and_the_workers_carry_on
     config = write_config(tmp_path / "gpuwarden.yaml", settings)
 
     with workers(config, tmp_path, "w1", "w2") as (w1, w2):
-        await produce_records(kafka_bootstrap, topics, records[:half])
+        await produce_records(kafka_bootstrap, topics, records[:half], PARTITIONS)
         await produce(kafka_bootstrap, topics.samples, [(odd.node.encode(), v) for v in bad.values()],
                       max_request_size=8 << 20)
         rest = records[half:]
         at = rest.index(odd)
-        await produce_records(kafka_bootstrap, topics, rest[:at])
+        await produce_records(kafka_bootstrap, topics, rest[:at], PARTITIONS)
         await produce(kafka_bootstrap, topics.samples, [(odd.node.encode(), with_unknown_field(odd))])
-        await produce_records(kafka_bootstrap, topics, rest[at + 1:])
+        await produce_records(kafka_bootstrap, topics, rest[at + 1:], PARTITIONS)
         dlq = await consume_all(kafka_bootstrap, Topics.dlq(topics.samples), expected=len(bad), timeout=90)
 
         async def alerts() -> list[tuple[str, str, float]]:
@@ -155,7 +155,7 @@ async def test_a_dead_letter_the_broker_refuses_is_kept_locally_and_the_worker_c
 ) -> None:
     """A DLQ topic created before with a small ``max.message.bytes``: the broker refuses the
     letter of a 900 kB record. It goes to the worker's ``unsent.jsonl`` with the reason."""
-    settings = settings_for(kafka_bootstrap, partitions=1)
+    settings = settings_for(kafka_bootstrap, partitions=1, snapshot_records=1)  # each batch's state on the changelog
     topics = Topics(settings.kafka.topic_prefix)
     for t in (topics.samples, topics.events, topics.metrics):
         await create_topic(kafka_bootstrap, t, partitions=1)

@@ -106,7 +106,7 @@ async def test_bootstrapped_baselines_reach_the_stream_workers(kafka_bootstrap: 
         assert running.returncode == 2 and "stop them" in running.stderr, running.stderr
         for s in (boot, fresh):
             await produce_records(records, {"bootstrap_servers": kafka_bootstrap}, s.kafka.topic_prefix,
-                                  event_time=True)
+                                  partitions=s.kafka.partitions, event_time=True)
 
         async def deviation(prefix: str, task_class: str | None = "sd-finetune") -> list[AlertTransition]:
             return [t for t in await stage2_alerts(kafka_bootstrap, prefix)

@@ -37,7 +37,7 @@ def simulated(start_ts: float) -> list[Any]:
     return list(sim.run(SPAN_S))
 
 
-async def produce_records(bootstrap: str, topics: Topics, records: list[Any]) -> None:
+async def produce_records(bootstrap: str, topics: Topics, records: list[Any], partitions: int = PARTITIONS) -> None:
     """Send in event-time chunks, paced, so the topics advance together as from live agents:
     within a chunk in ts order across topics, as an agent sends them. Event time runs ~1500x
     faster than wall time here, so the workers' allowed lateness must cover a chunk."""
@@ -45,7 +45,8 @@ async def produce_records(bootstrap: str, topics: Topics, records: list[Any]) ->
     for r in records:
         chunks.setdefault(int(r.ts // CHUNK_S), []).append(r)
     for _, chunk in sorted(chunks.items()):
-        await send_records(sorted(chunk, key=lambda r: r.ts), {"bootstrap_servers": bootstrap}, topics.prefix)
+        await send_records(sorted(chunk, key=lambda r: r.ts), {"bootstrap_servers": bootstrap}, topics.prefix,
+                           partitions=partitions)
         await asyncio.sleep(0.2)
 
 

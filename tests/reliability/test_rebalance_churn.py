@@ -1,0 +1,119 @@
+"""Rebalance churn under traffic: every 30 s a worker joins and the longest-running one leaves.
+
+Two workers start; while 2 h of the ``mixed`` fleet's event time is produced over 5 minutes,
+every ``EVERY_S`` a new ``gpuwarden streams`` worker is started and the oldest stopped (SIGTERM:
+it commits at the rebalance barrier and leaves the group), so every task moves several times,
+often while a restore of it is still running elsewhere. Expected (issue #29): the ``alerts``
+topic read committed equals ``Engine.process_many`` of the same records — none lost, none
+unexpected, none twice — and the group's committed offsets reach the end offsets within 60 s of
+the last record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from gpuwarden.contract import Topics, encode
+from gpuwarden.kafka import produce_records
+from gpuwarden.producers.servingsim import SLO, SERVICES
+from gpuwarden.producers.simulator import Simulator
+from gpuwarden.streams.engine import Engine
+from gpuwarden.streams.groups import groups
+from gpuwarden.streams.statewire import app_id
+from tests.reliability.test_random_kills import COMMITTED_S, PARTITIONS, SPAN_S, chunks, group_lag
+from tests.streams_kafka.records import settings_for, transition_ids
+from tests.streams_kafka.workers import Worker, group_members, read_to_end, wait_for, write_config
+
+pytestmark = pytest.mark.kafka
+
+CHURN_S = 300.0
+EVERY_S = 30.0
+
+
+async def test_a_worker_added_and_one_removed_every_30_s_keeps_the_alerts_exact(
+        kafka_bootstrap: str, tmp_path: Path, reliability_report) -> None:
+    slo = {service: SLO for service in SERVICES.values()}
+    settings = settings_for(kafka_bootstrap, partitions=PARTITIONS, allowed_lateness="30m",
+                            summary_lateness="3h", slo=slo)
+    topics = Topics(settings.kafka.topic_prefix)
+    records = list(Simulator("mixed", nodes=8, gpus=8, seed=5, start_ts=time.time() - SPAN_S - 600, tick_s=10.0,
+                             onset_s=900.0).run(SPAN_S))
+    want = transition_ids([encode(t) for t in Engine(config=settings.engine).process_many(records)])
+    parts = chunks(records)
+    config = write_config(tmp_path / "gpuwarden.yaml", settings)
+    group = app_id(settings)
+    inputs = sorted({t for g in groups(topics).values() for t in g.inputs})
+    made = 0
+
+    def start() -> Worker:
+        nonlocal made
+        made += 1
+        run_dir = tmp_path / f"w{made}"
+        run_dir.mkdir()
+        return Worker(config, f"w{made}", run_dir)
+
+    running = [start(), start()]
+    every = list(running)
+    moves: list[str] = []
+
+    async def churn() -> None:
+        began = asyncio.get_running_loop().time()
+        while asyncio.get_running_loop().time() - began < CHURN_S - EVERY_S / 2:
+            await asyncio.sleep(EVERY_S)
+            new = start()
+            every.append(new)
+            running.append(new)
+            old = running.pop(0)
+            await asyncio.to_thread(old.stop)  # SIGTERM: the barrier commits, the member leaves
+            moves.append(f"+{new.worker_id} -{old.worker_id}")
+
+    async def committed_to_the_end() -> bool:
+        return await group_lag(kafka_bootstrap, group, inputs) == 0
+
+    try:
+        async def joined() -> bool:
+            return await group_members(kafka_bootstrap, group) == 2
+
+        await wait_for(joined, 90, "2 workers in the consumer group")
+        moving = asyncio.create_task(churn())
+        for chunk in parts:
+            await produce_records(chunk, {"bootstrap_servers": kafka_bootstrap}, topics.prefix,
+                                  partitions=PARTITIONS)
+            await asyncio.sleep(CHURN_S / len(parts))
+        last = time.monotonic()
+        await moving
+        try:
+            await wait_for(committed_to_the_end, COMMITTED_S + 30, "committed offsets at the end offsets", poll=1)
+            lag = 0
+        except TimeoutError:
+            lag = await group_lag(kafka_bootstrap, group, inputs)
+        caught_up_s = time.monotonic() - last
+        got = transition_ids([r.value for r in await read_to_end(kafka_bootstrap, topics.alerts, PARTITIONS)])
+        assert all(w.alive() for w in running), [w.tail() for w in running]
+    except BaseException:
+        for w in every:
+            print(f"--- {w.log} (last 30 lines) ---\n{w.tail(30)}")
+        raise
+    finally:
+        for w in every:
+            w.stop()
+
+    missing, extra = set(want) - set(got), set(got) - set(want)
+    twice = sorted(t for t, n in Counter(got).items() if n > 1)
+    logs = "".join(w.log.read_text(errors="replace") for w in every)
+    reliability_report("rebalance churn: a worker added and one removed every 30 s for 5 min",
+                       injected=len(moves), lost=len(missing),
+                       detail=f"{', '.join(moves)}; {len(want)} transitions expected, {len(got)} read committed: "
+                              f"{len(missing)} lost, {len(extra)} unexpected, {len(twice)} twice; group at the end "
+                              f"offsets {caught_up_s:.0f} s after the last record (lag {lag})")
+    assert len(moves) >= 9, moves
+    assert not missing, sorted(missing)[:5]
+    assert not extra, sorted(extra)[:5]
+    assert not twice, twice[:5]
+    assert lag == 0 and caught_up_s <= COMMITTED_S, (lag, caught_up_s)
+    assert "DIVERGED" not in logs and "Traceback" not in logs
