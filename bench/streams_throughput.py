@@ -80,17 +80,6 @@ def broker() -> tuple[str, bool]:
     return proc.stdout.strip().splitlines()[-1].strip(), True
 
 
-async def create_topics(bootstrap: str, names: list[str]) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(n, PARTITIONS, 1) for n in names])
-    finally:
-        await admin.close()
-
-
 async def delete_topics(bootstrap: str, prefix: str) -> None:
     """Every topic a run made (inputs, outputs, changelogs), so each run leaves the broker as
     it found it: with 2,209 topics left by earlier runs and tests, the session-5 worker's (b)
@@ -149,7 +138,8 @@ async def started(proc: subprocess.Popen, log: Path, marker: str, timeout: float
             if marker in line:
                 return line_time(line), cpu_s(proc.pid)
         if proc.poll() is not None:
-            raise RuntimeError(f"worker exited with {proc.returncode}: see {log}")
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-5:])
+            raise RuntimeError(f"worker exited with {proc.returncode}; its log ends:\n{tail}")
         await asyncio.sleep(0.005)
     raise TimeoutError(f"no {marker!r} in {log} after {timeout:.0f} s")
 
@@ -233,7 +223,10 @@ async def backlog_worker(bootstrap: str, records: list[Any], tmp: Path,
     topics = Topics(prefix)
     probe = Engine(config=settings.engine)  # what the worker emits (no end-of-input flush)
     probe.process_many(records)
-    await create_topics(bootstrap, [topics.samples, topics.events, topics.metrics])
+    from gpuwarden.topics import data_topics, ensure_topics
+
+    await ensure_topics({"bootstrap_servers": bootstrap}, data_topics(topics), partitions=PARTITIONS,
+                        replication_factor=1)  # all of them: a send to a missing one would auto-create it
     loaded = [load_row(topics, r) for r in wire(records, batched_wire(tree))]
     await send(bootstrap, loaded)
     config = tmp / "gpuwarden.yaml"

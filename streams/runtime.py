@@ -113,7 +113,7 @@ class Runtime:
         self.lags: dict[TopicPartition, int] = {}
         self.reported: dict[str, int] = {"dead_letters": 0, "unsent": 0}
         self.reported_at = -math.inf
-        self.applied_any = False
+        self.fetched_any = False
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -143,6 +143,9 @@ class Runtime:
                     log.warning("fetch failed: %s", e, extra=trouble("fetch"))
                     await asyncio.sleep(1.0)
                     continue
+                if data and not self.fetched_any:  # when the work began (bench/streams_throughput.py times from it)
+                    self.fetched_any = True
+                    log.info("first fetch: %d records", sum(len(r) for r in data.values()))
                 async with self.lock:
                     await self._round(data)
         finally:
@@ -195,9 +198,6 @@ class Runtime:
                              self.unsent, [a.task for a in self.active.values()])
         self._report_counts(wall)
         n = sum(len(r) for r in data.values())
-        if n and not self.applied_any:  # when the work began (bench/streams_throughput.py times from it)
-            self.applied_any = True
-            log.info("first fetch: %d records", n)
         self.trim.busy(n)
         if not n:
             self.trim.idle()

@@ -72,9 +72,11 @@ async def test_two_hour_backlog_from_scratch_gives_the_in_process_transitions(
         assert all(w.alive() for w in started), [w.tail() for w in started]
 
     missing, extra = expected - set(got), set(got) - expected
+    twice = sorted(t for t in set(got) if got.count(t) > 1)  # exactly once: each transaction commits once
     reliability_report(f"2 h backlog (8 nodes x 8 GPUs) read from scratch, {n_workers} worker(s)",
                        injected=0, lost=len(missing),
                        detail=f"{len(records)} records, {len(expected)} expected transitions, {len(got)} on the "
-                              f"topic, {len(extra)} unexpected")
+                              f"topic, {len(extra)} unexpected, {len(twice)} twice")
     assert not missing, sorted(missing)[:5]
     assert not extra, sorted(extra)[:5]
+    assert not twice, twice[:5]
