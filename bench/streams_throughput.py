@@ -223,14 +223,16 @@ async def backlog_worker(bootstrap: str, records: list[Any], tmp: Path,
     topics = Topics(prefix)
     probe = Engine(config=settings.engine)  # what the worker emits (no end-of-input flush)
     probe.process_many(records)
-    from gpuwarden.topics import data_topics, ensure_topics
+    from gpuwarden.kafka import ensure_topics
+    from gpuwarden.topics import data_topics
 
     await ensure_topics({"bootstrap_servers": bootstrap}, data_topics(topics), partitions=PARTITIONS,
                         replication_factor=1)  # all of them: a send to a missing one would auto-create it
     loaded = [load_row(topics, r) for r in wire(records, batched_wire(tree))]
     await send(bootstrap, loaded)
     config = tmp / "gpuwarden.yaml"
-    config.write_text(yaml.safe_dump(settings.model_dump(mode="json", include={"kafka", "limits", "engine"})))
+    # the engine at its defaults: an earlier revision refuses keys it does not know
+    config.write_text(yaml.safe_dump(settings.model_dump(mode="json", include={"kafka", "limits"})))
     log = tmp / "streams.log"
     proc = worker([sys.executable, "-m", cli_module(tree), "-v", "streams", "--config", str(config),
                    "--worker-id", "bench", "--data-dir", str(tmp / "streams")], log, tree)
@@ -329,7 +331,7 @@ def main() -> None:
                 extra = [(r[run][1] - r[f"{run} before"][1]) / n * 1e6 for r in rounds]
                 figures[f"{keys[run]}_vs_before_us_per_record"] = round(statistics.median(extra), 1)
     figures["e2e_vs_engine"] = round(figures["e2e_gpu_samples_per_s"] / figures["engine_gpu_samples_per_s_core"], 3)
-    per_cpu = figures["e2e_gpu_samples_per_worker_cpu_s"]
+    per_cpu = figures["e2e_with_task_metrics_gpu_samples_per_worker_cpu_s"]  # the target counts task metrics in
     figures["target_met"] = per_cpu >= TARGET_PER_CPU_S
     print(f"streams throughput: {a.scenario}, {a.nodes} nodes x 8 GPUs, {a.minutes:g} min at 1 s ticks, "
           f"{len(records):,} records, {gpu_samples:,} GPU-samples, {PARTITIONS} partitions; "
@@ -344,7 +346,7 @@ def main() -> None:
         print(f"  {labels[run]:<38}{figures[f'{k}_gpu_samples_per_s']:>10,} GPU-samples/s wall, "
               f"{figures[f'{k}_gpu_samples_per_worker_cpu_s']:>8,} per worker CPU-s "
               f"({figures[f'{k}_seconds']:.2f} s wall, {figures[f'{k}_worker_cpu_s']:.2f} CPU-s)")
-    print(f"  (b) per worker CPU-s {per_cpu:,} (target >= {TARGET_PER_CPU_S:,}: "
+    print(f"  (b+) per worker CPU-s {per_cpu:,} (target >= {TARGET_PER_CPU_S:,}: "
           f"{'met' if figures['target_met'] else 'NOT met'})   "
           f"(b)/(a) {figures['e2e_vs_engine']:.3f}")
     if "b before" in runs:

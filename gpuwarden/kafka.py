@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from itertools import islice
 from typing import Any
 
 from gpuwarden.config import CommonSettings, KafkaConfig
+from gpuwarden.topics import TopicSpec
 
 #: aiokafka connection kwargs; the rest are client-specific (acks, group_id, …).
 _CONN_KEYS = ("client_id", "security_protocol", "sasl_mechanism", "sasl_plain_username",
@@ -107,7 +108,7 @@ async def produce_records(records: Iterable[Any], client_kw: dict[str, Any], top
 
     from gpuwarden.contract import Topics, batch_task_metrics, encode, record_key
 
-    from gpuwarden.topics import data_topics, ensure_topics
+    from gpuwarden.topics import data_topics
 
     topics, n = Topics(topic_prefix), 0
     await ensure_topics(client_kw, data_topics(topics), partitions=partitions, replication_factor=replication_factor)
@@ -125,3 +126,59 @@ async def produce_records(records: Iterable[Any], client_kw: dict[str, Any], top
     finally:
         await producer.stop()
     return n
+
+
+#: Kafka's error code for a topic that exists (a racing creator got there first): not an error here.
+TOPIC_ALREADY_EXISTS = 36
+#: A topic just created has no leader for a moment; this long for every partition to get one.
+LEADERS_S = 30.0
+
+
+class TopicError(Exception):
+    """The broker refused to create a topic (bad replication factor, a policy); says which and why."""
+
+
+async def ensure_topics(client_kw: Mapping[str, Any], specs: Mapping[str, TopicSpec], *, partitions: int,
+                        replication_factor: int) -> dict[str, int]:
+    """Create the topics of ``specs`` that are missing; returns every one's partition count once
+    each partition has a leader. Raises :class:`gpuwarden.kafka.KafkaConnectError` when the
+    cluster cannot be reached and :class:`TopicError` when it refuses a topic."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(**client_kw)
+    await start_client(admin, dict(client_kw))
+    try:
+        counts = await _counts(admin, list(specs))
+        new = [NewTopic(t, s.partitions or partitions, replication_factor, topic_configs=dict(s.config))
+               for t, s in specs.items() if t not in counts]
+        if new:
+            resp = await admin.create_topics(new)
+            refused = [f"{e[0]}: {e[-1] or f'error {e[1]}'}" for e in resp.topic_errors
+                       if e[1] not in (0, TOPIC_ALREADY_EXISTS)]
+            if refused:
+                raise TopicError("the broker refused to create topics: " + "; ".join(refused))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LEADERS_S
+        while True:
+            counts = await _counts(admin, list(specs), led=True)
+            missing = sorted(set(specs) - set(counts))
+            if not missing:
+                return counts
+            if loop.time() > deadline:
+                raise TopicError(f"topics without a leader after {LEADERS_S:.0f} s: {', '.join(missing)}")
+            await asyncio.sleep(0.1)
+    finally:
+        await admin.close()
+
+
+async def _counts(admin: Any, names: list[str], led: bool = False) -> dict[str, int]:
+    """Partition counts of the topics among ``names`` that exist (with ``led``: whose every
+    partition has a leader). Only topics the cluster lists are described: aiokafka's
+    ``describe_topics`` is a metadata request that lets the broker auto-create what it names."""
+    existing = set(await admin.list_topics()) & set(names)
+    out = {}
+    for d in await admin.describe_topics(sorted(existing)) if existing else []:
+        parts = d["partitions"]
+        if d["error_code"] == 0 and parts and (not led or all(p["leader"] >= 0 for p in parts)):
+            out[d["topic"]] = len(parts)
+    return out

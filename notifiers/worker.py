@@ -26,9 +26,9 @@ from aiokafka.errors import KafkaError
 from gpuwarden.contract import AlertState, AlertTransition, ContractError, Tier, Topics, decode
 from gpuwarden.deadletter import UnsentLog, letter
 from gpuwarden.exposition import serve_from
-from gpuwarden.kafka import kafka_kwargs, start_client
+from gpuwarden.kafka import ensure_topics, kafka_kwargs, start_client
 from gpuwarden.outage import OUTAGE, recovered
-from gpuwarden.topics import TopicSpec, data_topics, ensure_topics
+from gpuwarden.topics import TopicSpec, data_topics
 from gpuwarden.spool import Spool
 from gpuwarden.notifiers import am_server
 from gpuwarden.notifiers.config import NotifyConfig

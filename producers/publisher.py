@@ -17,10 +17,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from gpuwarden.contract import DEFAULT_MAX_RECORD_BYTES, Topics, batch_task_metrics, encode, record_key
-from gpuwarden.kafka import start_client
+from gpuwarden.kafka import ensure_topics, start_client
 from gpuwarden.outage import recovered, trouble
 from gpuwarden.spool import Spool
-from gpuwarden.topics import data_topics, ensure_topics
+from gpuwarden.topics import data_topics
 
 log = logging.getLogger(__name__)
 

@@ -286,7 +286,8 @@ class Runtime:
             (log.warning if fenced or kafka else log.exception)(
                 "task %s stopped (%s: %s); it is restored from what was committed in %g s", tid, name, e, RETRY_S,
                 extra=trouble("task stopped") if kafka else None)
-            self.metrics.transactions.labels("aborted").inc()
+            if a.producer.open:  # what it had sent since its last commit is aborted (by the next fence at the latest)
+                self.metrics.transactions.labels("aborted").inc()
             await self._close(tid)
             self.waiting[tid] = time.monotonic() + RETRY_S
             self._pause(a.tps)

@@ -34,13 +34,13 @@ async def _main(args: argparse.Namespace, settings: StreamsSettings) -> int:
     from gpuwarden.contract import Topics
     from gpuwarden.deadletter import UnsentLog
     from gpuwarden.exposition import serve_from
-    from gpuwarden.kafka import KafkaConnectError, client_kwargs, diagnose, start_client
+    from gpuwarden.kafka import KafkaConnectError, client_kwargs, diagnose, ensure_topics, start_client
     from gpuwarden.streams import statewire as sw
     from gpuwarden.streams.groups import TaskFactory, groups, outputs
     from gpuwarden.streams.memory import tune_gc
     from gpuwarden.streams.runtime import Runtime
     from gpuwarden.streams.telemetry import StreamMetrics
-    from gpuwarden.topics import TopicSpec, ensure_topics, partition_mismatch
+    from gpuwarden.topics import TopicSpec, partition_mismatch
 
     kafka = settings.kafka
     kw = client_kwargs(settings)
