@@ -33,7 +33,8 @@ def write_config(path: Path, settings: Any) -> Path:
 class Worker:
     """A ``gpuwarden streams`` subprocess: this checkout's code, or ``tree``'s (see :func:`checkout`)."""
 
-    def __init__(self, config: Path, worker_id: str, tmp: Path, tree: Path | None = None) -> None:
+    def __init__(self, config: Path, worker_id: str, tmp: Path, tree: Path | None = None,
+                 verbose: bool = True) -> None:
         self.worker_id = worker_id
         self.log = tmp / f"{worker_id}.log"
         self._out = self.log.open("wb")
@@ -41,7 +42,7 @@ class Worker:
         if tree is not None:
             env["PYTHONPATH"] = str(tree)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", cli_module(tree), "-v", "streams", "--config", str(config),
+            [sys.executable, "-m", cli_module(tree), *(["-v"] if verbose else []), "streams", "--config", str(config),
              "--worker-id", worker_id, "--data-dir", str(tmp / worker_id)],
             stdout=self._out, stderr=subprocess.STDOUT, cwd=tree or REPO_ROOT, env=env,
         )
