@@ -6,6 +6,15 @@ from collections.abc import Callable
 
 import pytest
 
+from gpuwarden import outage
+
+
+@pytest.fixture(autouse=True)
+def _fresh_outage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with no Kafka trouble on record: the gate (gpuwarden/outage.py) is one per
+    process, and a test's broker outage would otherwise hold back the next test's first line."""
+    monkeypatch.setattr(outage, "OUTAGE", outage._Outage())
+
 pytest_plugins = ["tests.kafka_support", "tests.slurm_support", "tests.alertmanager_support",
                   "tests.reliability_support"]
 

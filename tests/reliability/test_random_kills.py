@@ -61,10 +61,10 @@ def chunks(records: list[Any]) -> list[list[Any]]:
     return [sorted(c, key=lambda r: r.ts) for _, c in sorted(out.items())]
 
 
-async def group_lag(bootstrap: str, group: str, topics: list[str]) -> int:
+async def group_lag(bootstrap: str, group: str, topics: list[str], partitions: int = PARTITIONS) -> int:
     """Records on the inputs past the group's committed offsets (last stable offsets: what a
     read_committed member can reach; every transaction is closed once the workers are idle)."""
-    tps = [TopicPartition(t, p) for t in topics for p in range(PARTITIONS)]
+    tps = [TopicPartition(t, p) for t in topics for p in range(partitions)]
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
     await admin.start()
