@@ -9,7 +9,7 @@ later, in whatever order that gives (sometimes every worker is down). Expected (
 ``Engine.process_many`` transitions of the same records — none lost, none unexpected, none twice
 — and the group's committed offsets reach the end offsets of every input within 60 s of the last
 record. The seed is printed; CI runs fixed seeds, ``make soak`` ten random ones
-(``GW_SOAK_SEEDS``).
+(``GW_SOAK_SEEDS``), ``GW_KILL_SEED=<seed>`` reruns one.
 """
 
 from __future__ import annotations
@@ -48,7 +48,9 @@ COMMITTED_S = 60.0
 
 
 def seeds() -> list[int]:
-    """CI's fixed seeds, or ``GW_SOAK_SEEDS`` random ones (``make soak``)."""
+    """CI's fixed seeds, ``GW_SOAK_SEEDS`` random ones (``make soak``), or ``GW_KILL_SEED`` (a rerun)."""
+    if os.environ.get("GW_KILL_SEED"):
+        return [int(os.environ["GW_KILL_SEED"])]
     n = int(os.environ.get("GW_SOAK_SEEDS", "0"))
     return [random.SystemRandom().randrange(1 << 30) for _ in range(n)] if n else [11]
 
@@ -83,7 +85,7 @@ async def group_lag(bootstrap: str, group: str, topics: list[str], partitions: i
 async def test_random_kills_keep_the_alerts_exact_and_the_group_commits_to_the_end(
     kafka_bootstrap: str, tmp_path: Path, seed: int, workers: int, reliability_report
 ) -> None:
-    print(f"random kills: seed {seed}, {workers} workers (rerun: GW_SOAK_SEEDS unset, seeds() -> [{seed}])")
+    print(f"random kills: seed {seed}, {workers} workers (rerun: GW_KILL_SEED={seed})")
     rng = random.Random(seed)
     slo = {service: SLO for service in SERVICES.values()}
     # Event time runs ~120x faster than wall time: the lateness bounds cover a takeover's pause.
