@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from gpuwarden.streams.engine import Engine
 from gpuwarden.streams.groups import groups
 from gpuwarden.streams.statewire import app_id
 from tests.kafka_support import OwnBroker
-from tests.reliability.test_random_kills import group_lag
+from tests.reliability.exactness import at_the_end, compare
 from tests.streams_kafka.records import settings_for, transition_ids
 from tests.streams_kafka.workers import Worker, group_members, read_to_end, wait_for, write_config
 
@@ -95,10 +94,8 @@ async def test_a_minute_without_the_broker_loses_nothing_and_logs_a_line_per_10_
             finally:
                 await agent.close()
 
-        async def committed_to_the_end() -> bool:
-            return await group_lag(bootstrap, group, inputs, PARTITIONS) == 0
-
-        await wait_for(committed_to_the_end, 120, "the group at the end offsets", poll=1)
+        lag, _ = await at_the_end(bootstrap, group, inputs, PARTITIONS, time.monotonic(), 120)
+        assert lag == 0, lag
         got = transition_ids([r.value for r in await read_to_end(bootstrap, topics.alerts, PARTITIONS)])
         assert worker.alive(), worker.tail()
     finally:
@@ -108,8 +105,7 @@ async def test_a_minute_without_the_broker_loses_nothing_and_logs_a_line_per_10_
     lines = worker.log.read_text(errors="replace").splitlines()
     during = [line for line in lines if (t := stamped(line)) is not None and killed_at <= t <= back_at]
     ours = [r for r in caplog.records if killed_at <= r.created <= back_at]
-    missing, extra = set(want) - set(got), set(got) - set(want)
-    twice = sorted(t for t, n in Counter(got).items() if n > 1)
+    missing, extra, twice = compare(want, got)
     reliability_report(f"broker SIGKILLed for {OUTAGE_S:.0f} s under traffic, a stream worker running", injected=1,
                        lost=len(missing), detail=f"{len(want)} transitions expected, {len(got)} read committed, "
                        f"{len(extra)} unexpected, {len(twice)} twice; during the outage {len(during)} worker log lines, "

@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 
 from gpuwarden.contract import Topics, encode
 from gpuwarden.kafka import produce_records
@@ -33,6 +31,7 @@ from gpuwarden.producers.simulator import Simulator
 from gpuwarden.streams.engine import Engine
 from gpuwarden.streams.groups import groups
 from gpuwarden.streams.statewire import app_id
+from tests.reliability.exactness import at_the_end, compare
 from tests.streams_kafka.records import settings_for, transition_ids
 from tests.streams_kafka.workers import Worker, group_members, read_to_end, wait_for, write_config
 
@@ -61,23 +60,6 @@ def chunks(records: list[Any]) -> list[list[Any]]:
     for r in records:
         out.setdefault(int(r.ts // CHUNK_S), []).append(r)
     return [sorted(c, key=lambda r: r.ts) for _, c in sorted(out.items())]
-
-
-async def group_lag(bootstrap: str, group: str, topics: list[str], partitions: int = PARTITIONS) -> int:
-    """Records on the inputs past the group's committed offsets (last stable offsets: what a
-    read_committed member can reach; every transaction is closed once the workers are idle)."""
-    tps = [TopicPartition(t, p) for t in topics for p in range(partitions)]
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
-    await admin.start()
-    await reader.start()
-    try:
-        committed = await admin.list_consumer_group_offsets(group, partitions=tps)
-        ends = await reader.end_offsets(tps)
-    finally:
-        await reader.stop()
-        await admin.close()
-    return sum(max(0, ends[tp] - max(0, committed[tp].offset if tp in committed else 0)) for tp in tps)
 
 
 @pytest.mark.parametrize("workers", [2, 3], ids=["2-workers", "3-workers"])
@@ -141,9 +123,6 @@ async def test_random_kills_keep_the_alerts_exact_and_the_group_commits_to_the_e
             restarts.append(asyncio.create_task(restart(victim, after)))
         await asyncio.gather(*restarts)
 
-    async def committed_to_the_end() -> bool:
-        return await group_lag(kafka_bootstrap, group, inputs) == 0
-
     async def alerts() -> list[tuple[str, str, float]]:
         return transition_ids([r.value for r in await read_to_end(kafka_bootstrap, topics.alerts, PARTITIONS)])
 
@@ -159,12 +138,7 @@ async def test_random_kills_keep_the_alerts_exact_and_the_group_commits_to_the_e
             await asyncio.sleep(PACE_S)
         last = time.monotonic()  # the last record is out
         await kills
-        try:  # the workers' progress reports keep coming: what counts is that the lag reached 0
-            await wait_for(committed_to_the_end, COMMITTED_S + 30, "committed offsets at the end offsets", poll=1)
-            lag = 0
-        except TimeoutError:
-            lag = await group_lag(kafka_bootstrap, group, inputs)  # the assertions below say how far
-        caught_up_s = time.monotonic() - last
+        lag, caught_up_s = await at_the_end(kafka_bootstrap, group, inputs, PARTITIONS, last, COMMITTED_S + 30)
         got = await alerts()
         assert all(w is not None and w.alive() for w in running.values()), \
             [w.tail() for w in running.values() if w is not None]
@@ -176,9 +150,7 @@ async def test_random_kills_keep_the_alerts_exact_and_the_group_commits_to_the_e
         for w in every:
             w.stop()
 
-    counts = Counter(got)
-    missing, extra = set(want) - set(got), set(got) - set(want)
-    twice = sorted(t for t, n in counts.items() if n > 1)
+    missing, extra, twice = compare(want, got)
     logs = "".join(w.log.read_text(errors="replace") for w in every)
     reliability_report(f"{workers} stream workers SIGKILLed at random (seed {seed})", injected=len(killed),
                        lost=len(missing),

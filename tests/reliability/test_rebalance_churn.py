@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,8 @@ from gpuwarden.producers.simulator import Simulator
 from gpuwarden.streams.engine import Engine
 from gpuwarden.streams.groups import groups
 from gpuwarden.streams.statewire import app_id
-from tests.reliability.test_random_kills import COMMITTED_S, PARTITIONS, SPAN_S, chunks, group_lag
+from tests.reliability.exactness import at_the_end, compare
+from tests.reliability.test_random_kills import COMMITTED_S, PARTITIONS, SPAN_S, chunks
 from tests.streams_kafka.records import settings_for, transition_ids
 from tests.streams_kafka.workers import Worker, group_members, read_to_end, wait_for, write_config
 
@@ -72,9 +72,6 @@ async def test_a_worker_added_and_one_removed_every_30_s_keeps_the_alerts_exact(
             await asyncio.to_thread(old.stop)  # SIGTERM: the barrier commits, the member leaves
             moves.append(f"+{new.worker_id} -{old.worker_id}")
 
-    async def committed_to_the_end() -> bool:
-        return await group_lag(kafka_bootstrap, group, inputs) == 0
-
     try:
         async def joined() -> bool:
             return await group_members(kafka_bootstrap, group) == 2
@@ -87,12 +84,7 @@ async def test_a_worker_added_and_one_removed_every_30_s_keeps_the_alerts_exact(
             await asyncio.sleep(CHURN_S / len(parts))
         last = time.monotonic()
         await moving
-        try:
-            await wait_for(committed_to_the_end, COMMITTED_S + 30, "committed offsets at the end offsets", poll=1)
-            lag = 0
-        except TimeoutError:
-            lag = await group_lag(kafka_bootstrap, group, inputs)
-        caught_up_s = time.monotonic() - last
+        lag, caught_up_s = await at_the_end(kafka_bootstrap, group, inputs, PARTITIONS, last, COMMITTED_S + 30)
         got = transition_ids([r.value for r in await read_to_end(kafka_bootstrap, topics.alerts, PARTITIONS)])
         assert all(w.alive() for w in running), [w.tail() for w in running]
     except BaseException:
@@ -103,8 +95,7 @@ async def test_a_worker_added_and_one_removed_every_30_s_keeps_the_alerts_exact(
         for w in every:
             w.stop()
 
-    missing, extra = set(want) - set(got), set(got) - set(want)
-    twice = sorted(t for t, n in Counter(got).items() if n > 1)
+    missing, extra, twice = compare(want, got)
     logs = "".join(w.log.read_text(errors="replace") for w in every)
     reliability_report("rebalance churn: a worker added and one removed every 30 s for 5 min",
                        injected=len(moves), lost=len(missing),
