@@ -21,6 +21,7 @@ from typing import Any
 
 import cramjam
 from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.errors import IllegalOperation, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata, RecordMetadata
 
 from gpuwarden.kafka import start_client
@@ -66,8 +67,11 @@ class TaskProducer:
         if not self.open:
             await self.producer.begin_transaction()
             self.open = True
-        futs = [await self.producer.send(o.topic, o.value, key=o.key, partition=o.partition,
-                                         headers=list(o.headers) or None) for o in out]
+        try:
+            futs = [await self.producer.send(o.topic, o.value, key=o.key, partition=o.partition,
+                                             headers=list(o.headers) or None) for o in out]
+        except IllegalOperation as e:  # aiokafka ended the transaction under us: a new owner fenced it
+            raise ProducerFenced() from e
         self._sent += futs
         return futs
 
@@ -88,4 +92,12 @@ class TaskProducer:
         except Exception:  # noqa: BLE001 - fenced or the broker away: nothing more to do here
             pass
         self.open = False
+        for fut in self._sent:  # a fenced transaction fails its sends: said by the caller, not by asyncio at GC
+            fut.add_done_callback(_retrieved)
+        self._sent = []
         await asyncio.wait_for(self.producer.stop(), 10)
+
+
+def _retrieved(fut: "asyncio.Future[RecordMetadata]") -> None:
+    if not fut.cancelled():
+        fut.exception()

@@ -68,8 +68,9 @@ class EngineConfig(MetricsEndpoint):
     holds it (0: apply on arrival). Kafka: stage 2 also waits for every stage-1 partition's
     progress (a caught-up partition whose nodes went silent: at most this far)."""
     commit_interval: Duration = Field(default=0.25, gt=0)
-    """Kafka only: wall time a task's transaction stays open for more batches (a batch that makes
-    an alert transition commits at once). Readers see outputs at the commit."""
+    """Kafka only: wall time a task's transaction that holds outputs (summaries, allocations,
+    dead letters) stays open for more batches; one with an alert transition commits at once, one
+    with only input offsets and progress reports after 5 s. Readers see outputs at the commit."""
     snapshot_interval: Duration = Field(default=300.0, gt=0)
     """Kafka only: wall time after which a task that changed writes a snapshot of its state (its
     changed keys' envelopes); between snapshots each commit logs its batches, which a new owner

@@ -65,10 +65,12 @@ def partition_watermark(positions: Iterable[tuple[float, float]], catching_up: b
 class Reporter:
     """Stage 1: decides when a partition's progress is worth sending. A report goes out when
     it changes what stage 2 may release (the summary interval the watermark is in, the
-    catching-up flag, empty or not), and every ``resend_s`` of wall time regardless, so a
-    stage-2 worker that took over (and lost what it had heard) hears from every partition."""
+    catching-up flag, empty or not), and every ``resend_s`` of wall time regardless. Stage 2's
+    gates are in its snapshots, so a takeover restores what was heard; the resend is a safety
+    net, and rare on purpose: each one is a transaction in the sender and in every reader task
+    (at 2 s they were most of a quiet worker's CPU: docs/benchmarks.md, live cost)."""
 
-    def __init__(self, interval_s: float, resend_s: float = 2.0) -> None:
+    def __init__(self, interval_s: float, resend_s: float = 30.0) -> None:
         self.interval_s = interval_s
         self.resend_s = resend_s
         self._sent: dict[int, tuple[tuple, float]] = {}  # partition -> (what, wall)

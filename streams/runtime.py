@@ -34,6 +34,7 @@ from gpuwarden.streams.batchlog import Entry, Marker, encode_entries, encode_mar
 from gpuwarden.streams.commit import TaskProducer
 from gpuwarden.streams.dlq import Outbound
 from gpuwarden.streams.groups import Group
+from gpuwarden.streams.progress import is_progress
 from gpuwarden.streams.memory import HeapTrim
 from gpuwarden.streams.restore import Restorer
 from gpuwarden.streams.statewire import MARKER, batchlog_topic, changelog_topic, transactional_id
@@ -50,6 +51,14 @@ HEARTBEAT_INTERVAL_S = 2.0
 MAX_POLL_INTERVAL_S = 300.0
 #: An input topic created after the group was joined is seen within this (aiokafka's default: 5 min).
 METADATA_MAX_AGE_MS = 10_000
+#: How long the broker holds a fetch that finds no records (a record that arrives is sent at once):
+#: each empty answer decodes every input partition, a millisecond of CPU on a quiet worker. A
+#: partition resumed after its restore waits for the fetch in flight, at most this.
+FETCH_WAIT_MS = 3000
+#: A transaction holding nothing a reader acts on at once (input offsets, the batch log, progress
+#: reports) is committed after this: a quiet task pays one transaction per this, not one per
+#: ``commit_interval``, and the group's lag still reaches 0 within it.
+QUIET_COMMIT_S = 5.0
 #: Records per ``getmany``, and bytes per partition per fetch (a catch-up decompresses whole fetches).
 MAX_RECORDS = 5000
 FETCH_BYTES = 1 << 20
@@ -74,7 +83,7 @@ class Active:
     committed: dict[TopicPartition, tuple[int, str]]  # what the group's offsets say, as last committed or read
     entries: list[Entry] = field(default_factory=list)  # the open transaction's batches
     opened: float | None = None  # monotonic time the open transaction took its first batch
-    urgent: bool = False  # the open transaction holds an alert transition: commit now
+    due: float = math.inf  # monotonic time the open transaction is to be committed by
     since_snapshot: int = 0  # input records since the last snapshot
     batches_since: int = 0
     snapshot_at: float = field(default_factory=time.monotonic)
@@ -119,12 +128,13 @@ class Runtime:
 
     async def run(self, stop: asyncio.Event) -> None:
         kw = self.kw
+        asyncio.get_running_loop().set_exception_handler(_fenced_quietly)
         self.consumer = AIOKafkaConsumer(
             **kw, group_id=self.app, enable_auto_commit=False, isolation_level="read_committed",
             auto_offset_reset="earliest", partition_assignment_strategy=(self.assignor,),
             session_timeout_ms=int(SESSION_TIMEOUT_S * 1000), heartbeat_interval_ms=int(HEARTBEAT_INTERVAL_S * 1000),
             max_poll_interval_ms=int(MAX_POLL_INTERVAL_S * 1000), metadata_max_age_ms=METADATA_MAX_AGE_MS,
-            max_partition_fetch_bytes=FETCH_BYTES)
+            max_partition_fetch_bytes=FETCH_BYTES, fetch_max_wait_ms=FETCH_WAIT_MS)
         reader = AIOKafkaConsumer(**kw, enable_auto_commit=False, isolation_level="read_committed",
                                   auto_offset_reset="earliest", max_partition_fetch_bytes=FETCH_BYTES,
                                   fetch_max_wait_ms=20)  # a restore reads on at once
@@ -161,10 +171,8 @@ class Runtime:
                     log.warning("closing a Kafka client: %s", e, extra=trouble("close"))
 
     def _wait_ms(self) -> int:
-        now, due = time.monotonic(), IDLE_S
-        for a in self.active.values():
-            if a.opened is not None:
-                due = min(due, a.opened + self.commit_s - now)
+        now = time.monotonic()
+        due = min([IDLE_S, *(a.due - now for a in self.active.values())])
         return max(5, int(due * 1000))
 
     async def _round(self, data: Mapping[TopicPartition, list]) -> None:
@@ -189,7 +197,7 @@ class Runtime:
         for a in list(self.active.values()):
             if a.task.id not in batched:
                 await self._guard(a, self._send(a, a.task.reports(wall)))
-            if a.opened is not None and (a.urgent or wall - a.opened >= self.commit_s):
+            if a.opened is not None and wall >= a.due:
                 await self._guard(a, self._commit(a, snapshot=self._snapshot_due(a, wall)))
         lags = self._lags(highs, ends)
         self.lags.update(lags)
@@ -216,8 +224,7 @@ class Runtime:
         self.metrics.fetched(records)
         if not count:
             a.idled_at = wall
-        if a.opened is None:
-            a.opened = wall
+        self._due_in(a, QUIET_COMMIT_S)
         await self._send(a, out + a.task.reports(wall))
 
     async def _send(self, a: Active, out: list[Outbound]) -> None:
@@ -231,12 +238,18 @@ class Runtime:
         if not fit:
             return
         await a.producer.send(fit)
+        alerts = [o for o in fit if o.topic == self.topics.alerts]
+        if alerts:  # a transition: readers see it at once
+            self._due_in(a, -math.inf)
+            self.metrics.produced(json.loads(o.value) for o in alerts)
+        else:
+            self._due_in(a, self.commit_s if any(not is_progress(o.headers) for o in fit) else QUIET_COMMIT_S)
+
+    def _due_in(self, a: Active, seconds: float) -> None:
+        """The open transaction (opened now if none) is committed at most ``seconds`` after it opened."""
         if a.opened is None:
             a.opened = time.monotonic()
-        alerts = [o for o in fit if o.topic == self.topics.alerts]
-        if alerts:
-            a.urgent = True
-            self.metrics.produced(json.loads(o.value) for o in alerts)
+        a.due = min(a.due, a.opened + seconds)
 
     def _snapshot_due(self, a: Active, wall: float) -> bool:
         return a.since_snapshot >= self.snapshot_records or a.batches_since >= self.snapshot_records or \
@@ -264,7 +277,7 @@ class Runtime:
         offsets = {tp: OffsetAndMetadata(o, meta) for tp, o in a.positions.items()}
         await a.producer.commit(offsets, self.app)
         a.committed = {tp: (o, meta) for tp, o in a.positions.items()}
-        a.entries, a.opened, a.urgent = [], None, False
+        a.entries, a.opened, a.due = [], None, math.inf
         if snapshot:
             a.since_snapshot = a.batches_since = 0
             a.snapshot_at = time.monotonic()
@@ -457,6 +470,16 @@ class _Barrier(ConsumerRebalanceListener):  # type: ignore[misc]
         rt = self.rt
         rt.wanted = rt.tasks_of(assigned)
         rt.consumer.pause(*(tp for tp in assigned if TaskId(rt.group_of[tp.topic], tp.partition) not in rt.active))
+
+
+def _fenced_quietly(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    """A fenced producer fails every send it still held inside aiokafka, futures nobody awaits
+    once the task is stopped (and said so in one line): asyncio's ERROR about each is dropped."""
+    if isinstance(context.get("exception"), (ProducerFenced, InvalidProducerEpoch)) and \
+            str(context.get("message", "")).startswith("Future exception was never retrieved"):
+        log.debug("a fenced producer's send: %s", context["exception"])
+        return
+    loop.default_exception_handler(context)
 
 
 async def _quietly(step: object) -> None:

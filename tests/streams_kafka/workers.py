@@ -97,14 +97,20 @@ def workers(config: Path, tmp: Path, *ids: str, tree: Path | None = None) -> Ite
 
 
 async def group_members(bootstrap: str, group: str) -> int:
-    """How many consumers are in ``group`` right now."""
+    """How many consumers are in ``group`` right now (one mid-join counts)."""
+    return (await group_state(bootstrap, group))[1]
+
+
+async def group_state(bootstrap: str, group: str) -> tuple[str, int]:
+    """The group's state (``Stable``, ``PreparingRebalance``, ...) and its member count."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
         (desc,) = await admin.describe_consumer_groups([group])
     finally:
         await admin.close()
-    return len(desc.groups[0][5]) if hasattr(desc, "groups") else len(desc[0][5])
+    _err, _group, state, _ptype, _protocol, members = desc.groups[0] if hasattr(desc, "groups") else desc[0]
+    return state, len(members)
 
 
 async def wait_for(predicate: Any, timeout: float, what: str, poll: float = 0.5) -> None:
