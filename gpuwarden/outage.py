@@ -68,6 +68,15 @@ class KafkaLogGate(logging.Filter):
     """A handler filter: Kafka-trouble lines rate-limited per cause and overall, others untouched."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Decided once per record: with the gate on two handlers (a console and a file), the
+        second would otherwise see the line the first let through as a repeat and drop it."""
+        decided = getattr(record, "kafka_gate_admitted", None)
+        if decided is None:
+            decided = record.kafka_gate_admitted = self._admit(record)
+        return bool(decided)
+
+    @staticmethod
+    def _admit(record: logging.LogRecord) -> bool:
         cause = getattr(record, "kafka_trouble", None)
         if cause is None:
             if not record.name.startswith("aiokafka") or record.levelno < logging.WARNING:

@@ -61,3 +61,27 @@ def test_info_lines_and_a_blip_pass_without_a_recovery_line(gated) -> None:
     clock[0] += 2
     outage.recovered("end offsets read")
     assert lines == ["Joined group", "Failed fetch offsets: NotLeaderForPartitionError"]
+
+
+def test_a_line_let_through_reaches_every_gated_handler(gated) -> None:
+    """A process logging to two handlers (console and file), each with the gate: the line one
+    lets through is the other's too, not a repeat to hold back (found with pytest's two)."""
+    lines, clock = gated
+    second: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            second.append(record.getMessage())
+
+    handler = Keep()
+    handler.addFilter(outage.KafkaLogGate())
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        ours = logging.getLogger("gpuwarden.producers.publisher")
+        ours.warning("Kafka unavailable (%s)", "authentication failed", extra=outage.trouble("publish"))
+        clock[0] += 1
+        ours.warning("Kafka unavailable (%s)", "authentication failed", extra=outage.trouble("publish"))
+    finally:
+        root.removeHandler(handler)
+    assert lines == second == ["Kafka unavailable (authentication failed)"]
