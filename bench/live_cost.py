@@ -56,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the harness l
 from gpuwarden.contract import NodeSnapshot, Topics, encode  # noqa: E402
 from gpuwarden.producers.publisher import COMPRESSION  # noqa: E402
 from gpuwarden.producers.simulator import Simulator  # noqa: E402
+from gpuwarden.streams.groups import groups  # noqa: E402
 from gpuwarden.streams.statewire import app_id  # noqa: E402
 from tests.kafka_support import create_topic  # noqa: E402
 from tests.streams_kafka.records import settings_for  # noqa: E402
@@ -255,10 +256,11 @@ async def gpuwarden_side(bs: str, f: Fleet, interval: float, warmup: float, seco
     w0, b0, t0, tick0, s0 = mark
     samples = (tick - tick0) * f.gpus
     snapshot = less(state_bytes(prefix), s1)  # the clean stop's snapshot of every task (state changed since the last)
-    restore = await restore_seconds(config, settings, tmp, f"live-{f.gpus}-{interval:g}-again")
+    restore = await restore_seconds(config, len(groups(topics)) * PARTITIONS, tmp,
+                                    f"live-{f.gpus}-{interval:g}-again")
     return {"worker": Side(w1 - w0, samples), "broker": Side(b1 - b0, samples), "alive": alive,
             "kept_rate": (tick - tick0) >= 0.95 * (t1 - t0) / interval,
-            "state_bytes_per_s": None if s0 is None or s1 is None else (s1 - s0) / (t1 - t0),
+            "state_bytes_per_s": None if (d := less(s1, s0)) is None else d / (t1 - t0),
             "snapshot_bytes": snapshot, "restore": restore}
 
 
@@ -276,14 +278,14 @@ def state_bytes(prefix: str) -> int | None:
                in ("changelog", "batchlog") for seg in d.glob("*.log"))
 
 
-async def restore_seconds(config: Path, settings: object, tmp: Path, worker_id: str) -> dict:
+async def restore_seconds(config: Path, tasks: int, tmp: Path, worker_id: str) -> dict:
     """A fresh worker restores every task from what the stopped one left: each task's restore
     seconds as it logs them ("task … restored … in X s")."""
     worker = Worker(config, worker_id, tmp, verbose=True)
     pattern = re.compile(r"task (\S+): (\d+) keys restored, \d+ batches \((\d+) records\) replayed in ([\d.]+) s")
     try:
         async def restored() -> bool:
-            return len(pattern.findall(worker.log.read_text(errors="replace"))) >= 4 * PARTITIONS
+            return len(pattern.findall(worker.log.read_text(errors="replace"))) >= tasks
         await wait_for(restored, 300, "every task restored")
         found = pattern.findall(worker.log.read_text(errors="replace"))
     finally:

@@ -92,12 +92,4 @@ class TaskProducer:
         except Exception:  # noqa: BLE001 - fenced or the broker away: nothing more to do here
             pass
         self.open = False
-        for fut in self._sent:  # a fenced transaction fails its sends: said by the caller, not by asyncio at GC
-            fut.add_done_callback(_retrieved)
-        self._sent = []
         await asyncio.wait_for(self.producer.stop(), 10)
-
-
-def _retrieved(fut: "asyncio.Future[RecordMetadata]") -> None:
-    if not fut.cancelled():
-        fut.exception()

@@ -34,8 +34,8 @@ from gpuwarden.streams.batchlog import Entry, Marker, encode_entries, encode_mar
 from gpuwarden.streams.commit import TaskProducer
 from gpuwarden.streams.dlq import Outbound
 from gpuwarden.streams.groups import Group
-from gpuwarden.streams.progress import is_progress
 from gpuwarden.streams.memory import HeapTrim
+from gpuwarden.streams.progress import is_progress
 from gpuwarden.streams.restore import Restorer
 from gpuwarden.streams.statewire import MARKER, batchlog_topic, changelog_topic, transactional_id
 from gpuwarden.streams.task import Batch, Task, TaskId, digest

@@ -9,6 +9,17 @@ import pytest
 from gpuwarden import outage
 
 
+class Keep(logging.Handler):
+    """Keeps each message it is handed."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__()
+        self.lines = lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
 @pytest.fixture
 def gated(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[float]]:
     """A handler with the gate, a fresh outage record and a clock the test moves."""
@@ -16,12 +27,7 @@ def gated(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[float]]:
     monkeypatch.setattr(outage, "OUTAGE", outage._Outage())
     monkeypatch.setattr(outage.time, "monotonic", lambda: clock[0])
     lines: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            lines.append(record.getMessage())
-
-    handler = Keep()
+    handler = Keep(lines)
     handler.addFilter(outage.KafkaLogGate())
     root = logging.getLogger()
     root.addHandler(handler)
@@ -68,12 +74,7 @@ def test_a_line_let_through_reaches_every_gated_handler(gated) -> None:
     lets through is the other's too, not a repeat to hold back (found with pytest's two)."""
     lines, clock = gated
     second: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            second.append(record.getMessage())
-
-    handler = Keep()
+    handler = Keep(second)
     handler.addFilter(outage.KafkaLogGate())
     root = logging.getLogger()
     root.addHandler(handler)
