@@ -45,7 +45,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass

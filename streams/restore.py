@@ -13,7 +13,6 @@ envelopes as stored; the runtime writes a first snapshot at once.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import deque

@@ -7,7 +7,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
 from gpuwarden.app.cli import build_parser

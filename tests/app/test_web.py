@@ -53,11 +53,30 @@ def test_writes_refused_without_credentials(console) -> None:
 
 def _submit(d, button) -> None:
     """Click a form's button and wait for the page it leads to (the old one gone)."""
-    from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
     button.click()
-    WebDriverWait(d, 15).until(ec.staleness_of(button))
+    WebDriverWait(d, 15).until(lambda _: _gone(button))
+
+
+def _gone(element) -> bool:
+    """True once the element has left the document.
+
+    Selenium's ``staleness_of`` knows only StaleElementReferenceException; Chromium, asked about a
+    node in the instant its document is replaced, answers "Node with given id does not belong to the
+    document" as an unknown error, which is the same fact.
+    """
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as e:
+        if "does not belong to the document" in str(e):
+            return True
+        raise
+    return False
 
 
 def test_console_in_chromium(console) -> None:

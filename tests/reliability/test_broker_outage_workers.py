@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from gpuwarden import outage
-from gpuwarden.contract import Topics, batch_task_metrics, encode
+from gpuwarden.contract import Topics, encode
 from gpuwarden.producers.publisher import Publisher
 from gpuwarden.producers.simulator import Simulator
 from gpuwarden.spool import Spool

@@ -33,7 +33,7 @@ from gpuwarden.streams.groups import groups
 from gpuwarden.streams.statewire import app_id
 from tests.reliability.exactness import at_the_end, compare
 from tests.streams_kafka.records import settings_for, transition_ids
-from tests.streams_kafka.workers import Worker, group_members, read_to_end, wait_for, write_config
+from tests.streams_kafka.workers import Worker, group_members, read_to_end, troubles, wait_for, write_config
 
 pytestmark = pytest.mark.kafka
 
@@ -151,7 +151,6 @@ async def test_random_kills_keep_the_alerts_exact_and_the_group_commits_to_the_e
             w.stop()
 
     missing, extra, twice = compare(want, got)
-    logs = "".join(w.log.read_text(errors="replace") for w in every)
     reliability_report(f"{workers} stream workers SIGKILLed at random (seed {seed})", injected=len(killed),
                        lost=len(missing),
                        detail=f"kills {', '.join(killed)}; {len(records)} records, {len(want)} transitions expected, "
@@ -162,4 +161,4 @@ async def test_random_kills_keep_the_alerts_exact_and_the_group_commits_to_the_e
     assert not extra, sorted(extra)[:5]
     assert not twice, twice[:5]
     assert lag == 0 and caught_up_s <= COMMITTED_S, (lag, caught_up_s)
-    assert "DIVERGED" not in logs and "Traceback" not in logs
+    assert not (trouble := troubles(*(w.log for w in every))), trouble

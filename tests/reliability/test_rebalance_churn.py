@@ -27,7 +27,7 @@ from gpuwarden.streams.statewire import app_id
 from tests.reliability.exactness import at_the_end, compare
 from tests.reliability.test_random_kills import COMMITTED_S, PARTITIONS, SPAN_S, chunks
 from tests.streams_kafka.records import settings_for, transition_ids
-from tests.streams_kafka.workers import Worker, group_members, read_to_end, wait_for, write_config
+from tests.streams_kafka.workers import Worker, group_members, read_to_end, troubles, wait_for, write_config
 
 pytestmark = pytest.mark.kafka
 
@@ -96,7 +96,6 @@ async def test_a_worker_added_and_one_removed_every_30_s_keeps_the_alerts_exact(
             w.stop()
 
     missing, extra, twice = compare(want, got)
-    logs = "".join(w.log.read_text(errors="replace") for w in every)
     reliability_report("rebalance churn: a worker added and one removed every 30 s for 5 min",
                        injected=len(moves), lost=len(missing),
                        detail=f"{', '.join(moves)}; {len(want)} transitions expected, {len(got)} read committed: "
@@ -107,4 +106,4 @@ async def test_a_worker_added_and_one_removed_every_30_s_keeps_the_alerts_exact(
     assert not extra, sorted(extra)[:5]
     assert not twice, twice[:5]
     assert lag == 0 and caught_up_s <= COMMITTED_S, (lag, caught_up_s)
-    assert "DIVERGED" not in logs and "Traceback" not in logs
+    assert not (trouble := troubles(*(w.log for w in every))), trouble

@@ -7,7 +7,6 @@ password fails fast with an error that says so, without echoing the password.
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 import subprocess
 import sys

@@ -189,3 +189,15 @@ def cpu_s(pid: int) -> float:
         except (FileNotFoundError, ProcessLookupError):
             pass  # a thread that ended meanwhile
     return total / 1e9
+
+
+def troubles(*logs: Path) -> list[str]:
+    """Each traceback or divergence in the workers' logs, as ``name:line: text`` and the lines that
+    follow it: what a failing assertion prints, short enough to survive a CI excerpt."""
+    found = []
+    for path in logs:
+        lines = path.read_text(errors="replace").splitlines()
+        for i, line in enumerate(lines):
+            if "Traceback" in line or "DIVERGED" in line:
+                found.append(f"{path.name}:{i + 1}: " + " | ".join(x.strip() for x in lines[max(0, i - 1):i + 12]))
+    return found
