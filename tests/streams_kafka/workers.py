@@ -192,8 +192,8 @@ def cpu_s(pid: int) -> float:
 
 
 def troubles(*logs: Path) -> list[str]:
-    """Each traceback or divergence in the workers' logs, as ``name:line: text`` and the lines that
-    follow it: what a failing assertion prints, short enough to survive a CI excerpt."""
+    """Each traceback or divergence in the workers' logs, as ``name:line:`` with the line before it
+    and the eleven after: what a failing assertion prints, short enough to survive a CI excerpt."""
     found = []
     for path in logs:
         lines = path.read_text(errors="replace").splitlines()
