@@ -35,6 +35,7 @@ test: $(STAMP)
 	  export KAFKA_BOOTSTRAP; echo "kafka: broker at $$KAFKA_BOOTSTRAP"; \
 	fi; \
 	mkdir -p .cache; $(PYTHON) scripts/frameworks-venv >.cache/frameworks-venv.log 2>&1 & \
+	if command -v go >/dev/null; then $(PY) scripts/helm-check --prepare >.cache/helm-check.log 2>&1 & fi; \
 	rc=0; $(PY) -m pytest -q -rfE -p no:cacheprovider --durations=30 -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$started = 1 ]; then $(PYTHON) scripts/kafka-local stop; fi; \
 	exit $$rc
