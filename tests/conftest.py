@@ -34,12 +34,14 @@ SHARED_SERVICES = frozenset({"slurm", "own_slurm", "accounting_slurm", "kafka_sc
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Group the shared services' tests; the ``frameworks`` tests last (``make test`` builds their
-    venv in the background meanwhile)."""
+    """Group the shared services' tests; the ``long`` ones first (the rest fills the other worker
+    meanwhile instead of one of them ending the run alone); the ``frameworks`` tests last (``make
+    test`` builds their venv in the background meanwhile)."""
     for item in items:
         if SHARED_SERVICES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group("shared-services"))
-    items.sort(key=lambda item: item.get_closest_marker("frameworks") is not None)
+    items.sort(key=lambda item: (item.get_closest_marker("frameworks") is not None,
+                                 item.get_closest_marker("long") is None))
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

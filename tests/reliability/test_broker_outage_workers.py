@@ -32,7 +32,7 @@ from tests.reliability.exactness import at_the_end, compare
 from tests.streams_kafka.records import settings_for, transition_ids
 from tests.streams_kafka.workers import Worker, group_members, read_to_end, wait_for, write_config
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.long]
 
 PARTITIONS = 2
 OUTAGE_S = 60.0

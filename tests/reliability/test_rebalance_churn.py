@@ -29,7 +29,7 @@ from tests.reliability.test_random_kills import COMMITTED_S, PARTITIONS, SPAN_S,
 from tests.streams_kafka.records import settings_for, transition_ids
 from tests.streams_kafka.workers import Worker, group_members, read_to_end, troubles, wait_for, write_config
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.long]
 
 CHURN_S = 300.0
 EVERY_S = 30.0

@@ -130,12 +130,29 @@ async def test_bootstrapped_baselines_reach_the_stream_workers(kafka_bootstrap: 
         # The other fleet's worker applied every summary up to 10 min of event time past the
         # alert (its commits passed them: an input offset commits only once the state it changed
         # is checkpointed; the last summaries may wait for stage 1's progress) and its class is
-        # still learning: no deviation alert.
+        # still learning: no deviation alert. Its stage 1 may still be behind when the other fleet
+        # alerts (both workers share a busy machine): first wait until it has written summaries past
+        # that point (or past 5 min before the recording's end, if that comes first).
         summaries = Topics(fresh.kafka.topic_prefix).summaries
         need: dict[int, int] = {}
-        for r in await read_to_end(kafka_bootstrap, summaries, PARTITIONS):
-            if not is_progress(r.headers) and decode(r.value, TaskSummary).ts <= alert.ts + 600:
-                need[r.partition] = r.offset + 1
+        recorded_until = max(r.ts for r in records)
+
+        async def summarised() -> bool:
+            need.clear()
+            latest = 0.0
+            for r in await read_to_end(kafka_bootstrap, summaries, PARTITIONS):
+                if not is_progress(r.headers):
+                    ts = decode(r.value, TaskSummary).ts
+                    latest = max(latest, ts)
+                    if ts <= alert.ts + 600:
+                        need[r.partition] = r.offset + 1
+            return latest >= min(alert.ts + 600, recorded_until - 300)
+
+        try:
+            await wait_for(summarised, 60, "the fresh fleet's summaries past 10 min after the alert", poll=1)
+        except TimeoutError:
+            print(wf.tail())
+            raise
 
         async def caught_up() -> bool:
             admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
