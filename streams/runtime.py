@@ -399,13 +399,19 @@ class Runtime:
             await _quietly(a.producer.stop())
 
     async def _highs(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-        """The inputs' end offsets now (last stable: what a reader gets); {} when the broker cannot
-        say (every input then counts as behind)."""
+        """The inputs' end offsets (last stable: what a reader gets), as the latest fetch answer
+        for each partition gave them (no request of its own per round); the broker is asked only
+        for partitions no fetch has answered yet. Those it cannot say are left out (they count as
+        behind)."""
+        highs = {tp: o for tp in tps if (o := self.consumer.last_stable_offset(tp)) is not None}
+        unknown = [tp for tp in tps if tp not in highs]
+        if not unknown:
+            return highs
         try:
-            highs = await self.restorer.consumer.end_offsets(tps)
+            highs.update(await self.restorer.consumer.end_offsets(unknown))
         except Exception as e:  # noqa: BLE001
             log.info("end offsets not read (%s): inputs count as behind", e)
-            return {}
+            return highs
         recovered("end offsets read")
         return highs
 
