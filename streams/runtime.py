@@ -282,7 +282,7 @@ class Runtime:
             a.since_snapshot = a.batches_since = 0
             a.snapshot_at = time.monotonic()
         self.metrics.committed()
-        recovered("a transaction committed")  # the broker answered (the end offsets now come from fetches)
+        recovered("a transaction committed")  # the broker answered: the outage, if any, is over
 
     async def _guard(self, a: Active, step: "asyncio.Future[None] | object") -> None:
         """Run one step of a task; a failure (broker away, the task fenced by a new owner, a
