@@ -46,8 +46,8 @@ from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.evaluate import evaluate, resolve_all
 from gpuwarden.streams.metrics import GPU_DERIVED, GPU_RAW, NODE_ROW, TASK_DERIVED, TASK_ROW
 from gpuwarden.streams.nodecontext import OOM_TREND_S, NodeContext
-from gpuwarden.streams.nodestate import ALLOC, EVENT, METRIC, SNAPSHOT, CheckpointMemory, GpuState, NodeState, \
-    TaskState, keep_for
+from gpuwarden.streams.nodestate import ALLOC, CKPT_INFER_S, CKPT_TOLERANCE, EVENT, METRIC, SNAPSHOT, \
+    CheckpointMemory, GpuState, NodeState, TaskState, keep_for
 from gpuwarden.streams.output import StageOutput
 from gpuwarden.streams.progress import OPEN, AllocationGate
 from gpuwarden.streams.reorder import ReorderBuffer, watermark
@@ -65,7 +65,7 @@ HELD_RECORDS = RecordUnion(GpuEvent, TaskMetric, JobAllocation)
 SOURCE_OF: dict[type, int] = {NodeSnapshot: SNAPSHOT, Snap: SNAPSHOT, GpuEvent: EVENT, TaskMetric: METRIC,
                               JobAllocation: ALLOC}
 _MEM, _UTIL = GPU_INDEX.mem_used_gib, GPU_INDEX.util_gpu
-_PRESENT, _IDLE = GPU_INDEX.present, GPU_INDEX.idle_allocated
+_PRESENT, _IDLE, _ALLOCATED = GPU_INDEX.present, GPU_INDEX.idle_allocated, GPU_INDEX.allocated
 _gpu_derived = deriver(GPU_INDEX, GPU_DERIVED_COLUMNS)
 _task_derived = deriver(TASK_INDEX, TASK_DERIVED_COLUMNS)
 _step_row = row_function(TASK_COLUMNS, "step_time_s", "data_wait_s", "comm_s")
@@ -379,7 +379,10 @@ class NodeStage:
         """A (new) task holds this GPU (``owner``: a ``Snap`` owner): refresh labels and the task's GPU list."""
         gs.owner = owner[0] or ""
         gs.labels = labels = _owner_labels(st, gs.index, owner)
+        if gs.ckpt is not None and gs.ckpt.task != gs.owner:  # another task: its checkpoints are not this one's
+            gs.ckpt = None
         if gs.owner:
+            gs.held = gs.busy_mem = None  # an idle stretch begun under the task before is not this one's checkpoint
             t = st.tasks.get(gs.owner)
             if t is None:
                 t = st.tasks[gs.owner] = TaskState(gs.owner, {}, self.keep_task)
@@ -434,7 +437,7 @@ class NodeStage:
                 if gs is None:
                     continue
                 if kind == "checkpoint_begin":
-                    gs.ckpt = CheckpointMemory(m.ts, gs.win.latest(_MEM), gs.ckpt)
+                    gs.ckpt = CheckpointMemory(m.ts, gs.win.latest(_MEM), gs.ckpt, m.task_id)
                 elif gs.ckpt is not None:
                     gs.ckpt.ended(m.ts)
         elif kind == "exit":
@@ -465,14 +468,8 @@ class NodeStage:
                     gs.idle_since = None
                 if gs.ckpt is not None:
                     gs.ckpt.observe(means[_MEM])
-                # A checkpoint's staging is no growth: one the SDK reports, or one inferred from a
-                # bucket the GPU spent mostly idle (as it is while a checkpoint is written).
-                if (gs.ckpt is None or not gs.ckpt.overlaps(t - self.bucket_s)) and not (idle and idle >= 0.5):
-                    for metric, at, span in self._growth:
-                        m = gs.minima.get(metric)
-                        if m is None:
-                            m = gs.minima[metric] = Minima(span)
-                        m.add(t, means[at], self.bucket_s)
+                if self._growth:
+                    self._grow(gs, t, means)
             st.win.rows.append(_node_row(gpus_present=float(present), gpus_missing=float(missing)))
             st.win.close(t)
         st.has_samples = False
@@ -508,6 +505,48 @@ class NodeStage:
         if a.jobs or a.queue or a.instants or through < t:  # else nothing to judge, and none can come
             allocations.hold(a, st.gpus, t, st.simulated)
             self._judge_allocations(st, out, through)
+
+    def _grow(self, gs: GpuState, t: float, means: list) -> None:
+        """The bucket ending at ``t`` into the GPU's growth minima, unless a checkpoint covers it
+        (its staging is no growth). Where the task's SDK reports checkpoints, only the buckets they
+        overlap stay out. Where it reports none, a checkpoint is inferred from its signature, seen
+        whole: an idle stretch of at most ``CKPT_INFER_S`` after a busy bucket, ending busy again with
+        memory back at its level before the stretch. Its buckets are held until then, and go in after
+        all when the stretch turns out to be something else (longer, or memory not given back), so
+        low utilization alone never hides growth: a leak at 0-7 % is judged on every bucket."""
+        b = self.bucket_s
+        vals = [means[at] for _, at, _ in self._growth]
+        held, gs.held = gs.held, None
+        if gs.ckpt is not None:
+            if held is not None:  # held before the SDK's first checkpoint: no checkpoint of its
+                self._add_growth(gs, held[1])
+            if not gs.ckpt.overlaps(t - b):
+                self._add_growth(gs, [[t, vals]])
+            gs.busy_mem = None
+            return
+        idle = means[_IDLE] is not None and means[_IDLE] >= 0.5
+        mem, before = means[_MEM], gs.busy_mem
+        busy = not idle and (means[_ALLOCATED] or 0.0) >= 0.5 and means[_UTIL] is not None
+        gs.busy_mem = mem if busy and mem is not None else None
+        if idle:
+            if held is None and before is not None:  # idle after busy: perhaps a checkpoint
+                gs.held = [before, [[t, vals]]]
+                return
+            if held is not None and t - held[1][0][0] + b <= CKPT_INFER_S:
+                held[1].append([t, vals])
+                gs.held = held
+                return
+        if held is not None and not (busy and mem is not None and mem <= held[0] * (1 + CKPT_TOLERANCE)):
+            self._add_growth(gs, held[1])  # not a checkpoint after all: too long, or memory kept
+        self._add_growth(gs, [[t, vals]])
+
+    def _add_growth(self, gs: GpuState, rows: list) -> None:
+        for t, vals in rows:
+            for (metric, _, span), v in zip(self._growth, vals):
+                m = gs.minima.get(metric)
+                if m is None:
+                    m = gs.minima[metric] = Minima(span)
+                m.add(t, v, self.bucket_s)
 
     def _expire(self, st: NodeState, t: float, out: StageOutput) -> None:
         if len(st.seen) > 64:  # ids of released records: a copy of one is late anyway

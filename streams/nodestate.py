@@ -15,6 +15,9 @@ from gpuwarden.streams.windows import BucketWindow, EventLog, Keep
 CKPT_TOLERANCE = 0.005
 #: ``ckpt_released`` is absent this long after the last checkpoint_end.
 CKPT_HORIZON = 1800.0
+#: Without checkpoints from the SDK, one is inferred only from an idle stretch at most this long
+#: that interrupts a busy GPU and ends with it busy again, memory back at its level before.
+CKPT_INFER_S = 180.0
 #: Release order among records with the same ts: snapshots (``Snap``), events, task metrics,
 #: job allocations (from the scheduler stage).
 SNAPSHOT, EVENT, METRIC, ALLOC = 0, 1, 2, 3
@@ -49,9 +52,12 @@ class CheckpointMemory:
     """A GPU's memory around its task's last training checkpoint: did it fall back after it?
     Until it is judged, the checkpoint before it (``prior``: its end and verdict) says."""
 
-    __slots__ = ("begin", "mem_at_begin", "end", "released", "prior")
+    __slots__ = ("begin", "mem_at_begin", "end", "released", "prior", "task")
+    ADDED = {"task": str}  # state written before checkpoints were told apart by task
 
-    def __init__(self, begin: float, mem_at_begin: float | None, prior: CheckpointMemory | None = None) -> None:
+    def __init__(self, begin: float, mem_at_begin: float | None, prior: CheckpointMemory | None = None,
+                 task: str = "") -> None:
+        self.task = task  # the task whose SDK reported it
         self.begin = begin
         self.mem_at_begin = mem_at_begin  # GiB, the newest bucket mean at checkpoint_begin
         self.end: float | None = None
@@ -72,8 +78,10 @@ class CheckpointMemory:
         return since - self.begin < CKPT_HORIZON if self.end is None else self.end > since
 
     def observe(self, mem: float | None) -> None:
-        """A bucket closed with mean memory ``mem``: after the end, is it back at the level?"""
-        if self.end is not None and self.released != 1 and mem is not None and self.mem_at_begin is not None:
+        """A bucket closed with mean memory ``mem``: after the end, is it (still) back at the level?
+        Judged again each bucket: memory that grows past the level after a checkpoint gave it back
+        is growth the checkpoint did not release (a leak that begins just after one)."""
+        if self.end is not None and mem is not None and self.mem_at_begin is not None:
             self.released = 1 if mem <= self.mem_at_begin * (1 + CKPT_TOLERANCE) else 0
 
     def released_at(self, now: float) -> float | None:
@@ -112,7 +120,8 @@ class TaskTotals:
 @state
 class GpuState:
     __slots__ = ("index", "uuid", "win", "labels", "owner", "last_seen", "idle_since", "ckpt", "alerts",
-                 "events", "minima")
+                 "events", "minima", "busy_mem", "held")
+    ADDED = {"busy_mem": lambda: None, "held": lambda: None}  # state written before checkpoints were inferred
 
     def __init__(self, index: int, keep: Keep, horizon: float) -> None:
         self.index = index
@@ -126,6 +135,10 @@ class GpuState:
         self.ckpt: CheckpointMemory | None = None
         self.alerts: dict[str, AlertSlot] = {}
         self.minima: dict[str, Minima] = {}  # metric -> its minima (growth conditions)
+        self.busy_mem: float | None = None  # memory of the last closed bucket, if the GPU was busy in it
+        #: an idle stretch that may be a checkpoint no SDK reports, its buckets held out of the minima:
+        #: [memory before it, [[bucket end, [growth metrics' means]], ...]]
+        self.held: list | None = None
 
 
 @state

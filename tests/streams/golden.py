@@ -10,7 +10,9 @@ task summaries (their stats read most window columns), the counters and a digest
 them when last re-recorded (issue #18: median deviation, growth-based memory-leak, SDK checkpoint
 buckets out of util summaries, resolve figures; the scheduler scenarios, and mixed, which holds
 them, since their stage: session 9), the state digest of state format 12 (tuples kept as tuples; announcements that wait for the node's snapshots, session 13: the xid-79
-scenario's correction of a stale-labelled announcement is gone). A change meant to alter
+scenario's correction of a stale-labelled announcement is gone; issue #30: memory-leak judged on
+low-utilization buckets and at a 1.5 GiB rise, so mixed's leak on its idle-allocated GPU fires, at 430 s, and
+memory-leak's at 520 s, not 670; GPUs' state holds inferred-checkpoint buckets). A change meant to alter
 them re-records it:
 
     .venv/bin/python tests/streams/golden.py > tests/fixtures/engine_golden.jsonl

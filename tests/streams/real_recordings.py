@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpuwarden.contract import AlertTransition, NodeSnapshot, TaskMetric, decode, unbatch
+from gpuwarden.contract import AlertTransition, NodeSnapshot, TaskMetric, TaskMetricKind, decode, unbatch
 from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.engine import Engine
 from gpuwarden.streams.rules import DEFAULT_RULES, compile_rules, load_rule_file
@@ -62,3 +62,55 @@ def run(recs: list[Any], share: float | None = None) -> list[AlertTransition]:
 
 def firing(transitions: list[AlertTransition]) -> set[tuple[str, str]]:
     return {(t.rule, t.tier) for t in transitions if t.state == "firing"}
+
+
+# ------------------------------------------------------------------ the leak probe as a task's job
+
+#: Seconds into the leak probe (undilated) where its memory first rises above the idle 615 MiB.
+PROBE_ONSET_S = 6.09
+#: Where the probe's job writes a checkpoint (undilated seconds, begin and end): three during the
+#: leak, 0.6 s each (12 s at ×20, 36 s at ×60), the GPU idle while it writes.
+PROBE_CHECKPOINTS = ((9.0, 9.6), (12.5, 13.1), (16.0, 16.6))
+PROBE_TASK = {"task": "llm-finetune", "task_id": "probe-job", "user": "alice"}
+#: ... and where its first allocation is done (0.6 -> 2.1 GiB in its first half second).
+PROBE_WARM_S = 6.7
+
+
+def as_task(recs: list[Any], *, util_scale: float = 0.25, checkpoints: tuple[tuple[float, float], ...] = (),
+            healthy: bool = False) -> list[Any]:
+    """The leak probe's records as a task's job would make them (undilated; ``dilate`` after):
+    its process attributed to ``PROBE_TASK``, the recorded utilization times ``util_scale`` (0.25:
+    the probe's 0-28 % becomes 0-7 %, a job that mostly waits), 0 inside ``checkpoints``, which
+    the task's SDK reports (checkpoint_begin/end records). ``healthy``: the job leaks nothing:
+    from ``PROBE_WARM_S`` its memory stays at the level it had reached (its start-up), and what
+    the recording gained during a checkpoint is staged for the write and given back at its end."""
+    t0 = min(r.ts for r in recs)
+    warm = t0 + PROBE_WARM_S
+    marks = sorted((t0 + b, t0 + e) for b, e in checkpoints)
+    out: list[Any] = []
+    level = staged_from = None  # healthy: the memory it keeps; the recorded memory at this checkpoint's begin
+    for r in recs:
+        assert isinstance(r, NodeSnapshot)
+        t, g = r.ts, r.gpus.rows()[0]
+        pid = r.processes.pid[0] if len(r.processes) else None
+        for b, e in marks:
+            for at, kind in ((b, TaskMetricKind.CHECKPOINT_BEGIN), (e, TaskMetricKind.CHECKPOINT_END)):
+                if at <= t < at + 0.1:
+                    out.append(TaskMetric(ts=t, node=r.node, task=PROBE_TASK["task"], task_id=PROBE_TASK["task_id"],
+                                          kind=kind, pid=pid))
+        inside = any(b <= t < e for b, e in marks)
+        mem = g.mem_used_bytes
+        if healthy and t >= warm:
+            if level is None:
+                level = mem
+            if inside and staged_from is None:
+                staged_from = mem
+            elif not inside:
+                staged_from = None
+            mem = level + (mem - staged_from if staged_from is not None else 0)
+        gpu = g.model_copy(update={"util_gpu": 0.0 if inside else round(g.util_gpu * util_scale, 1),
+                                   "mem_used_bytes": mem})
+        procs = [p.model_copy(update={**PROBE_TASK, "used_memory_bytes": mem}) for p in r.processes.rows()]
+        out.append(NodeSnapshot.of(ts=t, node=r.node, seq=r.seq, boot_id=r.boot_id, agent_version=r.agent_version,
+                                   interval_s=r.interval_s, gpus=[gpu], processes=procs))
+    return out
