@@ -7,9 +7,11 @@ so the card-hours of all rows add up to the fleet's held card-hours.  A held
 GPU whose utilization is below ``idle_util_below`` is idle-allocated (a
 GPU whose utilization is unknown is never called idle).  Everything is in
 event time, so a report over replayed or imported history is the same as one
-over the live spool. Inference services get their own rows (``serving.py``): output tokens,
-tokens/s, cost per million output tokens, idle serving GPU-hours, and each declared SLO's error
-budget remaining over its window (``gpuwarden.slo``; the SLOs are the engine's ``engine.slo``,
+over the live spool. Tokens cover the same span: each throughput report's rate holds until
+the next, the last one to the end of the run's card-hours (its last snapshot, or its exit).
+Inference services get their own rows (``serving.py``): output tokens, tokens/s, cost per
+million output tokens, idle serving GPU-hours, and each declared SLO's error budget remaining
+over its window (``gpuwarden.slo``; the SLOs are the engine's ``engine.slo``,
 handed in by the composition root).
 """
 
@@ -138,19 +140,31 @@ class _Run:
     failed_ts: float | None = None
     owner: str | None = None
     gpu_seconds: dict[str, float] = field(default_factory=dict)  # GPU model -> seconds held
+    held_until: float | None = None  # its last snapshot holding a GPU: where its card-hours end
+    ended_ts: float | None = None  # when it reported its exit
     tokens: float = 0.0
     rate: tuple[float, float] | None = None  # (ts, tokens/s) of its last throughput report
     model: TaskMetric | None = None
 
     def add_throughput(self, m: TaskMetric) -> None:
-        """Tokens between reports: each rate holds until the next (the last one counts nothing)."""
+        """Tokens between reports: each rate holds until the next."""
         if m.throughput_unit != "tokens/s" or m.throughput is None:
             return
-        if self.rate is not None and m.ts > self.rate[0]:
-            self.tokens += self.rate[1] * (m.ts - self.rate[0])
+        self._tokens_until(m.ts)
         self.rate = (m.ts, m.throughput)
 
-    def compute(self, row: UsageRow) -> None:
+    def _tokens_until(self, ts: float) -> None:
+        if self.rate is not None and ts > self.rate[0]:
+            self.tokens += self.rate[1] * (ts - self.rate[0])
+
+    def end(self, until: float) -> float:
+        """Where the last rate stops holding: the span its card-hours cover (its last snapshot in
+        the window), its exit when it reported one earlier, ``until`` for a run no snapshot shows."""
+        ends = [t for t in (self.held_until, self.ended_ts) if t is not None]
+        return min(ends, default=until)
+
+    def compute(self, row: UsageRow, until: float) -> None:
+        self._tokens_until(self.end(until))
         if not self.tokens:
             return
         row.tokens += self.tokens
@@ -215,6 +229,7 @@ def compute_usage(records: Iterable[Any], *, by: str = "user", since: float, unt
                     tasks[p.gpu_index].add(p.task_id)
                     run = runs.setdefault(p.task_id, _Run(p.task or UNKNOWN, snap.ts))
                     run.first_ts = min(run.first_ts, snap.ts)
+                    run.held_until = max(run.held_until or snap.ts, snap.ts)
                     run.owner = run.owner or owner(p, by)
             for gpu, ids in tasks.items():
                 name = names.get(gpu) or ""
@@ -236,6 +251,8 @@ def compute_usage(records: Iterable[Any], *, by: str = "user", since: float, unt
         failed = m.kind == TaskMetricKind.OOM or (m.kind == TaskMetricKind.EXIT and m.exit_code not in (None, 0))
         if failed and run.failed_ts is None:
             run.failed_ts = m.ts
+        if m.kind == TaskMetricKind.EXIT and run.ended_ts is None:
+            run.ended_ts = m.ts
         if m.kind == TaskMetricKind.THROUGHPUT:
             run.add_throughput(m)
         elif m.kind == TaskMetricKind.MODEL:
@@ -243,7 +260,7 @@ def compute_usage(records: Iterable[Any], *, by: str = "user", since: float, unt
     for run in runs.values():
         if run.failed_ts is not None:
             row(run.owner or UNKNOWN).failed_jobs += 1
-        run.compute(row(run.owner or UNKNOWN))
+        run.compute(row(run.owner or UNKNOWN), until)
     for rerun in _reruns(runs.values()):
         row(rerun.owner or UNKNOWN).reruns += 1
     out = sorted(rows.values(), key=lambda r: (-r.card_hours, r.key))

@@ -1,0 +1,98 @@
+"""Tokens, cost per million tokens and MFU on a designed hour, every figure worked by hand.
+
+T0 = 1_700_000_000; snapshots every 60 s at T0 + 60·k, k = 1..60 (each stands for the minute
+before it), so each GPU is held (T0, T0 + 3600]: 1 card-hour. ``--until`` is T0 + 3630, 30 s
+past the last snapshot: card-hours, and so tokens, end at the last snapshot (T0 + 3600).
+
+n1: 8 × NVIDIA H200, alice's ``llama13b-pretrain`` (run p1): 13e9 parameters, 40 layers, hidden
+    5,120, sequence 4,096. Reports tokens/s every 60 s at T0 + 60·k, k = 0..59: 16,000 for
+    k < 30, 17,000 after. Tokens 1,800 × 16,000 + 1,800 × 17,000 = 28.8 M + 30.6 M = 59.4 M
+    (its last report, at T0 + 3540, holds 60 s to T0 + 3600: 1.02 M of them).
+n2: 4 × NVIDIA GeForce RTX 4090, bob's ``bert-ft`` (run b1): reports 5,000 tokens/s every
+    10 min at T0 + 600·k, k = 0..5: 3,600 × 5,000 = 18 M tokens (the last report, at
+    T0 + 3000, holds 600 s: 3 M of them). No dense BF16 peak is known for the 4090.
+
+At $3.10 per GPU-hour: alice 8 × 3.10 = $24.80 for 59.4 M tokens = $0.417508 per million;
+bob 4 × 3.10 = $12.40 for 18 M = $0.688889 per million.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpuwarden.contract import TaskMetricKind
+from gpuwarden.history.accounting import compute_usage, to_json
+from tests.history.builders import gpu, metric, proc, snap
+
+T0 = 1_700_000_000.0
+PRICE = 3.10
+H200, RTX = "NVIDIA H200", "NVIDIA GeForce RTX 4090"
+
+
+def designed_hour(last_snapshot_k: int = 60) -> list:
+    recs: list = []
+    for k in range(1, last_snapshot_k + 1):
+        ts = T0 + 60 * k
+        recs.append(snap("n1", ts, k, [gpu(g, 97, name=H200) for g in range(8)],
+                         [proc(g, "alice", "llama13b-pretrain", "p1", "fm") for g in range(8)], interval_s=60))
+        recs.append(snap("n2", ts, k, [gpu(g, 90, name=RTX) for g in range(4)],
+                         [proc(g, "bob", "bert-ft", "b1", "nlp") for g in range(4)], interval_s=60))
+    recs.append(metric("n1", T0, "llama13b-pretrain", "p1", TaskMetricKind.MODEL, model_params=13e9,
+                       model_layers=40, model_hidden=5120, model_seq_len=4096))
+    recs += [metric("n1", T0 + 60 * k, "llama13b-pretrain", "p1", TaskMetricKind.THROUGHPUT,
+                    throughput=16_000.0 if k < 30 else 17_000.0, throughput_unit="tokens/s") for k in range(60)]
+    recs += [metric("n2", T0 + 600 * k, "bert-ft", "b1", TaskMetricKind.THROUGHPUT, throughput=5_000.0,
+                    throughput_unit="tokens/s") for k in range(6)]
+    return recs
+
+
+def rows(recs: list, until: float) -> dict:
+    return {r.key: r for r in compute_usage(recs, since=T0, until=until, price_per_gpu_hour=PRICE).rows}
+
+
+def test_tokens_run_to_the_end_of_the_span_the_card_hours_cover() -> None:
+    r = rows(designed_hour(), T0 + 3630)
+    alice, bob = r["alice"], r["bob"]
+    assert alice.card_hours == pytest.approx(8.0) and bob.card_hours == pytest.approx(4.0)
+    assert alice.tokens == pytest.approx(59.4e6)  # today's code: 58.38 M (the last minute lost)
+    assert bob.tokens == pytest.approx(18e6)  # today's code: 15 M (the last 10 min lost)
+    assert alice.cost_per_mtok == pytest.approx(24.80 / 59.4)
+    assert round(alice.cost_per_mtok, 4) == 0.4175
+    assert bob.cost_per_mtok == pytest.approx(12.40 / 18)
+    assert round(bob.cost_per_mtok, 4) == 0.6889
+
+
+def test_mfu_of_the_designed_hour_by_hand() -> None:
+    """FLOPs per trained token 6 × 13e9 = 7.8e10, plus attention 12 × 40 × 5,120 × 4,096 =
+    1.00663296e10: 8.80663296e10. The tokens needed 59.4e6 × 8.80663296e10 = 5.23114e18 FLOPs;
+    8 H200 (989 TFLOPS dense BF16) could do 8 × 3,600 × 989e12 = 2.84832e19: MFU 18.37 %."""
+    alice = rows(designed_hour(), T0 + 3630)["alice"]
+    per_token = 6 * 13e9 + 12 * 40 * 5120 * 4096
+    assert per_token == 8.80663296e10
+    assert alice.mfu == pytest.approx(59.4e6 * per_token / (8 * 3600 * 989e12), rel=1e-9)
+    assert round(alice.mfu, 4) == 0.1837
+
+
+def test_a_window_ending_mid_run_cuts_tokens_where_it_cuts_card_hours() -> None:
+    """``--until`` T0 + 1530: the snapshots up to T0 + 1500 count (25 min per GPU). Alice's
+    reports up to T0 + 1500, all 16,000/s: 1,500 × 16,000 = 24 M. Bob's at T0, +600, +1200,
+    the last holding to T0 + 1500: 1,500 × 5,000 = 7.5 M (today's code: 6 M)."""
+    r = rows(designed_hour(), T0 + 1530)
+    assert r["alice"].card_hours == pytest.approx(8 * 25 / 60) and r["alice"].tokens == pytest.approx(24e6)
+    assert r["bob"].card_hours == pytest.approx(4 * 25 / 60) and r["bob"].tokens == pytest.approx(7.5e6)
+    assert r["bob"].cost_per_mtok == pytest.approx(4 * 25 / 60 * PRICE / 7.5)
+
+
+def test_a_run_that_reported_its_exit_counts_no_tokens_after_it() -> None:
+    """Bob's run says it exited at T0 + 3300 though its process still shows until T0 + 3600:
+    its last rate holds from T0 + 3000 to the exit, 300 s: 15 M + 1.5 M = 16.5 M tokens."""
+    recs = designed_hour() + [metric("n2", T0 + 3300, "bert-ft", "b1", TaskMetricKind.EXIT, exit_code=0)]
+    assert rows(recs, T0 + 3630)["bob"].tokens == pytest.approx(16.5e6)
+
+
+def test_json_carries_the_figures() -> None:
+    doc = json.loads(to_json(compute_usage(designed_hour(), since=T0, until=T0 + 3630, price_per_gpu_hour=PRICE)))
+    alice = next(r for r in doc["rows"] if r["key"] == "alice")
+    assert alice["tokens"] == pytest.approx(59.4e6) and alice["cost_per_mtok"] == pytest.approx(24.80 / 59.4)
