@@ -16,7 +16,8 @@ from gpuwarden.contract import Tier
 from gpuwarden.notifiers.http_channel import HttpChannel
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.receivers import DingTalkConfig
-from gpuwarden.notifiers.render import Locale, is_resolved, render_text, top_tier, truncate_utf8
+from gpuwarden.notifiers.markup import MARKDOWN
+from gpuwarden.notifiers.render import Locale, is_resolved, render_text, render_title, top_tier, truncate_utf8
 from gpuwarden.notifiers.verdict import HttpRequest, Verdict, body_code_verdict, json_request, reveal
 
 TEXT_LIMIT = 18_000  # markdown size limit is not documented officially; stay well under 20 KB
@@ -31,12 +32,13 @@ def sign(timestamp_ms: int, secret: str) -> str:
 
 
 def payload(cfg: DingTalkConfig, n: Notification, locale: Locale) -> dict:
-    title, body = render_text(n, locale)
+    title = render_title(n, locale)  # the plain-text preview; the markdown text has its own, escaped
+    heading, body = render_text(n, locale, MARKDOWN)
     mobiles = [*cfg.at_mobiles, *n.mentions]
     at_all = cfg.at_all_on_critical and top_tier(n) == Tier.CRITICAL and not is_resolved(n)
     # DingTalk only notifies mobiles that also appear as "@mobile" in the text.
     tail = " ".join(f"@{m}" for m in mobiles)
-    text = truncate_utf8(f"### {title}\n\n{body}", TEXT_LIMIT) + (f"\n\n{tail}" if tail else "")
+    text = truncate_utf8(f"### {heading}\n\n{body}", TEXT_LIMIT) + (f"\n\n{tail}" if tail else "")
     at = {"atMobiles": mobiles, "atUserIds": cfg.at_user_ids, "isAtAll": at_all}
     if cfg.msgtype == "actionCard":
         view = "View" if locale.language == "en" else "查看"

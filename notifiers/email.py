@@ -9,21 +9,26 @@ from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 
 from gpuwarden.notifiers.channel import Channel, RateLimit, SendContext
+from gpuwarden.notifiers.markup import HTML
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.receivers import EmailConfig
-from gpuwarden.notifiers.render import Locale, render_text
+from gpuwarden.notifiers.render import Locale, render_text, render_title
 from gpuwarden.notifiers.verdict import Ok, Permanent, Retry, Verdict, reveal
 
+
 def build_message(cfg: EmailConfig, n: Notification, locale: Locale, now: float) -> EmailMessage:
-    title, body = render_text(n, locale)
+    """A plain-text part and an HTML alternative whose data is HTML-escaped (``html.escape``)."""
+    _, body = render_text(n, locale)
+    heading, body_html = render_text(n, locale, HTML)
     msg = EmailMessage()
-    msg["Subject"] = title
+    msg["Subject"] = render_title(n, locale)
     msg["From"] = cfg.sender
     msg["To"] = ", ".join(cfg.to)
     msg["Date"] = formatdate(now, usegmt=True)
     msg["Message-ID"] = make_msgid(idstring=n.id or None, domain="gpuwarden")
     msg["X-Gpuwarden-Group"] = n.group_key
     msg.set_content(body)
+    msg.add_alternative(f"<html><body><h3>{heading}</h3>\n<p>{body_html}</p></body></html>\n", subtype="html")
     return msg
 
 

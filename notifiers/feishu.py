@@ -15,7 +15,8 @@ from gpuwarden.contract import Tier
 from gpuwarden.notifiers.http_channel import HttpChannel
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.receivers import FeishuConfig
-from gpuwarden.notifiers.render import Locale, is_resolved, render_text, top_tier, truncate_utf8
+from gpuwarden.notifiers.markup import MARKDOWN
+from gpuwarden.notifiers.render import Locale, is_resolved, render_text, render_title, top_tier, truncate_utf8
 from gpuwarden.notifiers.verdict import HttpRequest, Verdict, body_code_verdict, json_request, reveal
 
 TEXT_LIMIT = 18_000  # the body must stay under 20 KB
@@ -30,7 +31,7 @@ def sign(timestamp: int, secret: str) -> str:
 
 
 def card(cfg: FeishuConfig, n: Notification, locale: Locale) -> dict:
-    title, body = render_text(n, locale)
+    _, body = render_text(n, locale, MARKDOWN)  # lark_md; the title is plain_text
     ats = [*cfg.at_user_ids, *n.mentions]
     if cfg.at_all_on_critical and top_tier(n) == Tier.CRITICAL and not is_resolved(n):
         ats.append("all")
@@ -38,7 +39,7 @@ def card(cfg: FeishuConfig, n: Notification, locale: Locale) -> dict:
     content = truncate_utf8(body + (f"\n{mention}" if mention else ""), TEXT_LIMIT)
     return {
         "config": {"wide_screen_mode": True},
-        "header": {"title": {"tag": "plain_text", "content": title},
+        "header": {"title": {"tag": "plain_text", "content": render_title(n, locale)},
                    "template": "green" if is_resolved(n) else _TEMPLATE[top_tier(n)]},
         "elements": [{"tag": "div", "text": {"tag": "lark_md", "content": content}}],
     }

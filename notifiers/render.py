@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 
 from gpuwarden.contract import AlertState, AlertTransition, Evidence, Tier
+from gpuwarden.notifiers.markup import PLAIN, Dialect, Line, Mark, Marked, Span, own
 from gpuwarden.notifiers.message import Notification
 
 _WORDS: dict[str, dict[str, str]] = {
@@ -104,36 +105,48 @@ def _labels(a: AlertTransition) -> str:
     return " · ".join(f"{k}={a.labels[k]}" for k in keys if a.labels.get(k))
 
 
-def alert_line(a: AlertTransition, locale: Locale) -> str:
+def _ids(a: AlertTransition) -> list[Span | Marked]:
+    return [Marked(Mark.CODE, (Span(a.rule),)), own(" · "), Marked(Mark.CODE, (Span(a.fingerprint[:16]),))]
+
+
+def line_parts(a: AlertTransition, locale: Locale) -> Line:
     """One compact line per alert: used for digests and long groups."""
     w = words(locale.language)
-    return f"- [{w[a.state.value]}] {a.summary} ({_labels(a) or a.rule}) `{a.fingerprint[:16]}`"
+    return [own(f"- [{w[a.state.value]}] "), Span(a.summary), own(" ("), Span(_labels(a) or a.rule), own(") "),
+            Marked(Mark.CODE, (Span(a.fingerprint[:16]),))]
 
 
-def alert_block(a: AlertTransition, locale: Locale) -> str:
+def block_parts(a: AlertTransition, locale: Locale) -> list[Line]:
     """An alert in full: summary, labels, evidence, when, and what to do."""
     w = words(locale.language)
-    head = f"**[{w[a.tier.value]} · {w[a.state.value]}] {a.summary}**"
-    lines = [head]
+    lines: list[Line] = [[Marked(Mark.BOLD, (own(f"[{w[a.tier.value]} · {w[a.state.value]}] "), Span(a.summary)))]]
     if lab := _labels(a):
-        lines.append(lab)
+        lines.append([Span(lab)])
     if ev := evidence_parts(a.evidence, w):
         said = w["evidence_resolved"] if a.state == AlertState.RESOLVED else w["evidence"]
-        lines.append(f"{said}: " + "; ".join(ev))  # a resolve's figures are measured at resolution
+        lines.append([own(f"{said}: "), Span("; ".join(ev))])  # a resolve's figures are measured at resolution
     when = f"{w['since']} {human_time(a.started_at, locale)}"
     if a.ended_at is not None:
         when += f", {w['ended']} {human_time(a.ended_at, locale)}"
-    lines.append(when)
+    lines.append([own(when)])
     if a.action and a.state == AlertState.FIRING:
-        lines.append(f"{w['action']}: {a.action}")
-    lines.append(f"`{a.rule}` · `{a.fingerprint[:16]}`")
-    return "\n".join(lines)
+        lines.append([own(f"{w['action']}: "), Span(a.action)])
+    lines.append(_ids(a))
+    return lines
 
 
-def render_title(n: Notification, locale: Locale) -> str:
+def alert_line(a: AlertTransition, locale: Locale, d: Dialect = PLAIN) -> str:
+    return d.line(line_parts(a, locale))
+
+
+def alert_block(a: AlertTransition, locale: Locale, d: Dialect = PLAIN) -> str:
+    return d.lines(block_parts(a, locale))
+
+
+def title_parts(n: Notification, locale: Locale) -> Line:
     w = words(locale.language)
     if n.reason == "test":
-        return "gpuwarden test" if locale.language == "en" else "gpuwarden 测试"
+        return [own("gpuwarden test" if locale.language == "en" else "gpuwarden 测试")]
     tier = w[top_tier(n).value]
     firing = sum(a.state == AlertState.FIRING for a in n.alerts)
     if 0 < firing < len(n.alerts):  # a mixed message says what its body says: "3 firing, 2 resolved"
@@ -142,27 +155,36 @@ def render_title(n: Notification, locale: Locale) -> str:
         state = w["resolved"] if is_resolved(n) else w["firing"]
     first = n.alerts[0].summary if n.alerts else n.group_key
     more = f" (+{len(n.alerts) - 1})" if len(n.alerts) > 1 else ""
-    return f"[{tier}] {state}: {first}{more}"
+    return [own(f"[{tier}] {state}: "), Span(first), own(more)]
 
 
-def render_text(n: Notification, locale: Locale) -> tuple[str, str]:
-    """(title, markdown body) with the evidence and the recommended action of each alert."""
+def render_title(n: Notification, locale: Locale) -> str:
+    """The title as plain text (Slack's ``plain_text`` header, Feishu's card title, an email subject)."""
+    return PLAIN.line(title_parts(n, locale))
+
+
+def intro_parts(n: Notification, locale: Locale) -> list[Line]:
     w = words(locale.language)
-    title = render_title(n, locale)
-    if n.reason == "test":
-        return title, w["test"]
     firing = sum(a.state == AlertState.FIRING for a in n.alerts)
     parts = [w["alerts"].format(f=firing, r=len(n.alerts) - firing)]
     if n.reason == "digest":
         parts.insert(0, w["digest"].format(n=len(n.alerts)))
     if n.escalation_level:
         parts.append(w["escalation"].format(n=n.escalation_level))
-    if n.mentions:
+    if n.mentions:  # on-call ids from the config
         parts.append(" ".join(f"@{m}" for m in n.mentions))
-    sections = ["\n".join(parts), *(alert_block(a, locale) for a in n.alerts[:DETAILED_ALERTS])]
+    return [[own(p)] for p in parts]
+
+
+def render_text(n: Notification, locale: Locale, d: Dialect = PLAIN) -> tuple[str, str]:
+    """(title, body) written in dialect ``d``, with the evidence and the recommended action of each alert."""
+    title = d.line(title_parts(n, locale))
+    if n.reason == "test":
+        return title, d.line([own(words(locale.language)["test"])])
+    sections = [d.lines(intro_parts(n, locale)), *(alert_block(a, locale, d) for a in n.alerts[:DETAILED_ALERTS])]
     if rest := n.alerts[DETAILED_ALERTS:]:
-        sections.append("\n".join(alert_line(a, locale) for a in rest))
-    return title, "\n\n".join(sections)
+        sections.append(d.lines([line_parts(a, locale) for a in rest]))
+    return title, (d.newline * 2).join(sections)
 
 
 def truncate_utf8(text: str, max_bytes: int, marker: str = "\n…") -> str:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from gpuwarden.notifiers.http_channel import HttpChannel
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.receivers import SlackConfig
-from gpuwarden.notifiers.render import DETAILED_ALERTS, Locale, alert_block, alert_line, render_text, truncate_utf8
+from gpuwarden.notifiers.markup import SLACK
+from gpuwarden.notifiers.render import (DETAILED_ALERTS, Locale, alert_block, alert_line, render_text, render_title,
+                                        truncate_utf8)
 from gpuwarden.notifiers.verdict import HttpRequest, Ok, Permanent, Verdict, http_status_verdict, json_request, reveal
 
 TEXT_LIMIT = 30_000
@@ -14,24 +16,21 @@ SECTION_CHARS = 3000  # a section block's text limit
 HEADER_CHARS = 150
 
 
-def _mrkdwn(text: str) -> str:
-    return text.replace("**", "*")
-
-
 def _section(text: str) -> dict:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": _mrkdwn(text)[:SECTION_CHARS]}}
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:SECTION_CHARS]}}
 
 
 def blocks(n: Notification, locale: Locale) -> list[dict]:
-    """Header, intro, one section per detailed alert, the rest as line sections: never over 50 blocks."""
-    title, body = render_text(n, locale)
+    """Header (plain text), intro, one section per detailed alert, the rest as line sections (mrkdwn, data
+    escaped): never over 50 blocks."""
+    _, body = render_text(n, locale, SLACK)
     intro = body.split("\n\n", 1)[0]
-    out: list[dict] = [{"type": "header", "text": {"type": "plain_text", "text": title[:HEADER_CHARS]}},
+    out: list[dict] = [{"type": "header", "text": {"type": "plain_text", "text": render_title(n, locale)[:HEADER_CHARS]}},
                        _section(intro)]
-    out += [_section(alert_block(a, locale)) for a in n.alerts[:DETAILED_ALERTS]]
+    out += [_section(alert_block(a, locale, SLACK)) for a in n.alerts[:DETAILED_ALERTS]]
     chunk = ""
     for a in n.alerts[DETAILED_ALERTS:]:
-        line = alert_line(a, locale)
+        line = alert_line(a, locale, SLACK)
         if len(chunk) + len(line) + 1 > SECTION_CHARS:
             out.append(_section(chunk))
             chunk = ""
@@ -46,8 +45,8 @@ def blocks(n: Notification, locale: Locale) -> list[dict]:
 
 
 def build_request(cfg: SlackConfig, n: Notification, locale: Locale, now: float) -> HttpRequest:
-    title, body = render_text(n, locale)
-    text = truncate_utf8(f"{title}\n{_mrkdwn(body)}", TEXT_LIMIT)
+    title, body = render_text(n, locale, SLACK)
+    text = truncate_utf8(f"{title}\n{body}", TEXT_LIMIT)
     return json_request(reveal(cfg.url), {"text": text, "blocks": blocks(n, locale)})
 
 

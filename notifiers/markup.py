@@ -1,0 +1,105 @@
+"""Message text as parts, and one writer per channel dialect that escapes every part from data.
+
+Labels, task names, job names, summaries and annotations come from anyone who can name a
+task or write a Prometheus rule. ``render`` therefore builds messages from :class:`Span`
+parts and never writes markup itself: a :class:`Dialect` adds the few marks the product
+uses (bold, code) and escapes the text of every span that is not marked ``own`` (the
+product's fixed words), so nothing from data can become a mention, a link or emphasis.
+
+Where a platform documents an escape it is used (Slack: ``&amp;`` ``&lt;`` ``&gt;``; email:
+HTML entities). Slack's emphasis marks and the Markdown dialects of Feishu (``lark_md``),
+DingTalk and WeCom document none, so their syntax characters are written as look-alikes
+that no parser reads as markup (``＜`` for ``<``, ``∗`` for ``*``, …), and line breaks in
+data become spaces (a data line must not start a heading, quote or list).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Mark(Enum):
+    BOLD = "bold"
+    CODE = "code"
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A piece of message text; ``own`` only for the product's fixed words, never for data."""
+
+    text: str
+    own: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Marked:
+    """Spans under one of the product's marks (a bold headline, a code-styled rule name)."""
+
+    mark: Mark
+    parts: tuple[Span, ...]
+
+
+def own(text: str) -> Span:
+    return Span(text, own=True)
+
+
+Line = Sequence[Span | Marked]
+
+
+_BREAKS = {"\n": " ", "\r": " ", "\u2028": " ", "\u2029": " "}
+#: Slack's documented escapes, then its emphasis marks as look-alikes (Slack documents no escape for them).
+_SLACK = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;",
+                 "*": "∗", "_": "ˍ", "~": "∼", "`": "ˋ", **_BREAKS})
+#: Markdown (lark_md, DingTalk, WeCom): tags/mentions, links, emphasis, code, escapes, @-mentions.
+_MARKDOWN = str.maketrans({"<": "＜", ">": "＞", "&": "＆", "[": "［", "]": "］", "*": "∗", "_": "ˍ",
+                    "~": "∼", "`": "ˋ", "\\": "∖", "@": "＠", **_BREAKS})
+
+
+def slack_text(text: str) -> str:
+    """Data for Slack ``mrkdwn``: ``&<>`` as the entities Slack's formatting reference asks for."""
+    return text.translate(_SLACK)
+
+
+def markdown_text(text: str) -> str:
+    """Data for the Markdown dialects of Feishu, DingTalk and WeCom: no syntax character left."""
+    return text.translate(_MARKDOWN)
+
+
+def html_text(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def plain_text(text: str) -> str:
+    """Plain text (email's text part, Apprise, PagerDuty details): nothing reads it as markup."""
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """How one channel writes text: the escaper for data, its bold and code marks, its line break."""
+
+    escape: Callable[[str], str]
+    bold: tuple[str, str]
+    code: tuple[str, str]
+    newline: str = "\n"
+
+    def span(self, s: Span | Marked) -> str:
+        if isinstance(s, Span):
+            return s.text if s.own else self.escape(s.text)
+        start, end = self.bold if s.mark is Mark.BOLD else self.code
+        return start + "".join(self.span(p) for p in s.parts) + end
+
+    def line(self, spans: Line) -> str:
+        return "".join(self.span(s) for s in spans)
+
+    def lines(self, lines: Sequence[Line]) -> str:
+        return self.newline.join(self.line(x) for x in lines)
+
+
+PLAIN = Dialect(plain_text, ("**", "**"), ("`", "`"))
+SLACK = Dialect(slack_text, ("*", "*"), ("`", "`"))
+MARKDOWN = Dialect(markdown_text, ("**", "**"), ("`", "`"))
+HTML = Dialect(html_text, ("<b>", "</b>"), ("<code>", "</code>"), "<br>\n")

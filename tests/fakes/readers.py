@@ -1,0 +1,105 @@
+"""How each platform reads the markup in a message, written from its formatting documentation.
+
+Not the code's reading: each reader lists what its platform's document says turns text into a
+mention, a link or emphasis, and what it shows. The tests compare a message whose data is
+hostile with the same message built from harmless data: the product's own marks are in both.
+
+* Slack: "Formatting text for app surfaces" (docs.slack.dev/messaging/formatting-message-text):
+  ``&``, ``<``, ``>`` are control characters and must be sent as ``&amp;`` ``&lt;`` ``&gt;``;
+  ``<!here>``, ``<!channel>``, ``<!everyone>``, ``<@U…>``, ``<!subteam^…>`` mention, ``<#C…>``
+  links a channel, ``<url|text>`` and ``<url>`` link; ``*bold*``, ``_italic_``, ``~strike~``,
+  `` `code` `` style; ``plain_text`` objects are shown as they are.
+* Feishu card ``lark_md`` (open.feishu.cn, message card "Markdown" / text component): ``**bold**``,
+  ``*italic*``, ``~~strike~~``, ``[text](url)`` links, ``<at id=…></at>`` / ``<at user_id="all">``
+  mentions, ``<font>`` colour tags.
+* DingTalk custom robot markdown (open.dingtalk.com custom-robot-access): headings, ``> quote``,
+  ``**bold**``, ``*italic*``, ``[text](url)``, ``![](img)``, lists; ``@mobile`` in the text is a
+  mention of a number in ``atMobiles``.
+* WeCom group robot markdown (developer.work.weixin.qq.com, 群机器人配置说明): ``**bold**``,
+  ``[text](url)``, `` `code` ``, ``> quote``, ``<font color=…>``, and ``<@userid>`` mentions.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+
+
+@dataclass
+class Reading:
+    mentions: list[str] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)
+    emphasis: list[str] = field(default_factory=list)
+    visible: str = ""
+
+
+_SLACK_CONTROL = re.compile(r"<([^<>]*)>")
+_SLACK_STYLE = re.compile(r"(?<![\w*_~`])([*_~`])(?=\S)([^\n]*?\S)\1(?![\w])")
+
+
+def slack_mrkdwn(text: str) -> Reading:
+    r = Reading()
+    for m in _SLACK_CONTROL.finditer(text):
+        inner = m.group(1)
+        (r.mentions if inner[:1] in "!@#" else r.links).append(inner)
+    r.emphasis = [m.group(0) for m in _SLACK_STYLE.finditer(text)]
+    shown = _SLACK_CONTROL.sub(lambda m: m.group(1).split("|")[-1], text)
+    r.visible = shown.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+    return r
+
+
+_MD_LINK = re.compile(r"!?\[([^\]\n]*)\]\(([^)\n]*)\)")
+_MD_TAG = re.compile(r"<\s*(/?\s*[A-Za-z@!][^<>]*)>")
+_MD_STYLE = re.compile(r"(\*\*|__|~~|\*|_|`)(?=\S)([^\n]*?\S)\1")
+_DINGTALK_AT = re.compile(r"@(all|\+?\d{5,})\b")
+
+
+def markdown(text: str, platform: str) -> Reading:
+    """Feishu ``lark_md``, DingTalk and WeCom markdown: tags (mentions, fonts), links, emphasis."""
+    r = Reading()
+    for m in _MD_TAG.finditer(text):
+        tag = m.group(1)
+        if tag.startswith("/"):
+            continue  # a closing tag: its opening one was counted
+        (r.mentions if tag.startswith(("at", "@")) else r.emphasis).append(tag)
+    r.links = [m.group(2) for m in _MD_LINK.finditer(text)]
+    r.emphasis += [m.group(0) for m in _MD_STYLE.finditer(text)]
+    if platform == "dingtalk":
+        r.mentions += _DINGTALK_AT.findall(text)
+    r.visible = text
+    return r
+
+
+class _Html(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[str] = []
+        self.hrefs: list[str] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        self.hrefs += [v or "" for k, v in attrs if k in ("href", "src")]
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def html_body(text: str) -> Reading:
+    p = _Html()
+    p.feed(text)
+    return Reading(links=p.hrefs, emphasis=p.tags, visible=html.unescape("".join(p.text)))
+
+
+#: Look-alikes a channel may show for a syntax character it cannot escape: the reader still sees the text.
+_LOOKALIKE = str.maketrans({"∗": "*", "ˍ": "_", "∼": "~", "ˋ": "`", "∖": "\\"})
+
+
+def readable(text: str) -> str:
+    """``text`` as a reader reads it: full-width forms and look-alikes as the ASCII they stand for,
+    line breaks and runs of spaces as one space."""
+    folded = unicodedata.normalize("NFKC", text).translate(_LOOKALIKE)
+    return re.sub(r"\s+", " ", folded)

@@ -1,0 +1,165 @@
+"""Text from data never becomes a mention, a link or emphasis, on any channel, through the real send path.
+
+Each channel posts to a local server (tests/fakes); what arrives is read the way its platform's
+formatting documentation says it is read (tests/fakes/readers.py cites the documents). A message
+built from hostile labels, summary, action and evidence is compared with the same message built
+from harmless data: the product's own marks are in both, nothing else may be.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from email.message import Message
+
+from gpuwarden.contract import AlertTransition, Evidence
+from gpuwarden.notifiers.delivery import Delivery
+from gpuwarden.notifiers.message import Notification
+from gpuwarden.notifiers.receivers import Receiver
+from tests.fakes import readers
+from tests.fakes.alerts import T0, alert
+from tests.fakes.http import FakeDingTalk, FakeFeishu, FakeSlack, FakeWebhook, FakeWeCom, Received
+from tests.fakes.smtp import FakeSmtp
+
+LABELS = {
+    "task": "<!channel> eval <https://evil.example|click>",  # the issue's task name
+    "user": '@all <at user_id="all"></at> <@U123> @13800001111',
+    "node": "node-1 <!here> <#C024BE7LR>",
+    "project": "[docs](https://evil.example) *bold* _it_ ~gone~ `code` ![](https://evil.example/p.png)",
+}
+SUMMARY = "loss *spiked* <b>a < b & c > d</b> [t](https://evil.example) ~~x~~ **y** <font color=red>z</font>"
+ACTION = "run <https://evil.example|this> then @all\n# heading\n> quote"
+NOTE = "<!everyone> **x** https://evil.example/bare"
+HOSTILE = [*LABELS.values(), SUMMARY, ACTION, NOTE]
+
+
+def harmless(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9 ]", "x", text)
+
+
+def transition(clean: bool) -> AlertTransition:
+    f = harmless if clean else str
+    base = alert(1)
+    return base.model_copy(update={
+        "labels": {**base.labels, **{k: f(v) for k, v in LABELS.items()}},
+        "summary": f(SUMMARY), "action": f(ACTION),
+        "evidence": Evidence(values={"mem_used_gib": 61.5}, held_for_s=900, note=f(NOTE)),
+    })
+
+
+def notification(receiver: str, clean: bool) -> Notification:
+    return Notification(receiver=receiver, group_key="g1", alerts=[transition(clean)], reason="new", at=T0,
+                        id=f"n-{receiver}-{clean}")
+
+
+async def send_both(receiver: Receiver, clock, spool) -> None:
+    d = Delivery([receiver], spool=spool, clock=clock, sleep=clock.sleep)
+    try:
+        for clean in (False, True):
+            assert (await d.deliver(notification(receiver.name, clean))).status == "delivered"
+            await clock.sleep(120)  # apart, within every platform's rate limit
+    finally:
+        await d.aclose()
+
+
+def assert_only_own_marks(hostile: readers.Reading, clean: readers.Reading,
+                          mentions: list[str] | None = None) -> None:
+    assert hostile.mentions == (mentions or []) and hostile.links == []
+    assert len(hostile.emphasis) == len(clean.emphasis), hostile.emphasis
+    shown = readers.readable(hostile.visible)
+    for text in HOSTILE:
+        assert readers.readable(text) in shown, text  # still there to read, only inert
+
+
+def accepted_json(fake) -> tuple[dict, dict]:
+    hostile, clean = fake.accepted
+    assert isinstance(hostile, Received)
+    return hostile.json, clean.json
+
+
+async def test_slack_text_and_blocks_show_data_but_never_mention_link_or_style(monkeypatch, clock, spool):
+    with FakeSlack(clock) as fake:
+        monkeypatch.setenv("SL_URL", fake.base + fake.path)
+        await send_both(Receiver(name="sl", slack={"url": {"env": "SL_URL"}}), clock, spool)
+    hostile, clean = accepted_json(fake)
+    assert_only_own_marks(readers.slack_mrkdwn(hostile["text"]), readers.slack_mrkdwn(clean["text"]))
+    # the issue's exact case reads back exactly: Slack decodes &lt; &gt; &amp; for display
+    assert LABELS["task"] in readers.slack_mrkdwn(hostile["text"]).visible
+
+    def mrkdwn(blocks: list[dict]) -> str:
+        texts = [b["text"]["text"] for b in blocks if b["type"] == "section"]
+        texts += [e["text"] for b in blocks if b["type"] == "context" for e in b["elements"]]
+        return "\n".join(texts)
+
+    assert_only_own_marks(readers.slack_mrkdwn(mrkdwn(hostile["blocks"])),
+                          readers.slack_mrkdwn(mrkdwn(clean["blocks"])))
+    header = hostile["blocks"][0]["text"]
+    assert header["type"] == "plain_text" and SUMMARY.replace("\n", " ")[:40] in header["text"]
+
+
+async def test_feishu_configured_mentions_are_the_only_ones(monkeypatch, clock, spool):
+    with FakeFeishu(clock) as fake:
+        monkeypatch.setenv("FS_URL", fake.base + fake.hook)
+        r = Receiver(name="fs", feishu={"url": {"env": "FS_URL"}, "at_user_ids": ["ou_oncall"]})
+        await send_both(r, clock, spool)
+    hostile, clean = accepted_json(fake)
+    read = readers.markdown(hostile["card"]["elements"][0]["text"]["content"], "feishu")
+    assert read.mentions == ["at id=ou_oncall"]
+
+
+def lark_md(body: dict) -> str:
+    (el,) = body["card"]["elements"]
+    assert el["text"]["tag"] == "lark_md" and body["card"]["header"]["title"]["tag"] == "plain_text"
+    return el["text"]["content"]
+
+
+#: platform → (fake, its webhook URL, the markdown text in what it accepted)
+MARKDOWN_CHANNELS = {
+    "feishu": (FakeFeishu, lambda f: f.base + f.hook, lark_md),
+    "dingtalk": (FakeDingTalk, lambda f: f"{f.base}/robot/send?access_token={f.token}",
+                 lambda body: body["markdown"]["text"]),
+    "wecom": (FakeWeCom, lambda f: f"{f.base}/cgi-bin/webhook/send?key={f.key}",
+              lambda body: body["markdown"]["content"]),
+}
+
+
+@pytest.mark.parametrize("platform", MARKDOWN_CHANNELS)
+async def test_markdown_channels_show_data_but_never_mention_link_or_style(platform, monkeypatch, clock, spool):
+    fake_type, url_of, text_of = MARKDOWN_CHANNELS[platform]
+    with fake_type(clock) as fake:
+        monkeypatch.setenv("MD_URL", url_of(fake))
+        await send_both(Receiver(name="md", **{platform: {"url": {"env": "MD_URL"}}}), clock, spool)
+    hostile, clean = accepted_json(fake)
+    assert_only_own_marks(readers.markdown(text_of(hostile), platform), readers.markdown(text_of(clean), platform))
+    if platform == "dingtalk":
+        assert hostile["at"] == {"atMobiles": [], "atUserIds": [], "isAtAll": False}
+
+
+def part(msg: Message, content_type: str) -> str:
+    (p,) = [p for p in msg.walk() if p.get_content_type() == content_type]
+    return p.get_payload(decode=True).decode(p.get_content_charset() or "utf-8")
+
+
+async def test_email_html_escapes_data_and_text_part_keeps_it_verbatim(clock, spool):
+    with FakeSmtp() as smtp:
+        r = Receiver(name="mail", email={"to": ["oncall@example.org"], "from": "gpuwarden@example.org",
+                                         "host": "127.0.0.1", "port": smtp.port})
+        await send_both(r, clock, spool)
+    hostile, clean = smtp.messages
+    read, base = readers.html_body(part(hostile, "text/html")), readers.html_body(part(clean, "text/html"))
+    assert read.links == [] and read.emphasis == base.emphasis  # the same tags: only the product's own
+    plain = part(hostile, "text/plain").replace("\r\n", "\n")  # SMTP sends CRLF line ends
+    for text in HOSTILE:
+        assert text in read.visible.replace("\r\n", "\n") and text in plain  # every character kept
+
+
+async def test_generic_webhook_json_carries_data_untouched(monkeypatch, clock, spool):
+    with FakeWebhook(clock) as fake:
+        monkeypatch.setenv("WH_URL", fake.base + "/hook")
+        await send_both(Receiver(name="wh", webhook={"url": {"env": "WH_URL"}}), clock, spool)
+    hostile, _ = accepted_json(fake)
+    (a,) = hostile["alerts"]
+    assert {k: a["labels"][k] for k in LABELS} == LABELS
+    assert a["annotations"]["summary"] == SUMMARY and a["annotations"]["action"] == ACTION
+    assert NOTE in a["annotations"]["evidence"]
