@@ -58,6 +58,7 @@ COVER_S = 3600.0
 class UsageRow:
     key: str
     card_hours: float = 0.0
+    mfu_card_hours: float = 0.0  # the card-hours its MFU covers: tasks with a model and a known GPU peak
     idle_card_hours: float = 0.0
     failed_jobs: int = 0
     reruns: int = 0
@@ -91,6 +92,7 @@ class Usage:
         t = UsageRow("total")
         for r in self.rows:
             t.card_hours += r.card_hours
+            t.mfu_card_hours += r.mfu_card_hours
             t.idle_card_hours += r.idle_card_hours
             t.failed_jobs += r.failed_jobs
             t.reruns += r.reruns
@@ -180,6 +182,7 @@ class _Run:
         row.model_flops += self.tokens * flops_per_token(m.model_params, m.model_layers, m.model_hidden,  # type: ignore[arg-type]
                                                          m.model_seq_len)
         row.peak_flops += sum(sec * peaks[n] * 1e12 for n, sec in self.gpu_seconds.items())  # type: ignore[operator]
+        row.mfu_card_hours += sum(self.gpu_seconds.values()) / 3600.0
 
 
 def compute_usage(records: Iterable[Any], *, by: str = "user", since: float, until: float,
@@ -293,15 +296,39 @@ def _reruns(runs: Iterable[_Run]) -> list[_Run]:
 # --------------------------------------------------------------------------- rendering
 
 _COLUMNS = ("card_hours", "idle_card_hours", "idle_share", "failed_jobs", "reruns", "cost", "idle_cost",
-            "tokens", "cost_per_mtok", "mfu")
+            "tokens", "cost_per_mtok", "mfu", "mfu_card_hours")
 
 
 def _values(r: UsageRow) -> dict[str, Any]:
+    """A row's figures: ``mfu`` a number or None (``unknown_gpus`` says why, when a GPU has no
+    peak), over ``mfu_card_hours`` of its ``card_hours``."""
     d = asdict(r)
     d["idle_share"] = r.idle_card_hours / r.card_hours if r.card_hours else 0.0
-    # MFU "unknown" (a GPU model without a peak in the table) is said, never guessed.
-    d["mfu"] = r.mfu if r.mfu is not None else ("unknown" if r.unknown_gpus else None)
+    d["mfu"] = r.mfu
     return d
+
+
+def _partial(r: UsageRow) -> bool:
+    return r.mfu is not None and r.mfu_card_hours < r.card_hours * (1 - 1e-9)
+
+
+def _mfu_cell(r: UsageRow) -> str:
+    """``10.9 %``; marked ``10.9 %*`` when it covers part of the row's card-hours (a note under the
+    table says which), so a total never passes a part off as the whole. No figure: ``unknown`` (a
+    GPU without a known peak), else ``-``."""
+    if r.mfu is None:
+        return "unknown" if r.unknown_gpus else "-"
+    return f"{r.mfu * 100:.1f} %" + ("*" if _partial(r) else "")
+
+
+def _mfu_notes(rows: list[UsageRow]) -> str:
+    """``* total: 10.9 % (of 8 of 12 card-hours)`` for each marked row, and the GPUs without a peak."""
+    notes = [f"* {r.key}: {r.mfu * 100:.1f} % (of {tables.rounded(r.mfu_card_hours):,g} of "  # type: ignore[operator]
+             f"{tables.rounded(r.card_hours):,g} card-hours)" for r in rows if _partial(r)]
+    unknown = sorted({g for r in rows for g in r.unknown_gpus})
+    if unknown:
+        notes.append("MFU unknown on GPUs without a known dense BF16 peak: " + ", ".join(unknown))
+    return "".join(n + "\n" for n in notes)
 
 
 def to_json(u: Usage) -> str:
@@ -321,8 +348,8 @@ def to_csv(u: Usage) -> str:
 def _fmt(v: Any, col: str) -> str:
     if v is None:
         return "-"
-    if col in ("idle_share", "mfu") and isinstance(v, float):
-        return f"{v:.0%}" if col == "idle_share" else f"{v:.1%}"
+    if col == "idle_share" and isinstance(v, float):
+        return f"{v:.0%}"
     if col == "tokens":
         return f"{v / 1e6:,.1f} M"
     return f"{v:.2f}" if isinstance(v, float) else str(v)
@@ -331,11 +358,13 @@ def _fmt(v: Any, col: str) -> str:
 def to_table(u: Usage, currency: str = "", width: int = 110) -> str:
     """The terminal table, rendered to text (also the body of the weekly digest)."""
     tokens = any(r.tokens for r in u.rows)
-    cols = [c for c in _COLUMNS if (u.price_per_gpu_hour is not None or "cost" not in c)
+    cols = [c for c in _COLUMNS if (u.price_per_gpu_hour is not None or "cost" not in c) and c != "mfu_card_hours"
             and (tokens or c not in ("tokens", "cost_per_mtok", "mfu"))]
     headers = [c.replace("_", " ") + (f" ({currency})" if "cost" in c and currency else "") for c in cols]
-    rows = [(r.key, [_fmt(v[c], c) for c in cols]) for r in [*u.rows, u.total] for v in [_values(r)]]
+    rows = [(r.key, [_mfu_cell(r) if c == "mfu" else _fmt(v[c], c) for c in cols])
+            for r in [*u.rows, u.total] for v in [_values(r)]]
     text = tables.to_text(f"GPU usage by {u.by}, {_day(u.since)} → {_day(u.until)}", u.by, headers, rows, width)
+    text += _mfu_notes([*u.rows, u.total]) if "mfu" in cols else ""
     return text + (_serving_table(u, currency, width) if u.serving else "") + \
         (_budget_table(u.budgets, width) if u.budgets else "")
 

@@ -218,5 +218,5 @@ def test_cost_per_million_tokens_and_mfu_as_worked_by_hand():
 def test_mfu_on_a_gpu_model_without_a_known_peak_is_unknown():
     u = compute_usage(_llm_hour("NVIDIA GeForce RTX 4090"), since=T0, until=T0 + 4000, price_per_gpu_hour=2.0)
     doc = json.loads(to_json(u))
-    assert doc["rows"][0]["mfu"] == "unknown" and doc["rows"][0]["unknown_gpus"] == ["NVIDIA GeForce RTX 4090"]
+    assert doc["rows"][0]["mfu"] is None and doc["rows"][0]["unknown_gpus"] == ["NVIDIA GeForce RTX 4090"]
     assert doc["rows"][0]["cost_per_mtok"] == pytest.approx(16 / 72)  # the cost needs no peak

@@ -10,7 +10,8 @@ n1: 8 × NVIDIA H200, alice's ``llama13b-pretrain`` (run p1): 13e9 parameters, 4
     (its last report, at T0 + 3540, holds 60 s to T0 + 3600: 1.02 M of them).
 n2: 4 × NVIDIA GeForce RTX 4090, bob's ``bert-ft`` (run b1): reports 5,000 tokens/s every
     10 min at T0 + 600·k, k = 0..5: 3,600 × 5,000 = 18 M tokens (the last report, at
-    T0 + 3000, holds 600 s: 3 M of them). No dense BF16 peak is known for the 4090.
+    T0 + 3000, holds 600 s: 3 M of them). It declares 3.4e8 parameters, but no dense BF16
+    peak is known for the 4090: its MFU is unknown.
 
 At $3.10 per GPU-hour: alice 8 × 3.10 = $24.80 for 59.4 M tokens = $0.417508 per million;
 bob 4 × 3.10 = $12.40 for 18 M = $0.688889 per million.
@@ -23,7 +24,7 @@ import json
 import pytest
 
 from gpuwarden.contract import TaskMetricKind
-from gpuwarden.history.accounting import compute_usage, to_json
+from gpuwarden.history.accounting import compute_usage, to_csv, to_json, to_table
 from tests.history.builders import gpu, metric, proc, snap
 
 T0 = 1_700_000_000.0
@@ -43,6 +44,7 @@ def designed_hour(last_snapshot_k: int = 60) -> list:
                        model_layers=40, model_hidden=5120, model_seq_len=4096))
     recs += [metric("n1", T0 + 60 * k, "llama13b-pretrain", "p1", TaskMetricKind.THROUGHPUT,
                     throughput=16_000.0 if k < 30 else 17_000.0, throughput_unit="tokens/s") for k in range(60)]
+    recs.append(metric("n2", T0, "bert-ft", "b1", TaskMetricKind.MODEL, model_params=3.4e8))
     recs += [metric("n2", T0 + 600 * k, "bert-ft", "b1", TaskMetricKind.THROUGHPUT, throughput=5_000.0,
                     throughput_unit="tokens/s") for k in range(6)]
     return recs
@@ -96,3 +98,36 @@ def test_json_carries_the_figures() -> None:
     doc = json.loads(to_json(compute_usage(designed_hour(), since=T0, until=T0 + 3630, price_per_gpu_hour=PRICE)))
     alice = next(r for r in doc["rows"] if r["key"] == "alice")
     assert alice["tokens"] == pytest.approx(59.4e6) and alice["cost_per_mtok"] == pytest.approx(24.80 / 59.4)
+
+
+def test_the_fleet_mfu_says_which_card_hours_it_covers() -> None:
+    """Bob's 4090s have no known peak: the fleet's MFU is alice's, over her 8 of the fleet's 12
+    card-hours (8 H200 + 4 RTX 4090 for an hour), and the total row says so."""
+    u = compute_usage(designed_hour(), since=T0, until=T0 + 3630, price_per_gpu_hour=PRICE)
+    total = u.total
+    assert total.card_hours == pytest.approx(12.0) and total.mfu_card_hours == pytest.approx(8.0)
+    assert total.mfu == pytest.approx(59.4e6 * (6 * 13e9 + 12 * 40 * 5120 * 4096) / (8 * 3600 * 989e12))
+    table = to_table(u)
+    lines = table.splitlines()
+    (total_line,) = [line for line in lines if line.startswith("│ total")]
+    assert total_line.endswith("18.4 %* │")
+    assert "* total: 18.4 % (of 8 of 12 card-hours)" in lines
+    assert "MFU unknown on GPUs without a known dense BF16 peak: NVIDIA GeForce RTX 4090" in lines
+    (alice_line,) = [line for line in lines if line.startswith("│ alice")]
+    assert alice_line.endswith("18.4 % │")  # all of her card-hours: no mark, no note
+    assert not any(line.startswith("* alice") for line in lines)
+    (bob_line,) = [line for line in lines if line.startswith("│ bob")]
+    assert bob_line.endswith("unknown │")
+
+
+def test_json_mfu_is_a_number_or_null_beside_the_card_hours_it_covers() -> None:
+    doc = json.loads(to_json(compute_usage(designed_hour(), since=T0, until=T0 + 3630, price_per_gpu_hour=PRICE)))
+    by = {r["key"]: r for r in doc["rows"]}
+    assert by["bob"]["mfu"] is None and by["bob"]["unknown_gpus"] == [RTX] and by["bob"]["mfu_card_hours"] == 0.0
+    assert isinstance(by["alice"]["mfu"], float) and by["alice"]["mfu_card_hours"] == pytest.approx(8.0)
+    total = doc["total"]
+    assert list(total).index("mfu_card_hours") == list(total).index("card_hours") + 1
+    assert (total["card_hours"], total["mfu_card_hours"]) == (pytest.approx(12.0), pytest.approx(8.0))
+    assert round(total["mfu"], 4) == 0.1837
+    csv_header = to_csv(compute_usage(designed_hour(), since=T0, until=T0 + 3630)).splitlines()[0].split(",")
+    assert csv_header[-2:] == ["mfu", "mfu_card_hours"]
