@@ -125,6 +125,27 @@ def test_dedup_of_at_least_once_input() -> None:
     assert len(r.on_transition(again, T0 + 100)) == 2  # a new episode of the same fingerprint
 
 
+def test_a_redelivered_transition_changes_no_page_source_group_or_notification() -> None:
+    """``Router._is_new`` alone owns redelivery dedup (docs/routing.md): a transition seen before
+    returns nothing and leaves the whole state (pages, inhibition sources, groups) byte for byte."""
+    control = ControlState()
+    r = Router(config(), control)
+    lost = alert("lost", tier="critical", rule="gpu_lost", gpu="3")
+    assert len(r.on_transition(lost, T0)) == 2
+    assert r.on_transition(alert("g1", gpu="1"), T0 + 1) == []  # inhibited by the lost GPU
+    control.apply(Ack(fingerprint="lost", by="ann", at=T0 + 300))
+    assert [n.reason for n in r.tick(T0 + 900)] == ["ack", "ack"]  # the page is closed by the ack
+    for redelivered, at in [(lost, T0 + 1000), (alert("g1", gpu="1"), T0 + 1001)]:
+        state = r.dump()
+        assert r.on_transition(redelivered, at) == [] and r.dump() == state  # no page re-opened, no source re-set
+    resolved = alert("lost", tier="critical", rule="gpu_lost", gpu="3", state="resolved", ts=T0 + 2000)
+    assert sorted(sent(r.on_transition(resolved, T0 + 2000))) == [
+        ("pager", "resolved", ["lost:resolved"]), ("team-chat", "new", ["g1:firing"]),
+        ("team-chat", "resolved", ["lost:resolved"])]
+    state = r.dump()
+    assert r.on_transition(resolved, T0 + 2001) == [] and r.dump() == state  # no group re-opened
+
+
 def test_silence_mutes_until_it_expires() -> None:
     control = ControlState()
     control.apply(Silence(id="s1", matchers=[parse_matcher("node=node-01"), parse_matcher("rule=~mem.*")],
