@@ -329,7 +329,14 @@ class TaskMetricKind(StrEnum):
     TTFT = "ttft"
     LATENCY = "latency"
     MODEL = "model"
-    """What the task trains: its parameter count (and shape), for model FLOPs (MFU)."""
+    """What the task trains or serves: its parameter count (and shape), for model FLOPs (MFU)."""
+
+
+class ModelMode(StrEnum):
+    """What a task does with its model (a ``model`` metric's ``model_mode``): its FLOPs per token."""
+
+    TRAIN = "train"
+    SERVE = "serve"
 
 
 class TaskMetric(_TimedRecord):
@@ -362,6 +369,8 @@ class TaskMetric(_TimedRecord):
     model_layers: NonNegInt | None = None
     model_hidden: NonNegInt | None = Field(default=None, description="hidden size (d_model)")
     model_seq_len: NonNegInt | None = None
+    model_mode: ModelMode | None = Field(default=None, description="train or serve (kind model); unset: train, "
+                                         "or serve for a task that reports ttft or latency")
     simulated: bool = False
     """Made by the simulator (see ``NodeSnapshot.simulated``)."""
 

@@ -90,11 +90,14 @@ class Task:
         self._send("throughput", throughput=value, throughput_unit=unit)
 
     def model(self, params: float, *, layers: int | None = None, hidden: int | None = None,
-              seq_len: int | None = None) -> None:
-        """What this task trains, once at start: ``report usage`` then gives its MFU (model FLOPs
-        per token 6N, plus the attention term when layers, hidden size and sequence length are
-        given) from its ``throughput(..., unit="tokens/s")``."""
-        self._send("model", model_params=params, model_layers=layers, model_hidden=hidden, model_seq_len=seq_len)
+              seq_len: int | None = None, mode: str | None = None) -> None:
+        """What this task trains or serves, once at start: ``report usage`` then gives its MFU from
+        its ``throughput(..., unit="tokens/s")``. Model FLOPs per token follow ``mode``:
+        ``"train"`` 6N, ``"serve"`` 2N (a forward pass), each plus its attention term when layers,
+        hidden size and sequence length (the context) are given. Unset: training, unless the task
+        reports ``ttft`` or ``latency`` (a server)."""
+        self._send("model", model_params=params, model_layers=layers, model_hidden=hidden, model_seq_len=seq_len,
+                   model_mode=mode)
 
     def ttft(self, seconds: float) -> None:
         self._send("ttft", ttft_s=seconds)

@@ -31,6 +31,7 @@ from gpuwarden.contract import (
     Evidence,
     GpuProcess,
     InferenceMetrics,
+    ModelMode,
     NodeSnapshot,
     TaskMetric,
     TaskMetricKind,
@@ -147,6 +148,7 @@ class _Run:
     tokens: float = 0.0
     rate: tuple[float, float] | None = None  # (ts, tokens/s) of its last throughput report
     model: TaskMetric | None = None
+    serves: bool = False  # it reported a time to first token or a request latency: a server
 
     def add_throughput(self, m: TaskMetric) -> None:
         """Tokens between reports: each rate holds until the next."""
@@ -165,6 +167,14 @@ class _Run:
         ends = [t for t in (self.held_until, self.ended_ts) if t is not None]
         return min(ends, default=until)
 
+    @property
+    def mode(self) -> ModelMode:
+        """What it does with its model: as it said (``Task.model(..., mode=)``), else serving when
+        it reported serving figures, else training."""
+        if self.model is not None and self.model.model_mode is not None:
+            return self.model.model_mode
+        return ModelMode.SERVE if self.serves else ModelMode.TRAIN
+
     def compute(self, row: UsageRow, until: float) -> None:
         self._tokens_until(self.end(until))
         if not self.tokens:
@@ -180,7 +190,7 @@ class _Run:
             return
         m = self.model
         row.model_flops += self.tokens * flops_per_token(m.model_params, m.model_layers, m.model_hidden,  # type: ignore[arg-type]
-                                                         m.model_seq_len)
+                                                         m.model_seq_len, self.mode)
         row.peak_flops += sum(sec * peaks[n] * 1e12 for n, sec in self.gpu_seconds.items())  # type: ignore[operator]
         row.mfu_card_hours += sum(self.gpu_seconds.values()) / 3600.0
 
@@ -260,6 +270,8 @@ def compute_usage(records: Iterable[Any], *, by: str = "user", since: float, unt
             run.add_throughput(m)
         elif m.kind == TaskMetricKind.MODEL:
             run.model = m
+        elif m.kind in (TaskMetricKind.TTFT, TaskMetricKind.LATENCY):
+            run.serves = True
     for run in runs.values():
         if run.failed_ts is not None:
             row(run.owner or UNKNOWN).failed_jobs += 1

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 _CREDS = struct.Struct("3i")
 _ALLOWED = {"kind", "ts", "task", "task_id", "step", "step_time_s", "data_wait_s", "comm_s",
             "throughput", "throughput_unit", "ttft_s", "latency_s", "exit_code", "message",
-            "model_params", "model_layers", "model_hidden", "model_seq_len"}
+            "model_params", "model_layers", "model_hidden", "model_seq_len", "model_mode"}
 
 
 class TaskReceiver:

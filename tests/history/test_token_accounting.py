@@ -131,3 +131,37 @@ def test_json_mfu_is_a_number_or_null_beside_the_card_hours_it_covers() -> None:
     assert round(total["mfu"], 4) == 0.1837
     csv_header = to_csv(compute_usage(designed_hour(), since=T0, until=T0 + 3630)).splitlines()[0].split(",")
     assert csv_header[-2:] == ["mfu", "mfu_card_hours"]
+
+
+def serving_hour(**model: object) -> list:
+    """2 × NVIDIA H200 NVL serving carol's ``chat-13b`` (run s1) for the hour, 3,000 output tokens/s
+    reported every 60 s: 3,600 × 3,000 = 10.8 M tokens."""
+    recs: list = [snap("n3", T0 + 60 * k, k, [gpu(g, 60, name="NVIDIA H200 NVL") for g in range(2)],
+                       [proc(g, "carol", "chat-13b", "s1", "apps") for g in range(2)], interval_s=60)
+                  for k in range(1, 61)]
+    recs.append(metric("n3", T0, "chat-13b", "s1", TaskMetricKind.MODEL, model_params=13e9, model_layers=40,
+                       model_hidden=5120, model_seq_len=4096, **model))
+    recs += [metric("n3", T0 + 60 * k, "chat-13b", "s1", TaskMetricKind.THROUGHPUT, throughput=3_000.0,
+                    throughput_unit="tokens/s") for k in range(60)]
+    return recs
+
+
+def test_a_serving_task_is_credited_a_forward_pass_on_its_own_peak() -> None:
+    """Serving FLOPs per token 2 × 13e9 + 4 × 40 × 5,120 × 4,096 = 2.93554432e10; the tokens needed
+    10.8e6 × 2.93554432e10 = 3.17039e17; 2 H200 NVL (835 TFLOPS dense BF16) could do 2 × 3,600 ×
+    835e12 = 6.012e18: MFU 5.27 %. The old code credited training FLOPs (8.80663296e10) against
+    the SXM peak (989): 13.36 %."""
+    carol = compute_usage(serving_hour(model_mode="serve"), since=T0, until=T0 + 3630).rows[0]
+    assert carol.tokens == pytest.approx(10.8e6)
+    assert carol.mfu == pytest.approx(10.8e6 * (2 * 13e9 + 4 * 40 * 5120 * 4096) / (2 * 3600 * 835e12), rel=1e-9)
+    assert round(carol.mfu, 4) == 0.0527
+
+
+def test_a_task_that_reports_serving_figures_is_taken_as_serving_unless_it_says_otherwise() -> None:
+    ttft = [metric("n3", T0 + 30, "chat-13b", "s1", TaskMetricKind.TTFT, ttft_s=0.2)]
+    serving = 10.8e6 * (2 * 13e9 + 4 * 40 * 5120 * 4096) / (2 * 3600 * 835e12)
+    training = 10.8e6 * (6 * 13e9 + 12 * 40 * 5120 * 4096) / (2 * 3600 * 835e12)
+    assert compute_usage(serving_hour() + ttft, since=T0, until=T0 + 3630).rows[0].mfu == pytest.approx(serving)
+    assert compute_usage(serving_hour(), since=T0, until=T0 + 3630).rows[0].mfu == pytest.approx(training)
+    said = compute_usage(serving_hour(model_mode="train") + ttft, since=T0, until=T0 + 3630).rows[0]
+    assert said.mfu == pytest.approx(training)

@@ -92,3 +92,12 @@ def test_receiver_thread_collects_between_drains(tmp_path):
     finally:
         r.close()
     assert [m.step for m in got] == list(range(1, 31))
+
+
+def test_the_model_says_whether_it_is_trained_or_served(receiver):
+    t = Task("chat", "svc-1", socket_path=receiver.path)
+    t.model(13e9, layers=40, hidden=5120, seq_len=4096, mode="serve")
+    t.model(7e9)  # as before the mode argument: nothing said, the report decides
+    served, plain = drain(receiver, 2)
+    assert (served.kind, served.model_mode, served.model_params, served.model_seq_len) == ("model", "serve", 13e9, 4096)
+    assert plain.model_mode is None and plain.model_params == 7e9
