@@ -104,7 +104,10 @@ def parse(text: str, names: EngineNames) -> Scrape:
             for s in fam.samples:
                 if s.name.endswith("_created"):
                     created[SeriesKey(base, _labels(s.labels))] = s.value
+    written = {fam.name for fam in families}
     for fam in families:
+        if names.superseded.get(fam.name) in written:
+            continue  # the newer family carries the same observations
         if fam.name in wanted_hist and fam.type == "histogram":
             _histogram(fam, out.histograms, created, names.histogram_units.get(fam.name, 1.0))
         elif fam.name in names.counters and fam.type == "counter":

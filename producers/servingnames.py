@@ -1,10 +1,12 @@
 """What each serving engine calls the metrics the inference layer reads, in one table.
 
 Names are Prometheus *family* names as ``prometheus_client``'s parser gives them (a
-counter's family drops ``_total``). Sources (docs/inference.md): vLLM v0.10.2,
-``vllm/v1/metrics/loggers.py`` (``PrometheusStatLogger``); SGLang,
-``python/sglang/srt/metrics/collector.py`` (``TokenizerMetricsCollector``,
-``SchedulerMetricsCollector``); Hugging Face TGI, ``docs/source/reference/metrics.md`` (v3)
+counter's family drops ``_total``). Sources (docs/inference.md), each read at a release: vLLM
+v0.11.0, ``vllm/v1/metrics/loggers.py`` (``PrometheusStatLogger``), with v0.10.1.1's and v0.10.2's
+for the ITL histogram's older name; SGLang v0.5.2 (its PyPI wheel),
+``sglang/srt/metrics/collector.py`` (``TokenizerMetricsCollector``,
+``SchedulerMetricsCollector``) and ``sglang/srt/managers/tokenizer_manager.py`` (when each
+counter counts); Hugging Face TGI, ``docs/source/reference/metrics.md`` (v3)
 and ``router/src/infer/mod.rs`` (``tgi_request_failure`` by ``err``); Triton,
 ``docs/user_guide/metrics.md`` of triton-inference-server/server and, for the first-response
 histogram, ``src/metric_model_reporter.cc`` of triton-inference-server/core (r24+).
@@ -31,6 +33,10 @@ class EngineNames:
     histogram_sums: dict[str, str] = field(default_factory=dict)
     #: Seconds per unit of a histogram not in seconds (Triton's is in milliseconds).
     histogram_units: dict[str, float] = field(default_factory=dict)
+    #: An older family name -> the family that replaced it: the older one is read only from a
+    #: server that does not write the newer (a release in between writes both, the same
+    #: observations twice).
+    superseded: dict[str, str] = field(default_factory=dict)
 
     def families(self) -> set[str]:
         return {*self.histograms, *self.counters, *self.gauges, *self.histogram_sums}
@@ -41,6 +47,7 @@ VLLM = EngineNames(
     histograms={
         "vllm:time_to_first_token_seconds": "ttft",
         "vllm:inter_token_latency_seconds": "itl",
+        "vllm:time_per_output_token_seconds": "itl",
         "vllm:e2e_request_latency_seconds": "e2e",
         "vllm:request_queue_time_seconds": "queue",
     },
@@ -55,9 +62,13 @@ VLLM = EngineNames(
         "vllm:num_requests_waiting": "requests_waiting",
         "vllm:kv_cache_usage_perc": "kv_cache_usage",
     },
-    # vLLM 0.10.2 counts every finished request in request_success by finished_reason
-    # (stop, length, abort) and has no per-model error counter: an abort is the failure it shows.
+    # vLLM counts every finished request in request_success by finished_reason (stop, length,
+    # abort) and has no per-model error counter: an abort is the failure it shows.
     error_outcomes={"finished_reason": frozenset({"abort"})},
+    # The ITL histogram was vllm:time_per_output_token_seconds up to v0.10.1.1; v0.10.2 and
+    # v0.11 write both (the same observations; the old one "deprecated in 0.11"), v0.12 hides
+    # the old one and v0.13 removes it.
+    superseded={"vllm:time_per_output_token_seconds": "vllm:inter_token_latency_seconds"},
 )
 
 SGLANG = EngineNames(
@@ -67,9 +78,18 @@ SGLANG = EngineNames(
         "sglang:inter_token_latency_seconds": "itl",
         "sglang:e2e_request_latency_seconds": "e2e",
     },
+    # SGLang v0.5.2's tokenizer manager counts a request in num_requests_total when it finishes
+    # (its tokens in prompt_tokens_total and generation_tokens_total at the same moment), and an
+    # abort in num_aborted_requests when it sends it to the scheduler (``abort_request``). A
+    # request aborted while it ran also finishes, with reason abort, so it is in both: the error
+    # rate, aborts over both counters, is then understated by those; one aborted before it ran
+    # is counted once. The abort counter is ``sglang:num_aborted_requests`` in v0.5.2 and
+    # ``..._total`` later: the same family.
     counters={
         "sglang:prompt_tokens": "prompt_tokens",
         "sglang:generation_tokens": "generation_tokens",
+        "sglang:num_requests": "requests",
+        "sglang:num_aborted_requests": "requests_failed",
     },
     gauges={
         "sglang:num_running_reqs": "requests_running",

@@ -33,7 +33,7 @@ def scraped(samples: np.ndarray, name: str, batches: int = 3) -> Buckets:
                     server.metrics.finish("m", Request(ttft=float(x), itl=[], e2e=float(x), queue=0.0,
                                                        prompt_tokens=1))
                 else:
-                    server.metrics.itl.labels("m", "0").observe(float(x))
+                    server.metrics.observe_itl("m", float(x))
             clock[0] += 15
             (rec,) = s.scrape_all()
             (h,) = [h for h in rec.histograms if h.name == name]
