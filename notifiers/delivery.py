@@ -12,8 +12,9 @@ Every wait here is on ``clock``, the wall clock (injected only to simulate
 it): rate limits, signature timestamps, retry backoff and Retry-After. Event
 time only ever appears in what a message says. A failed send (5xx, timeout,
 rate limit) sets the receiver's next attempt at exponential backoff with
-jitter, capped, and never before the platform's Retry-After; while it is down
-the worker probes with one request per backoff step instead of hammering it.
+jitter, capped at a minute (``PROBE_S``), and never before the platform's Retry-After;
+while it is down the worker probes with one request (the queue as one digest) per backoff
+step instead of hammering it, so it is heard from within a minute of its return.
 After ``max_attempts`` failures in a row the fallbacks get the queued
 notifications. :meth:`Delivery.deliver` is the same path for one notification
 whose answer the caller waits for (``test-notify``).
@@ -58,6 +59,9 @@ CHANNELS: dict[str, Channel[Any]] = {
     "apprise": apprise_channel.CHANNEL,
 }
 MAX_DIGEST = 1000  # notifications merged into one digest at most (the text limit usually binds first)
+PROBE_S = 60.0
+"""The longest backoff step: while messages wait for a receiver that is down, it is probed at least
+this often (jittered to 30-60 s), so what piled up goes out within a minute of its return (#31)."""
 
 Status = Literal["delivered", "spooled", "failed", "fallback"]
 
@@ -108,7 +112,7 @@ class Delivery:
                  timezone: str = "UTC", clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  client: httpx.AsyncClient | None = None, log: DeliveryLog | None = None,
-                 max_attempts: int = 4, backoff_s: float = 1.0, max_backoff_s: float = 300.0,
+                 max_attempts: int = 4, backoff_s: float = 1.0, max_backoff_s: float = PROBE_S,
                  timeout_s: float = 10.0, rng: Callable[[], float] = random.random,
                  metrics: DeliveryMetrics | None = None) -> None:
         """``clock``/``sleep``: the wall clock (never event time); tests inject a simulated one.

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import random
+
 from gpuwarden.contract import Tier
-from gpuwarden.notifiers.delivery import Delivery
+from gpuwarden.notifiers.delivery import PROBE_S, Delivery
 from gpuwarden.notifiers.receivers import Receiver
 from tests.fakes.alerts import FP, note
 from tests.fakes.http import FakeDingTalk, FakeFeishu, FakePagerDuty, FakeSlack, FakeWebhook, max_in_window
@@ -261,3 +263,46 @@ async def test_retries_back_off_exponentially_on_the_simulated_clock(monkeypatch
     assert out.status == "delivered" and out.attempts == 4
     at = [q.at for q in fake.requests]
     assert [round(b - a, 1) for a, b in zip(at, at[1:])] == [1.0, 2.0, 4.0]
+
+
+async def test_after_a_3_minute_outage_what_queued_goes_out_as_one_digest_within_60_s(monkeypatch, clock, spool):
+    """Feishu answers 503 for 3 minutes while 30 notifications arrive: it is probed at least once a
+    minute, and everything goes out as one digest within 60 s of its return (simulated clock: the
+    bound is on the platform's own timestamps, not on how long the test runs)."""
+    with FakeFeishu(clock) as fake:
+        fake.down_until = clock() + 180
+        d = Delivery([feishu_receiver(monkeypatch, fake, None)], spool=spool, clock=clock, sleep=clock.sleep,
+                     rng=random.Random(31).random)
+        try:
+            statuses = []
+            for i in range(30):
+                statuses.append((await d.deliver(note("fs", i))).status)
+                await clock.sleep(3)
+            await d.wait_idle()
+        finally:
+            await d.aclose()
+    assert statuses == ["spooled"] * 30
+    at = [q.at for q in fake.requests]
+    assert max(b - a for a, b in zip(at, at[1:])) <= PROBE_S  # probed at least once a minute
+    (sent,) = fake.accepted
+    assert fake.down_until <= sent.at <= fake.down_until + 60
+    content = sent.json["card"]["elements"][0]["text"]["content"]
+    assert FP.findall(content) == [f"fp{i:05d}" for i in range(30)] and d.pending("fs") == 0
+
+
+async def test_retry_after_beyond_the_probe_step_wins(monkeypatch, clock, spool):
+    """Slack says Retry-After: 150 while messages wait: no probe comes before it, though probes are
+    otherwise at most 60 s apart."""
+    with FakeSlack(clock) as fake:
+        monkeypatch.setenv("SLACK_URL", fake.base + fake.path)
+        fake.script.extend([(503, {}, b"unavailable")] * 4 + [(429, {"Retry-After": "150"}, b"rate_limited")])
+        d = Delivery([Receiver(name="sl", slack={"url": {"env": "SLACK_URL"}})], spool=spool,
+                     clock=clock, sleep=clock.sleep, rng=lambda: 1.0)
+        try:
+            assert (await d.deliver(note("sl", 1))).status == "spooled"  # 4 attempts, then queued
+            await d.wait_idle()
+        finally:
+            await d.aclose()
+    at = [q.at for q in fake.requests]
+    assert [q.answer[0] for q in fake.requests] == [503] * 4 + [429, 200]
+    assert at[5] - at[4] >= 150 and at[4] - at[3] <= PROBE_S
