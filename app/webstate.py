@@ -10,6 +10,7 @@ in-memory view of the topics instead (:func:`assemble` serves both).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from zoneinfo import ZoneInfo
 
 from gpuwarden.app.display import band, clamp, urgency
 from gpuwarden.app.settings import Settings
@@ -18,6 +19,7 @@ from gpuwarden.contract import Ack, AlertTransition, Baseline, Silence
 from gpuwarden.history.retro import GpuSeries, collect
 from gpuwarden.history.sources import read_spool
 from gpuwarden.notifiers.control import ControlState
+from gpuwarden.notifiers import refusals
 from gpuwarden.notifiers.control_cli import open_alerts
 from gpuwarden.notifiers.render import evidence_parts, words
 from gpuwarden.notifiers.router import alert_groups
@@ -103,6 +105,8 @@ class Fleet:
     """The inference services: the service stage's objectives, the inference stage's nodes."""
     banner: str = ""
     """What the reader must know first ('' when all is well): Kafka unreachable, topics missing."""
+    refusing: list[str] = field(default_factory=list)
+    """Receivers that refuse our messages (notifiers/refusals.py), as their meta alert says it."""
 
 
 def open_spool(settings: Settings) -> Spool:
@@ -162,8 +166,10 @@ def read_fleet(settings: Settings, control: ControlState, wall_now: float) -> Fl
         since = min((t.started_at - (t.evidence.window_s or 0) for t in firing.values()), default=as_of)
         records = read_spool(spool, since - CHART_MARGIN_S, as_of + 1, topic_prefix=settings.kafka.topic_prefix)
         series = collect(records, []).series if firing else {}
+        refusing = [f.summary(ZoneInfo(settings.notify.timezone)) for f in refusals.read_all(spool)]
     return assemble(settings, engine, firing, control, wall_now,
-                    Fleet(which, as_of, [], class_rows(engine), [], [], services=service_summaries(engine)), series)
+                    Fleet(which, as_of, [], class_rows(engine), [], [], services=service_summaries(engine),
+                          refusing=refusing), series)
 
 
 def class_rows(engine: Engine) -> list[ClassRow]:

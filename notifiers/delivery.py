@@ -16,7 +16,10 @@ jitter, capped at a minute (``PROBE_S``), and never before the platform's Retry-
 while it is down the worker probes with one request (the queue as one digest) per backoff
 step instead of hammering it, so it is heard from within a minute of its return.
 After ``max_attempts`` failures in a row the fallbacks get the queued
-notifications. :meth:`Delivery.deliver` is the same path for one notification
+notifications. A refused signature or token (``Permanent.auth``) makes delivery read the
+receiver's secrets again and, when they changed, retry once; still refused, the message goes to
+a fallback and a meta alert about the receiver goes to all the others until it accepts again
+(:mod:`gpuwarden.notifiers.refusals`). :meth:`Delivery.deliver` is the same path for one notification
 whose answer the caller waits for (``test-notify``).
 """
 
@@ -34,14 +37,17 @@ from zoneinfo import ZoneInfo
 
 import httpx
 
-from gpuwarden.contract import Tier, is_simulated
+from gpuwarden.config import ConfigError
+from gpuwarden.contract import AlertState, Tier, is_simulated
 from gpuwarden.spool import Spool
 from gpuwarden.notifiers import alertmanager, apprise_channel, dingtalk, email, feishu, pagerduty, slack, webhook, wecom
 from gpuwarden.notifiers.channel import Channel, SendContext
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.outbox import (Delivered, DeliveryLog, decode_notification, encode_notification,
                               outbox_topic)
+from gpuwarden.notifiers import refusals
 from gpuwarden.notifiers.ratelimit import Limiter
+from gpuwarden.notifiers.refusals import Refusal
 from gpuwarden.notifiers.receivers import Receiver, fallback_problems
 from gpuwarden.notifiers.redact import LOGGERS as REDACTED_LOGGERS, install as install_redaction, redact
 from gpuwarden.notifiers.localise import localise
@@ -121,7 +127,8 @@ class Delivery:
         if problems := fallback_problems(receivers):
             raise ValueError("; ".join(problems))
         # Resolve every secret now: a missing one fails at start, and redaction knows them all.
-        install_redaction([s for r in receivers for s in CHANNELS[r.kind].secrets(r.channel)],
+        self._secrets = {r.name: CHANNELS[r.kind].secrets(r.channel) for r in receivers}
+        install_redaction([s for values in self._secrets.values() for s in values],
                           loggers=(*REDACTED_LOGGERS, *(name for c in CHANNELS.values() for name in c.loggers)))
         problems = [p for kind, c in CHANNELS.items()
                     for p in c.problems([(r.name, r.channel) for r in receivers if r.kind == kind])]
@@ -138,8 +145,11 @@ class Delivery:
         self.context = SendContext(self.client, clock, timeout_s)
         self.log = log or DeliveryLog(self.spool)
         self.metrics = metrics or DeliveryMetrics(clock)
+        self.refusing = {f.receiver: f for f in refusals.read_all(self.spool) if f.receiver in self.receivers}
+        """Receivers that refuse our credentials (the meta alert is open), restored across restarts."""
         for r in receivers:
             self.metrics.known(r.name, get_args(Status))
+            self.metrics.refusing(r.name, r.name in self.refusing)
         self.delivered = Delivered(self.spool)
         self.limiters = {r.name: Limiter(CHANNELS[r.kind].rate_limits(r.channel), clock) for r in receivers}
         self._locks = {r.name: asyncio.Lock() for r in receivers}
@@ -186,7 +196,10 @@ class Delivery:
                 self._warn(r, verdict, attempts)
                 if isinstance(verdict, Retry):
                     self._failed(r.name, attempts, verdict.after_s)
-        if (fb := await self._fallback(r, n)) is not None:
+        fb = await self._fallback(r, n)
+        if not down and isinstance(verdict, Permanent):
+            self._refused(r, verdict)  # after the fallback: the meta alert must not queue ahead of it
+        if fb is not None:
             return fb
         if not down and isinstance(verdict, Permanent):
             return self._outcome(n, "failed", verdict.message, attempts)
@@ -204,6 +217,25 @@ class Delivery:
                 queued += n
                 self._ensure_flusher(name)
         return queued
+
+    def reread_secrets(self, names: list[str] | None = None) -> list[str]:
+        """Read the secrets of ``names`` (all receivers: SIGHUP) again; returns the receivers whose
+        secrets changed. Only names are logged, never a value; an unreadable one keeps the last."""
+        changed = []
+        for name in names if names is not None else list(self.receivers):
+            r = self.receivers[name]
+            try:
+                values = CHANNELS[r.kind].secrets(r.channel)
+            except ConfigError as e:
+                log.warning("%s: secrets not re-read: %s", name, redact(str(e)))
+                continue
+            install_redaction(values)
+            if values != self._secrets[name]:
+                self._secrets[name] = values
+                changed.append(name)
+        log.info("secrets re-read for %d receiver(s); changed: %s", len(names or self.receivers),
+                 ", ".join(changed) or "none")
+        return changed
 
     async def wait_idle(self) -> None:
         """Wait until every worker has emptied its outbox."""
@@ -226,12 +258,19 @@ class Delivery:
     # ------------------------------------------------------------------ sending
 
     async def _send(self, r: Receiver, n: Notification, max_attempts: int) -> tuple[Verdict, int]:
-        attempt = 0
+        """Up to ``max_attempts`` sends while the answer is "retry"; a refused signature or token is
+        retried once, at once, when re-reading the receiver's secrets finds them changed."""
+        attempt, reread = 0, False
         while True:
             attempt += 1
             verdict = await self._send_once(r, n)
             if isinstance(verdict, Retry):
                 self.metrics.retry(r.name)
+            if isinstance(verdict, Permanent) and verdict.auth and not reread:
+                reread = True
+                if self.reread_secrets([r.name]):
+                    log.warning("%s: %s; its secrets changed since: retrying once", r.name, redact(verdict.message))
+                    continue
             if not isinstance(verdict, Retry) or attempt >= max_attempts:
                 return verdict, attempt
             delay = self._backoff(attempt, verdict.after_s)
@@ -353,12 +392,15 @@ class Delivery:
                 if failures == self.max_attempts and r.fallback:
                     await self._hand_to_fallbacks(r, batch)
                 return 0
-            self.spool.mark_published([rid for rid, _ in batch])
-            if isinstance(verdict, Permanent):
+            if isinstance(verdict, Permanent):  # each goes to a fallback that takes it, or is failed
                 self._warn(r, verdict, attempts)
-                for n in items:
-                    self._outcome(n, "failed", verdict.message, attempts)
+                for rid, n in batch:
+                    if await self._fallback(r, n) is None:
+                        self._outcome(n, "failed", verdict.message, attempts)
+                    self.spool.mark_published([rid])
+                self._refused(r, verdict)
                 return 0
+            self.spool.mark_published([rid for rid, _ in batch])
             self._recovered(r.name)
             self._done(r, items, attempts)
             return len(items)
@@ -382,7 +424,32 @@ class Delivery:
 
     # ------------------------------------------------------------------ bookkeeping
 
+    def _refused(self, r: Receiver, verdict: Permanent) -> None:
+        """An authentication failure that re-reading did not cure: open the meta alert (once)."""
+        if not verdict.auth or r.name in self.refusing:
+            return
+        refusal = self.refusing[r.name] = Refusal(r.name, r.kind, self.clock(), verdict.reason or verdict.message)
+        refusals.save(self.spool, refusal)
+        self.metrics.refusing(r.name, True)
+        log.error("%s", refusal.summary(self.tz))
+        self._meta(refusal, AlertState.FIRING)
+
+    def _meta(self, refusal: Refusal, state: AlertState) -> None:
+        """The meta alert about ``refusal`` to every other receiver that takes messages now."""
+        now = self.clock()
+        t = refusal.transition(state, now, self.tz)
+        for name in self.receivers:
+            if name != refusal.receiver and name not in self.refusing:
+                self.submit(Notification(receiver=name, group_key=f"{refusals.RULE}/{refusal.receiver}", alerts=[t],
+                                         reason="new" if state == AlertState.FIRING else "resolved", at=now,
+                                         id=f"{refusals.RULE}/{refusal.receiver}/{refusal.since!r}/{state.value}"))
+
     def _done(self, r: Receiver, items: list[Notification], attempts: int) -> Outcome:
+        if (refusal := self.refusing.pop(r.name, None)) is not None:  # it takes our messages again
+            refusals.forget(self.spool, r.name)
+            self.metrics.refusing(r.name, False)
+            log.warning("%s accepts our messages again", r.name)
+            self._meta(refusal, AlertState.RESOLVED)
         self.delivered.add(r.name, [n.id for n in items], self.clock())
         detail = "delivered" if len(items) == 1 else f"delivered in a digest of {len(items)}"
         outcomes = [self._outcome(n, "delivered", detail, attempts) for n in items]

@@ -21,7 +21,7 @@ from gpuwarden.notifiers.render import Locale, is_resolved, render_text, render_
 from gpuwarden.notifiers.verdict import HttpRequest, Verdict, body_code_verdict, json_request, reveal
 
 TEXT_LIMIT = 18_000  # markdown size limit is not documented officially; stay well under 20 KB
-RATE_LIMITED, SECURITY_CHECK_FAILED = 130101, 310000
+RATE_LIMITED, SECURITY_CHECK_FAILED, NO_TOKEN = 130101, 310000, 300001
 RATE_LIMIT_WAIT_S = 60.0
 
 
@@ -56,9 +56,11 @@ def build_request(cfg: DingTalkConfig, n: Notification, locale: Locale, now: flo
 
 
 def classify(status: int, headers: object, body: bytes) -> Verdict:
-    """errcode 0 ok; 130101 rate limit (retry); 310000 security check failed: permanent."""
+    """errcode 0 ok; 130101 rate limit (retry); 310000 security check failed, 300001 no such token:
+    permanent, refused credentials."""
     return body_code_verdict(status, headers, body, platform="DingTalk", code_keys=("errcode",),
-                             msg_keys=("errmsg",), retry={RATE_LIMITED: RATE_LIMIT_WAIT_S})
+                             msg_keys=("errmsg",), retry={RATE_LIMITED: RATE_LIMIT_WAIT_S},
+                             auth=(SECURITY_CHECK_FAILED, NO_TOKEN))
 
 
 CHANNEL = HttpChannel(build_request, classify, limits=((20, 60.0),), text_limit=TEXT_LIMIT)  # 20/min per robot

@@ -54,7 +54,8 @@ def _send_blocking(cfg: EmailConfig, msg: EmailMessage) -> Verdict:
         text = e.smtp_error.decode("utf-8", "replace") if isinstance(e.smtp_error, bytes) else str(e.smtp_error)
         if 400 <= e.smtp_code < 500:
             return Retry(None, f"SMTP {e.smtp_code}: {text}")
-        return Permanent(f"SMTP {e.smtp_code}: {text}")
+        return Permanent(f"SMTP {e.smtp_code}: {text}", auth=e.smtp_code == 535,  # 535: credentials refused
+                         reason=f"{text} ({e.smtp_code})")
     except (OSError, smtplib.SMTPException) as e:
         return Retry(None, f"SMTP {cfg.host}:{cfg.port} unreachable: {type(e).__name__}: {e}")
 

@@ -56,7 +56,7 @@ def build_request(cfg: FeishuConfig, n: Notification, locale: Locale, now: float
 def classify(status: int, headers: object, body: bytes) -> Verdict:
     """code 0 ok; 11232 rate limit (retry); 19021 bad signature, 9499 bad request: permanent."""
     return body_code_verdict(status, headers, body, platform="Feishu", code_keys=("code", "StatusCode"),
-                             msg_keys=("msg", "StatusMessage"), retry={RATE_LIMITED: None})
+                             msg_keys=("msg", "StatusMessage"), retry={RATE_LIMITED: None}, auth=(BAD_SIGNATURE,))
 
 
 CHANNEL = HttpChannel(build_request, classify, limits=((5, 1.0), (100, 60.0)), text_limit=TEXT_LIMIT)  # per bot

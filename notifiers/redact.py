@@ -37,9 +37,11 @@ class Redactor:
         from urllib.parse import quote, quote_plus
 
         with self._lock:
-            for s in secrets:
-                if s and len(s) >= MIN_SECRET_LEN:
-                    self._secrets.update({s, quote(s, safe=""), quote_plus(s)})
+            new = {v for s in secrets if s and len(s) >= MIN_SECRET_LEN
+                   for v in (s, quote(s, safe=""), quote_plus(s))} - self._secrets
+            if not new:
+                return  # known already: every request reveals its secrets, so this is the common case
+            self._secrets |= new
             ordered = sorted(self._secrets, key=len, reverse=True)
             self._pattern = re.compile("|".join(map(re.escape, ordered))) if ordered else None
 

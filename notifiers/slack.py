@@ -51,10 +51,13 @@ def build_request(cfg: SlackConfig, n: Notification, locale: Locale, now: float)
 
 
 def classify(status: int, headers: object, body: bytes) -> Verdict:
-    """200 ``ok``; 429 with Retry-After; errors are plain text (``invalid_payload``, ``no_text``…)."""
+    """200 ``ok``; 429 with Retry-After; errors are plain text (``invalid_payload``, ``no_text``…);
+    403 ``invalid_token`` and 404 ``no_service`` (the hook URL is the token) refuse the credentials."""
+    text = body.decode("utf-8", "replace").strip()
+    if status in (403, 404):
+        return Permanent(f"HTTP {status}: {text[:300]}", auth=True, reason=f"{text[:100]} (HTTP {status})")
     if (v := http_status_verdict(status, headers, body)) is not None:
         return v
-    text = body.decode("utf-8", "replace").strip()
     return Ok() if status == 200 and text in ("ok", "") else Permanent(f"HTTP {status}: {text[:300]}")
 
 

@@ -37,6 +37,8 @@ class DeliveryMetrics:
                             ("receiver",), registry=r)
         self.oldest = Gauge("gpuwarden_notify_oldest_queued_age_seconds", "age of the oldest notification in "
                             "the receiver's outbox (0 when empty)", ("receiver",), registry=r)
+        self.refused = Gauge("gpuwarden_notify_receiver_refusing", "1 while the receiver refuses our credentials "
+                             "(signature or token; the meta alert is open), else 0", ("receiver",), registry=r)
         self._oldest_at: dict[str, float] = {}
 
     def known(self, receiver: str, outcomes: Iterable[str]) -> None:
@@ -49,6 +51,9 @@ class DeliveryMetrics:
 
     def outcome(self, receiver: str, status: str) -> None:
         self.deliveries.labels(receiver, status).inc()
+
+    def refusing(self, receiver: str, refusing: bool) -> None:
+        self.refused.labels(receiver).set(1 if refusing else 0)
 
     def retry(self, receiver: str) -> None:
         self.retries.labels(receiver).inc()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from gpuwarden.config import SecretRef
+from gpuwarden.notifiers.redact import REDACTOR
 
 if TYPE_CHECKING:
     from gpuwarden.notifiers.receivers import BasicAuth
@@ -44,6 +45,10 @@ class Permanent:
     """Will fail the same way again (bad signature, bad payload): the platform's own message."""
 
     message: str
+    auth: bool = False
+    """An authentication or signature failure: the receiver refuses every message until its secret is right."""
+    reason: str = ""
+    """The platform's words and code alone (``sign match fail (19021)``), for the meta alert; never a secret."""
 
 
 Verdict = Ok | Retry | Permanent
@@ -66,8 +71,8 @@ def http_status_verdict(status: int, headers: object, body: bytes) -> Verdict | 
         return Retry(retry_after(headers), f"HTTP 429 rate limited: {text}")
     if status >= 500:
         return Retry(retry_after(headers), f"HTTP {status}: {text}")
-    if status >= 400:
-        return Permanent(f"HTTP {status}: {text}")
+    if status >= 400:  # 401/403: the credentials (token, key, basic auth) are refused
+        return Permanent(f"HTTP {status}: {text}", auth=status in (401, 403), reason=f"HTTP {status} {text.strip()}")
     return None
 
 
@@ -79,8 +84,11 @@ def status_verdict(status: int, headers: object, body: bytes) -> Verdict:
 
 
 def reveal(ref: SecretRef) -> str:
-    """The secret's value, for building a request; never log what this returns."""
-    return ref.resolve().get_secret_value()
+    """The secret's value as it is now (a rotated file is used by the next request), for building a
+    request; registered with redaction before it is returned. Never log what this returns."""
+    value = ref.resolve().get_secret_value()
+    REDACTOR.add((value,))
+    return value
 
 
 def authorization(token: SecretRef | None, basic: BasicAuth | None = None) -> str | None:
@@ -107,11 +115,13 @@ def json_body(body: bytes) -> dict | None:
 
 
 def body_code_verdict(status: int, headers: object, body: bytes, *, platform: str, code_keys: tuple[str, ...],
-                      msg_keys: tuple[str, ...], retry: dict[int, float | None]) -> Verdict:
+                      msg_keys: tuple[str, ...], retry: dict[int, float | None],
+                      auth: tuple[int, ...] = ()) -> Verdict:
     """For platforms that answer HTTP 200 and say in a body code whether it worked (0 = ok).
 
-    ``retry`` maps the codes that mean "try again" (rate limits) to a wait hint;
-    every other non-zero code is permanent and reported with the platform's text.
+    ``retry`` maps the codes that mean "try again" (rate limits) to a wait hint; ``auth`` lists
+    those that mean the signature or token is refused; every other non-zero code is permanent
+    and reported with the platform's text.
     """
     if (v := http_status_verdict(status, headers, body)) is not None:
         return v
@@ -125,4 +135,4 @@ def body_code_verdict(status: int, headers: object, body: bytes, *, platform: st
         return Ok()
     if code in retry:
         return Retry(retry[code], msg)
-    return Permanent(msg)
+    return Permanent(msg, auth=code in auth, reason=f"{text} ({code})")

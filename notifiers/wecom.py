@@ -10,7 +10,7 @@ from gpuwarden.notifiers.render import Locale, render_text, truncate_utf8
 from gpuwarden.notifiers.verdict import HttpRequest, Verdict, body_code_verdict, json_request, reveal
 
 MARKDOWN_BYTES = 4096
-RATE_LIMITED = 45009
+RATE_LIMITED, BAD_KEY = 45009, 93000
 RATE_LIMIT_WAIT_S = 60.0
 
 
@@ -30,7 +30,7 @@ def build_request(cfg: WeComConfig, n: Notification, locale: Locale, now: float)
 def classify(status: int, headers: object, body: bytes) -> Verdict:
     """errcode 0 ok; 45009 rate limit (retry); 93000 invalid webhook URL: permanent."""
     return body_code_verdict(status, headers, body, platform="WeCom", code_keys=("errcode",),
-                             msg_keys=("errmsg",), retry={RATE_LIMITED: RATE_LIMIT_WAIT_S})
+                             msg_keys=("errmsg",), retry={RATE_LIMITED: RATE_LIMIT_WAIT_S}, auth=(BAD_KEY,))
 
 
 CHANNEL = HttpChannel(build_request, classify, limits=((20, 60.0),), text_limit=MARKDOWN_BYTES)  # 20/min per robot

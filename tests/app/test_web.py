@@ -14,6 +14,8 @@ import httpx
 import pytest
 
 from gpuwarden.contract import SchedulerJob, Topics, decode
+from gpuwarden.notifiers import refusals
+from gpuwarden.notifiers.refusals import Refusal
 from gpuwarden.spool import Spool
 from tests.app.web_support import REPO, TOKEN_ENV, chromium, full_page_shot, gpuwarden, shot_dir, simulated_run, web_server
 
@@ -192,3 +194,19 @@ def test_off_loopback_needs_credentials(tmp_path) -> None:
     bare.write_text(f"spool: {{path: {tmp_path / 's.db'}}}\n")
     r = gpuwarden("web", "--config", str(bare), "--bind", "0.0.0.0", "--port", "0")
     assert r.returncode == 2 and "could read the fleet" in r.stderr, r.stderr
+
+
+def test_a_receiver_refusing_our_messages_is_said_on_the_console(console) -> None:
+    """What delivery records about a receiver that refuses our credentials (notifiers/refusals.py)
+    is read from the spool and said above every page, until it is forgotten (it accepts again)."""
+    tmp, _, url = console
+    refusal = Refusal("team-a", "feishu", 1_767_225_600.0, "sign match fail (19021)")
+    with Spool(tmp / "spool.db") as spool:
+        refusals.save(spool, refusal)
+    try:
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+            page = http.get("/alerts").text
+        assert "Feishu room team-a refuses our messages: sign match fail (19021) since 00:00" in page
+    finally:
+        with Spool(tmp / "spool.db") as spool:
+            refusals.forget(spool, "team-a")
