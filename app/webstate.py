@@ -186,7 +186,7 @@ def assemble(settings: Settings, engine: Engine, firing: dict[str, AlertTransiti
     nodes = [node_view(st) for n in engine.nodes.nodes() if (st := engine.nodes.state(n)) is not None]
     w = words(settings.language)
     ordered = sorted(firing.values(), key=urgency)
-    cards = {t.fingerprint: AlertCard(t, evidence_parts(t.evidence, w), control.ack(t),
+    cards = {t.fingerprint: AlertCard(t, evidence_parts(t.evidence, w, settings.language), control.ack(t),
                                       _chart(t, series, head.as_of) if series else None)
              for t in ordered}
     groups = sorted(([(labels, [cards[t.fingerprint] for t in alerts])

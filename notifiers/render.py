@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 
 from gpuwarden.contract import AlertState, AlertTransition, Evidence, Tier
+from gpuwarden.humantime import span
 from gpuwarden.notifiers.markup import PLAIN, Dialect, Line, Mark, Marked, Span, own
 from gpuwarden.notifiers.message import Notification
 
@@ -24,6 +25,7 @@ _WORDS: dict[str, dict[str, str]] = {
         "count": "count", "digest": "Digest: {n} alerts held back by the rate limit or an outage, merged",
         "escalation": "Escalation level {n}",
         "test": "Test message from gpuwarden: this receiver works.", "alerts": "{f} firing, {r} resolved",
+        "colon": ": ", "comma": ", ", "semicolon": "; ", "samples": " (n={n})",
     },
     "zh-CN": {
         "critical": "严重", "attention": "关注", "info": "信息",
@@ -34,8 +36,35 @@ _WORDS: dict[str, dict[str, str]] = {
         "count": "次数", "digest": "汇总：因频率限制或故障暂存的 {n} 条告警合并发送",
         "escalation": "升级级别 {n}",
         "test": "gpuwarden 测试消息：此接收方工作正常。", "alerts": "{f} 条告警中，{r} 条已恢复",
+        "colon": "：", "comma": "，", "semicolon": "；", "samples": "（{n} 个样本）",
     },
 }
+
+#: Evidence figures by what they measure, for readers of a translation (English shows the metric's name).
+_METRICS: dict[str, dict[str, str]] = {
+    "zh-CN": {
+        "allocated": "已分配", "cap_clock_loss": "限频时钟损失", "capped": "限频占比",
+        "capped_neighbours": "同节点限频 GPU 数", "ckpt_released": "检查点后已释放", "clock_frac": "SM 时钟比例",
+        "clock_sm_max_mhz": "SM 最高时钟", "clock_sm_mhz": "SM 时钟", "comm_s": "通信耗时", "comm_share": "通信占比",
+        "data_wait_s": "数据等待耗时", "data_wait_share": "数据等待占比", "ecc_uncorrected": "不可纠正 ECC 错误",
+        "gpus": "GPU 数", "gpus_missing": "缺失 GPU 数", "gpus_present": "在位 GPU 数", "headroom_gib": "显存余量",
+        "hw_slowdown": "硬件降速占比", "hw_thermal": "硬件过热降频占比", "idle_allocated": "已分配空闲占比",
+        "idle_card_hours": "空闲卡时", "idle_hours": "空闲时长", "mem_peak_frac": "显存峰值占比",
+        "mem_total_gib": "显存总量", "mem_used_frac": "显存占用比例", "mem_used_gib": "显存占用", "nodes": "节点数",
+        "power_brake": "功率刹车占比", "power_default_limit_w": "默认功率上限", "power_frac": "功率占上限比例",
+        "power_limit_frac": "功率上限比例", "power_limit_w": "功率上限", "power_w": "功率", "present": "在位",
+        "remap_failure": "行重映射失败", "remap_pending": "待重映射行", "step_time_s": "单步耗时",
+        "sw_power_cap": "软件功率限频", "sw_thermal": "软件过热限频", "temp_gpu_c": "GPU 温度",
+        "temp_per_w": "每瓦温升", "thermal_cap": "过热限频占比", "time_to_oom_s": "距显存耗尽",
+        "util_gpu": "GPU 利用率", "version_skew": "版本不一致",
+    },
+}
+#: The suffix an aggregate adds to a metric's evidence key (``util_gpu_avg``), in words.
+_AGGREGATES: dict[str, dict[str, str]] = {
+    "zh-CN": {"avg": "均值", "max": "最大值", "min": "最小值", "start": "起始值", "range_rel": "相对波动"},
+}
+#: Duration units (seconds, minutes, hours, days) where a language writes them as words.
+_DURATION_UNITS = {"zh-CN": ("秒", "分钟", "小时", "天")}
 
 #: Alerts shown in full in one message; the rest are listed one line each.
 DETAILED_ALERTS = 5
@@ -73,7 +102,21 @@ def human_time(t: float, locale: Locale) -> str:
     return f"{d:%Y-%m-%d %H:%M:%S} {d.tzname()}"
 
 
-def _dur(s: float) -> str:
+def metric_words(key: str, language: str) -> str:
+    """An evidence key (``hw_slowdown_avg``) in ``language``'s words; the key itself where it has none."""
+    names, aggs = _METRICS.get(language, {}), _AGGREGATES.get(language, {})
+    if key in names:
+        return names[key]
+    for agg, said in aggs.items():
+        if key.endswith("_" + agg) and key[: -len(agg) - 1] in names:
+            return names[key[: -len(agg) - 1]] + said
+    return key
+
+
+def _dur(s: float, language: str) -> str:
+    """``15m00s`` in English (as the engine's own text); ``1 小时 5 分钟`` where the language has words."""
+    if (units := _DURATION_UNITS.get(language)) is not None:
+        return span(s, units)
     s = int(s)
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
@@ -82,17 +125,21 @@ def _num(v: float) -> str:
     return f"{v:.4g}"
 
 
-def evidence_parts(ev: Evidence, w: dict[str, str]) -> list[str]:
-    parts = [f"{k}={_num(v)}" for k, v in ev.values.items()]
+def evidence_parts(ev: Evidence, w: dict[str, str], language: str = "en") -> list[str]:
+    """The figures of an alert: ``mem_used_gib=61.5`` in English, named in words in a translation."""
+    if language in _METRICS:
+        parts = [f"{metric_words(k, language)} {_num(v)}" for k, v in ev.values.items()]
+    else:
+        parts = [f"{k}={_num(v)}" for k, v in ev.values.items()]
     if ev.held_for_s is not None:
-        parts.append(f"{w['held']} {_dur(ev.held_for_s)}")
+        parts.append(f"{w['held']} {_dur(ev.held_for_s, language)}")
     if ev.slope is not None:
         parts.append(f"{w['slope']} {_num(ev.slope)}{(' ' + ev.slope_unit) if ev.slope_unit else ''}")
     if ev.window_s is not None:
-        parts.append(f"{w['window']} {_dur(ev.window_s)}")
+        parts.append(f"{w['window']} {_dur(ev.window_s, language)}")
     if ev.baseline is not None:
         b = ev.baseline
-        parts.append(f"{w['baseline']} {_num(b.median)} [{_num(b.low)}, {_num(b.high)}] (n={b.samples})")
+        parts.append(f"{w['baseline']} {_num(b.median)} [{_num(b.low)}, {_num(b.high)}]" + w["samples"].format(n=b.samples))
     if ev.count is not None:
         parts.append(f"{w['count']} {ev.count}")
     if ev.note:
@@ -122,15 +169,15 @@ def block_parts(a: AlertTransition, locale: Locale) -> list[Line]:
     lines: list[Line] = [[Marked(Mark.BOLD, (own(f"[{w[a.tier.value]} · {w[a.state.value]}] "), Span(a.summary)))]]
     if lab := _labels(a):
         lines.append([Span(lab)])
-    if ev := evidence_parts(a.evidence, w):
+    if ev := evidence_parts(a.evidence, w, locale.language):
         said = w["evidence_resolved"] if a.state == AlertState.RESOLVED else w["evidence"]
-        lines.append([own(f"{said}: "), Span("; ".join(ev))])  # a resolve's figures are measured at resolution
+        lines.append([own(said + w["colon"]), Span(w["semicolon"].join(ev))])  # a resolve's figures are measured at resolution
     when = f"{w['since']} {human_time(a.started_at, locale)}"
     if a.ended_at is not None:
-        when += f", {w['ended']} {human_time(a.ended_at, locale)}"
+        when += f"{w['comma']}{w['ended']} {human_time(a.ended_at, locale)}"
     lines.append([own(when)])
     if a.action and a.state == AlertState.FIRING:
-        lines.append([own(f"{w['action']}: "), Span(a.action)])
+        lines.append([own(w["action"] + w["colon"]), Span(a.action)])
     lines.append(_ids(a))
     return lines
 
@@ -155,7 +202,7 @@ def title_parts(n: Notification, locale: Locale) -> Line:
         state = w["resolved"] if is_resolved(n) else w["firing"]
     first = n.alerts[0].summary if n.alerts else n.group_key
     more = f" (+{len(n.alerts) - 1})" if len(n.alerts) > 1 else ""
-    return [own(f"[{tier}] {state}: "), Span(first), own(more)]
+    return [own(f"[{tier}] {state}{w['colon']}"), Span(first), own(more)]
 
 
 def render_title(n: Notification, locale: Locale) -> str:

@@ -28,7 +28,7 @@ def am_annotations(a: AlertTransition, locale: Locale) -> dict[str, str]:
     annotations = {"summary": a.summary}
     if a.action:
         annotations["action"] = a.action
-    if ev := evidence_parts(a.evidence, words(locale.language)):
+    if ev := evidence_parts(a.evidence, words(locale.language), locale.language):
         annotations["evidence"] = "; ".join(ev)
     return annotations
 
