@@ -144,3 +144,26 @@ async def test_sighup_rereads_the_secrets():
         await heard.wait()
     finally:
         asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+
+
+async def test_queued_messages_refused_after_an_outage_go_to_the_fallback(monkeypatch, tmp_path, clock, spool):
+    """The queue's worker, not only ``deliver()``: what waited through an outage and is then refused
+    goes to the fallback (it used to be marked failed), and the meta alert opens."""
+    secret = tmp_path / "feishu.secret"
+    secret.write_text(OLD)
+    with FakeFeishu(clock, secret=NEW) as fs, FakeSlack(clock) as sl, FakeWebhook(clock) as wh:
+        fs.down_until = clock() + 100
+        d = Delivery(receivers(monkeypatch, fs, secret, sl, wh), spool=spool, clock=clock, sleep=clock.sleep,
+                     max_attempts=8)  # stays owned by team-a through the outage (no fallback for "down")
+        try:
+            for i in (1, 2):
+                d.submit(note("team-a", i))
+            await d.wait_idle()
+        finally:
+            await d.aclose()
+    assert {q.answer[0] for q in fs.requests if q.at < fs.down_until} == {503}  # probed through the outage
+    assert b"19021" in fs.requests[-1].answer[2] and fs.accepted == []
+    assert sorted(fp for q in sl.accepted for fp in FP.findall(q.json["text"])) == ["fp00001", "fp00002"]
+    statuses = {e["notification_id"]: e["status"] for e in d.log.read(100) if e["receiver"] == "team-a"}
+    assert statuses == {"n1": "fallback", "n2": "fallback"}
+    assert list(d.refusing) == ["team-a"] and [q.json["alerts"][0]["status"] for q in wh.accepted] == ["firing"]
