@@ -16,13 +16,16 @@ UNITS = ("s", "min", "h", "d")
 
 
 def span(seconds: float, units: tuple[str, str, str, str] = UNITS) -> str:
-    """``45 s``, ``12 min``, ``6 h 57 min``, ``3 d 4 h``: two units at most, the larger first."""
+    """``45 s``, ``1 min 50 s``, ``12 min``, ``6 h 57 min``, ``3 d 4 h``: the two largest units
+    it has, the larger first, so a span is never cut to a coarser unit than it needs
+    (109.5 s is ``1 min 50 s``, not ``1 min``); below the second unit, whole units."""
     sec, mins, hours, days = units
     s = int(round(abs(seconds)))
     if s < 60:
         return f"{s} {sec}"
     if s < 3600:
-        return f"{s // 60} {mins}"
+        m, r = divmod(s, 60)
+        return f"{m} {mins} {r} {sec}" if r else f"{m} {mins}"
     if s < 86400:
         h, m = divmod(s // 60, 60)
         return f"{h} {hours} {m} {mins}" if m else f"{h} {hours}"

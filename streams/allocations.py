@@ -145,8 +145,8 @@ def evaluate(allocs: NodeAllocations, utils: dict, procs_of: dict, cfg: Schedule
         # idle-allocated-gpu case (per GPU, info and then attention by idle card-hours).
         covered = not a.busy and set(a.idle) <= set(procs)
         holds = len(a.idle) >= cfg.unused_min_gpus and not covered
-        note = (f"busy: {_list(a.busy)}; idle (util < {IDLE_UTIL:.0f} %): {_list(a.idle)}; "
-                f"the job's processes on: {_list(procs)}")
+        note = (f"busy GPUs: {_list(a.busy)}; idle GPUs (util < {IDLE_UTIL:.0f} %): {_list(a.idle)}; "
+                f"the job's processes on GPUs: {_list(procs)}")
         tr = judge(a.alerts, Verdict(
             "job-gpus-unused", "attention", {k: a.labels[k] for k in ("cluster", "job", "node") if k in a.labels},
             simulated_labels(a.labels) if simulated else a.labels, holds, cfg.unused_for,

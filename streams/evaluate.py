@@ -169,11 +169,13 @@ def fire_at(rule: Rule, ctx: Context, now: float, identity: dict[str, str],
 
 
 def resolve_all(alerts: dict[str, AlertSlot], now: float) -> list[AlertTransition]:
-    """Resolve every firing slot of an entity that is gone (task ended, GPU expired)."""
+    """Resolve every firing slot of an entity that is gone (task ended, GPU expired); each
+    resolve's ``held_for_s`` is how long it fired (the firing's evidence said how long it was pending)."""
     out = []
     for fp in list(alerts):
         slot = alerts[fp]
         if slot.firing_since is not None:
+            slot.evidence = {**slot.evidence, "held_for_s": round(now - slot.firing_since, 3)}
             out.append(transition(slot.rule, fp, slot, "resolved", now, slot.firing_since))
         del alerts[fp]
     return out

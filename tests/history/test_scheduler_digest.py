@@ -30,5 +30,5 @@ def test_the_digest_says_the_week_of_queues(tmp_path) -> None:
     n = digest_notification(usage, "team-chat", "", sched)
     summary, note = n.alerts[0].summary, n.alerts[0].evidence.note
     # GPU-hours: a 2 x 1 h, b 4 x 0.5 h + 4 x 0.5 h; waits 60 s and 3600 s: p50 1830 s, p90 3246 s.
-    assert "scheduler: 2 jobs, 1 retried, queue wait p50 30 min / p90 54 min, 6.0 GPU-hours" in summary
+    assert "scheduler: 2 jobs, 1 retried, queue wait p50 30 min 30 s / p90 54 min 6 s, 6.0 GPU-hours" in summary
     assert "Scheduler history by partition" in note and "gpu" in note

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from gpuwarden.contract import AlertState
 from gpuwarden.notifiers.render import Locale, alert_block
+from gpuwarden.streams.alerts import AlertSlot
 from gpuwarden.streams.engine import Engine
+from gpuwarden.streams.evaluate import resolve_all
 
 from tests.streams.test_checkpoint_baseline import CONFIG, HOUR, STARVE_AT, _long_checkpoints, _util
 from tests.streams.traces import trace
@@ -60,3 +62,13 @@ def test_percent_bands_are_clamped_and_the_band_shown_is_the_band_judged() -> No
     assert judged.high == 100.0  # 97 + 15, clamped
     shown = engine.classes.baseline("llm-pretrain")["util_gpu"]
     assert (shown.low, shown.high) == (judged.low, judged.high)
+
+
+def test_a_resolve_when_its_entity_is_gone_says_how_long_it_fired() -> None:
+    """Issue #34: a rule without ``for`` fires at once (its evidence: held 0 s before firing); its
+    task ends 21 s later and the resolve said ``held_for_s`` 0.0."""
+    slot = AlertSlot("task-gone-rule")
+    slot.firing_since, slot.tier, slot.evidence = 1000.0, "attention", {"values": {}, "held_for_s": 0.0}
+    (resolved,) = resolve_all({"fp-1": slot}, 1021.0)
+    assert resolved.state == AlertState.RESOLVED and resolved.started_at == 1000.0 and resolved.ended_at == 1021.0
+    assert resolved.evidence.held_for_s == 21.0

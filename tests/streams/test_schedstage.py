@@ -168,7 +168,9 @@ def test_a_job_holding_8_gpus_and_using_2_is_told_to_its_owner() -> None:
                         "project": "vision"}
     assert t.evidence.values == {"allocated": 8.0, "busy": 2.0, "idle": 6.0}
     assert t.summary == "job 77 (alice) holds 8 GPUs on node-00 but uses 2"
-    assert t.evidence.note == "busy: 0,1; idle (util < 5 %): 2,3,4,5,6,7; the job's processes on: 0,1"
+    assert t.evidence.note == "busy GPUs: 0,1; idle GPUs (util < 5 %): 2,3,4,5,6,7; the job's processes on GPUs: 0,1"
+    ended = trs[1]  # Slurm let the job go at 2400: resolved with the job, having fired 2400 - 1810 s
+    assert ended.evidence.held_for_s == 590.0  # the firing's own (how long it was pending) before
 
 
 def test_a_job_using_all_its_gpus_raises_nothing() -> None:
@@ -294,7 +296,7 @@ def test_resolves_say_the_figures_at_resolution_not_the_firings() -> None:
     drained = [p for t in range(1800, 2000, 30) for p in poll(T + t, [], [node("gn1", T + t, 4, 0)])]
     wait = run(eng, _waits(12, 900, 1800) + drained)  # the stuck job is cancelled at 1800
     assert [(t.state.value, t.ts - T) for t in wait] == [("firing", 1410.0), ("resolved", 1800.0)]
-    assert wait[0].summary == "gpu jobs asking for 1 GPUs wait 8 min (median of 1 pending) against a usual 1 min"
+    assert wait[0].summary == "gpu jobs asking for 1 GPUs wait 8 min 30 s (median of 1 pending) against a usual 1 min"
     assert wait[1].summary == "gpu jobs asking for 1 GPUs: wait back to 0 s (median of 0 pending) against a " \
                               "usual 1 min"
     eng = Engine()
