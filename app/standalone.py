@@ -25,6 +25,7 @@ from gpuwarden.app.live_view import Status, render
 from gpuwarden.app.settings import Settings
 from gpuwarden.contract import AlertTransition, Topics, batch_task_metrics, encode, record_key, unbatch
 from gpuwarden.humantime import moment, span
+from gpuwarden.notifiers.delivery import reread_on_sighup
 from gpuwarden.notifiers.pipeline import Notifier
 from gpuwarden.producers.agent import build_source, step_with_extras, stop_extras
 from gpuwarden.producers.servingsim import MAX_BATCH as SIM_MAX_BATCH
@@ -218,6 +219,7 @@ async def _run(args: argparse.Namespace, settings: Settings, engine: Engine, sou
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        hangup = reread_on_sighup(notifier.delivery.reread_secrets)  # a rotated secret file, read again
         try:
             async for batch in _ticks(source, extras, args, stop):
                 await runner.batch(batch)
@@ -233,6 +235,8 @@ async def _run(args: argparse.Namespace, settings: Settings, engine: Engine, sou
                 live.update(render(engine, runner.now, status), refresh=True)
             await notifier.drain_before_exit(stop)
             await notifier.aclose()
+            if hangup:
+                loop.remove_signal_handler(signal.SIGHUP)
     counters = engine.counters()
     print(f"gpuwarden run: {runner.transitions} alert transitions; {counters['late']} late and "
           f"{counters['duplicates']} duplicate records dropped", file=sys.stderr)

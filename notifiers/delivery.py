@@ -29,6 +29,7 @@ import asyncio
 import hashlib
 import logging
 import random
+import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -111,6 +112,16 @@ def digest(receiver: str, items: list[Notification]) -> Notification:
         escalation_level=max(n.escalation_level for n in items),
         id="digest:" + hashlib.sha256(ids.encode()).hexdigest()[:24],
     )
+
+
+def reread_on_sighup(reread: Callable[[], object]) -> bool:
+    """SIGHUP re-reads every receiver's secrets (a rotated file or token); False where no handler can be
+    set (not the main thread, no SIGHUP on this platform)."""
+    try:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reread)
+    except (RuntimeError, ValueError, NotImplementedError, AttributeError):
+        return False
+    return True
 
 
 class Delivery:
@@ -196,7 +207,7 @@ class Delivery:
                 self._warn(r, verdict, attempts)
                 if isinstance(verdict, Retry):
                     self._failed(r.name, attempts, verdict.after_s)
-        fb = await self._fallback(r, n)
+        fb = await self._fallback(r, n, refused=not down and isinstance(verdict, Permanent))
         if not down and isinstance(verdict, Permanent):
             self._refused(r, verdict)  # after the fallback: the meta alert must not queue ahead of it
         if fb is not None:
@@ -318,8 +329,9 @@ class Delivery:
 
     # ------------------------------------------------------------------ fallback, queue, workers
 
-    async def _fallback(self, r: Receiver, n: Notification) -> Outcome | None:
-        """Try each fallback now (not queued there: the notification stays owned by ``r``)."""
+    async def _fallback(self, r: Receiver, n: Notification, refused: bool = False) -> Outcome | None:
+        """Try each fallback now (not queued there: the notification stays owned by ``r``); ``refused``:
+        ``r`` will never send it, so a fallback that cannot send now (its rate limit, its queue) queues it."""
         for name in r.fallback:
             fb = self.receivers[name]
             if not fb.accept_simulated and any(is_simulated(a.labels) for a in n.alerts):
@@ -327,7 +339,12 @@ class Delivery:
             m = replace(n, receiver=name)
             if (name, m.id) in self.delivered:
                 return Outcome(r.name, n.id, "fallback", f"already delivered via {name}", 0)
-            if self._wait_s(name) > 0 or self.spool.pending_count(outbox_topic(name)) or not_sent(fb, m):
+            if not_sent(fb, m) or name in self.refusing:
+                continue
+            if self._wait_s(name) > 0 or self.spool.pending_count(outbox_topic(name)):
+                if refused:
+                    self._queue(fb, m, f"{r.name} refuses it: queued here")
+                    return self._outcome(n, "fallback", f"{r.name} refuses it; queued for {name}", 0)
                 continue
             async with self._locks[name]:
                 verdict, attempts = await self._send(fb, m, self.max_attempts)
@@ -395,7 +412,7 @@ class Delivery:
             if isinstance(verdict, Permanent):  # each goes to a fallback that takes it, or is failed
                 self._warn(r, verdict, attempts)
                 for rid, n in batch:
-                    if await self._fallback(r, n) is None:
+                    if await self._fallback(r, n, refused=True) is None:
                         self._outcome(n, "failed", verdict.message, attempts)
                     self.spool.mark_published([rid])
                 self._refused(r, verdict)

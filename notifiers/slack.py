@@ -16,8 +16,17 @@ SECTION_CHARS = 3000  # a section block's text limit
 HEADER_CHARS = 150
 
 
+def _cut(text: str, limit: int) -> str:
+    """At most ``limit`` characters, never half an entity (``&amp;`` cut to ``&am`` would show)."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    amp = cut.rfind("&")
+    return cut[:amp] if amp != -1 and ";" not in cut[amp:] else cut
+
+
 def _section(text: str) -> dict:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:SECTION_CHARS]}}
+    return {"type": "section", "text": {"type": "mrkdwn", "text": _cut(text, SECTION_CHARS)}}
 
 
 def blocks(n: Notification, locale: Locale) -> list[dict]:

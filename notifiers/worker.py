@@ -18,7 +18,6 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import replace
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
@@ -34,7 +33,7 @@ from gpuwarden.spool import Spool
 from gpuwarden.notifiers import am_server
 from gpuwarden.notifiers.config import NotifyConfig
 from gpuwarden.notifiers.control import warn_each
-from gpuwarden.notifiers.delivery import CHANNELS, Delivery
+from gpuwarden.notifiers.delivery import CHANNELS, Delivery, reread_on_sighup
 from gpuwarden.notifiers.kafka import assign_from_beginning, catch_up, ensure_control_topic, poll
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.outbox import DeliveryLog
@@ -66,7 +65,7 @@ async def run_notify(settings: NotifierSettings, *, stop: asyncio.Event, deliver
     stats = stats or Stats()
     spool = Spool(settings.spool.path, settings.spool.max_bytes, settings.spool.max_age)
     notifier = Notifier(settings, spool=spool, delivery=delivery, record_history=False)
-    hangup = _on_sighup(notifier.delivery.reread_secrets)
+    hangup = reread_on_sighup(notifier.delivery.reread_secrets)
     registry = notifier.delivery.metrics.registry
     registry.register(WorkerCounts(stats))
     exposed = None
@@ -95,16 +94,6 @@ async def run_notify(settings: NotifierSettings, *, stop: asyncio.Event, deliver
         if hangup:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
     return stats
-
-
-def _on_sighup(reread: Callable[[], object]) -> bool:
-    """SIGHUP re-reads every receiver's secrets (a rotated file or token); False where no handler can be
-    set (not the main thread, no SIGHUP on this platform)."""
-    try:
-        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reread)
-    except (RuntimeError, ValueError, NotImplementedError, AttributeError):
-        return False
-    return True
 
 
 def _sink(notifier: Notifier, stats: Stats) -> am_server.Sink:

@@ -42,7 +42,10 @@ async def test_full_run_leaks_no_secret(monkeypatch, tmp_path, caplog, capsys):
         ]
         d = Delivery(receivers, spool=spool, clock=clock, sleep=clock.sleep, max_attempts=2)
         try:
-            outcomes = [await d.deliver(note(name, i)) for i, name in enumerate(["fs", "dt", "sl", "down"] * 3)]
+            outcomes = []
+            for i, name in enumerate(["fs", "dt", "sl", "down"] * 3):
+                outcomes.append(await d.deliver(note(name, i)))
+                await clock.settle()  # the workers send what waits (the meta alert about fs) before the next
             d.drain()
         finally:
             await d.aclose()

@@ -13,8 +13,8 @@ from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from gpuwarden.notifiers import refusals, worker
-from gpuwarden.notifiers.delivery import Delivery
+from gpuwarden.notifiers import refusals
+from gpuwarden.notifiers.delivery import Delivery, reread_on_sighup
 from gpuwarden.notifiers.receivers import Receiver
 from tests.fakes.alerts import FP, note
 from tests.fakes.http import Answer, FakeDingTalk, FakeFeishu, FakeSlack, FakeWebhook, Received
@@ -138,7 +138,7 @@ async def test_dingtalk_env_secret_changed_is_retried_once(monkeypatch, clock, s
 
 async def test_sighup_rereads_the_secrets():
     heard = asyncio.Event()
-    assert worker._on_sighup(heard.set)
+    assert reread_on_sighup(heard.set)
     try:
         os.kill(os.getpid(), signal.SIGHUP)
         await heard.wait()
@@ -154,7 +154,7 @@ async def test_queued_messages_refused_after_an_outage_go_to_the_fallback(monkey
     with FakeFeishu(clock, secret=NEW) as fs, FakeSlack(clock) as sl, FakeWebhook(clock) as wh:
         fs.down_until = clock() + 100
         d = Delivery(receivers(monkeypatch, fs, secret, sl, wh), spool=spool, clock=clock, sleep=clock.sleep,
-                     max_attempts=8)  # stays owned by team-a through the outage (no fallback for "down")
+                     max_attempts=8, rng=lambda: 1.0)  # 7 probes in the outage: still owned by team-a
         try:
             for i in (1, 2):
                 d.submit(note("team-a", i))
@@ -167,3 +167,19 @@ async def test_queued_messages_refused_after_an_outage_go_to_the_fallback(monkey
     statuses = {e["notification_id"]: e["status"] for e in d.log.read(100) if e["receiver"] == "team-a"}
     assert statuses == {"n1": "fallback", "n2": "fallback"}
     assert list(d.refusing) == ["team-a"] and [q.json["alerts"][0]["status"] for q in wh.accepted] == ["firing"]
+
+
+async def test_refused_messages_queue_at_a_busy_fallback_rather_than_fail(monkeypatch, tmp_path, clock, spool):
+    """Slack's 1 message/s makes the fallback busy for the second of two refused messages in a row:
+    it waits in the fallback's queue (never 'failed': team-a will not send it)."""
+    secret = tmp_path / "feishu.secret"
+    secret.write_text(OLD)
+    with FakeFeishu(clock, secret=NEW) as fs, FakeSlack(clock) as sl, FakeWebhook(clock) as wh:
+        d = Delivery(receivers(monkeypatch, fs, secret, sl, wh), spool=spool, clock=clock, sleep=clock.sleep)
+        try:
+            outs = [await d.deliver(note("team-a", i)) for i in (1, 2)]
+            await d.wait_idle()
+        finally:
+            await d.aclose()
+    assert [o.status for o in outs] == ["fallback", "fallback"] and outs[1].detail.endswith("queued for backup")
+    assert sorted(fp for q in sl.accepted for fp in FP.findall(q.json["text"])) == ["fp00001", "fp00002"]
