@@ -24,6 +24,8 @@ from enum import Enum
 class Mark(Enum):
     BOLD = "bold"
     CODE = "code"
+    BLOCK = "block"
+    """Preformatted lines (the usage digest's table): data keeps its line breaks, never its markup."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +55,12 @@ _BREAKS = {"\n": " ", "\r": " ", "\u2028": " ", "\u2029": " "}
 #: Slack's documented escapes, then its emphasis marks as look-alikes (Slack documents no escape for them).
 _SLACK = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;",
                  "*": "∗", "_": "ˍ", "~": "∼", "`": "ˋ", **_BREAKS})
+_SLACK_BLOCK = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "`": "ˋ"})
 #: Markdown (lark_md, DingTalk, WeCom): tags/mentions, links, emphasis, code, escapes, @-mentions.
 _MARKDOWN = str.maketrans({"<": "＜", ">": "＞", "&": "＆", "[": "［", "]": "］", "*": "∗", "_": "ˍ",
                     "~": "∼", "`": "ˋ", "\\": "∖", "@": "＠", **_BREAKS})
+#: Inside a fenced block only the fence, tags and @-mentions can act.
+_MARKDOWN_BLOCK = str.maketrans({"<": "＜", ">": "＞", "&": "＆", "`": "ˋ", "@": "＠"})
 
 
 def slack_text(text: str) -> str:
@@ -63,9 +68,17 @@ def slack_text(text: str) -> str:
     return text.translate(_SLACK)
 
 
+def slack_block(text: str) -> str:
+    return text.translate(_SLACK_BLOCK)
+
+
 def markdown_text(text: str) -> str:
     """Data for the Markdown dialects of Feishu, DingTalk and WeCom: no syntax character left."""
     return text.translate(_MARKDOWN)
+
+
+def markdown_block(text: str) -> str:
+    return text.translate(_MARKDOWN_BLOCK)
 
 
 def html_text(text: str) -> str:
@@ -79,18 +92,26 @@ def plain_text(text: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Dialect:
-    """How one channel writes text: the escaper for data, its bold and code marks, its line break."""
+    """How one channel writes text: the escaper for data in a line and in a block, its bold, code
+    and block marks, its line break."""
 
     escape: Callable[[str], str]
+    escape_block: Callable[[str], str]
     bold: tuple[str, str]
     code: tuple[str, str]
+    block: tuple[str, str] = ("```\n", "```")
     newline: str = "\n"
 
     def span(self, s: Span | Marked) -> str:
         if isinstance(s, Span):
             return s.text if s.own else self.escape(s.text)
-        start, end = self.bold if s.mark is Mark.BOLD else self.code
-        return start + "".join(self.span(p) for p in s.parts) + end
+        if s.mark is Mark.BOLD:
+            return self.bold[0] + "".join(self.span(p) for p in s.parts) + self.bold[1]
+        # Code and blocks show their text as it is: only what could end them or mention is escaped.
+        text = "".join(p.text if p.own else self.escape_block(p.text) for p in s.parts)
+        if s.mark is Mark.CODE:
+            return self.code[0] + " ".join(text.splitlines()) + self.code[1]
+        return self.block[0] + text + self.block[1]
 
     def line(self, spans: Line) -> str:
         return "".join(self.span(s) for s in spans)
@@ -99,7 +120,7 @@ class Dialect:
         return self.newline.join(self.line(x) for x in lines)
 
 
-PLAIN = Dialect(plain_text, ("**", "**"), ("`", "`"))
-SLACK = Dialect(slack_text, ("*", "*"), ("`", "`"))
-MARKDOWN = Dialect(markdown_text, ("**", "**"), ("`", "`"))
-HTML = Dialect(html_text, ("<b>", "</b>"), ("<code>", "</code>"), "<br>\n")
+PLAIN = Dialect(plain_text, plain_text, ("**", "**"), ("`", "`"))
+SLACK = Dialect(slack_text, slack_block, ("*", "*"), ("`", "`"))
+MARKDOWN = Dialect(markdown_text, markdown_block, ("**", "**"), ("`", "`"))
+HTML = Dialect(html_text, html_text, ("<b>", "</b>"), ("<code>", "</code>"), ("<pre>", "</pre>"), "<br>\n")

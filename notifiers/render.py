@@ -147,6 +147,13 @@ def evidence_parts(ev: Evidence, w: dict[str, str], language: str = "en") -> lis
     return parts
 
 
+def _fenced(note: str | None) -> str | None:
+    """The lines of a note written as one fenced block (```` ```\n…``` ````), else None."""
+    if note and note.startswith("```\n") and note.endswith("```") and note.count("```") == 2:
+        return note[4:-3]
+    return None
+
+
 def _labels(a: AlertTransition) -> str:
     keys = ("node", "gpu", "user", "task", "project")
     return " · ".join(f"{k}={a.labels[k]}" for k in keys if a.labels.get(k))
@@ -169,9 +176,14 @@ def block_parts(a: AlertTransition, locale: Locale) -> list[Line]:
     lines: list[Line] = [[Marked(Mark.BOLD, (own(f"[{w[a.tier.value]} · {w[a.state.value]}] "), Span(a.summary)))]]
     if lab := _labels(a):
         lines.append([Span(lab)])
-    if ev := evidence_parts(a.evidence, w, locale.language):
+    table = _fenced(a.evidence.note)
+    evidence = a.evidence.model_copy(update={"note": None}) if table is not None else a.evidence
+    if (ev := evidence_parts(evidence, w, locale.language)) or table is not None:
         said = w["evidence_resolved"] if a.state == AlertState.RESOLVED else w["evidence"]
-        lines.append([own(said + w["colon"]), Span(w["semicolon"].join(ev))])  # a resolve's figures are measured at resolution
+        line: list[Span | Marked] = [own(said + w["colon"]), Span(w["semicolon"].join(ev))]
+        if table is not None:  # lines kept: the usage digest's table
+            line += [own(w["semicolon"]) if ev else own(""), Marked(Mark.BLOCK, (Span(table),))]
+        lines.append(line)  # a resolve's figures are measured at resolution
     when = f"{w['since']} {human_time(a.started_at, locale)}"
     if a.ended_at is not None:
         when += f"{w['comma']}{w['ended']} {human_time(a.ended_at, locale)}"

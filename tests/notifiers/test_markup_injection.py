@@ -173,3 +173,29 @@ def test_a_slack_section_cut_at_its_limit_never_shows_half_an_entity() -> None:
         n = Notification(receiver="sl", group_key="g", alerts=[a], reason="new", at=T0)
         (section,) = [b["text"]["text"] for b in slack.blocks(n, Locale("en"))[2:3]]
         assert len(section) <= slack.SECTION_CHARS and re.sub(r"&amp;", "", section).count("&") == 0
+
+
+TABLE = "user        card-hours\n<!channel>  1.5\nbob_x `x`  2.0\n"
+
+
+async def test_a_table_note_keeps_its_lines_in_a_code_block_and_stays_inert(monkeypatch, clock, spool):
+    """The weekly usage digest's note is one fenced block (history/accounting.py): its lines survive
+    on Slack and Feishu, inside the block nothing mentions, and no backtick from data ends it."""
+    base = alert(1)
+    a = base.model_copy(update={"evidence": Evidence(note="```\n" + TABLE + "```")})
+    with FakeSlack(clock) as sl, FakeFeishu(clock) as fs:
+        monkeypatch.setenv("SL_URL", sl.base + sl.path)
+        monkeypatch.setenv("FS_URL", fs.base + fs.hook)
+        d = Delivery([Receiver(name="sl", slack={"url": {"env": "SL_URL"}}),
+                      Receiver(name="fs", feishu={"url": {"env": "FS_URL"}})], spool=spool, clock=clock, sleep=clock.sleep)
+        try:
+            for name in ("sl", "fs"):
+                n = Notification(receiver=name, group_key="g", alerts=[a], reason="new", at=T0, id="t")
+                assert (await d.deliver(n)).status == "delivered"
+        finally:
+            await d.aclose()
+    text = sl.accepted[0].json["text"]
+    assert "```\nuser        card-hours\n&lt;!channel&gt;  1.5\nbob_x ˋxˋ  2.0\n```" in text
+    assert readers.slack_mrkdwn(text).mentions == [] and text.count("```") == 2
+    content = fs.accepted[0].json["card"]["elements"][0]["text"]["content"]
+    assert "```\nuser        card-hours\n＜!channel＞  1.5\nbob_x ˋxˋ  2.0\n```" in content
