@@ -12,7 +12,8 @@ buckets out of util summaries, resolve figures; the scheduler scenarios, and mix
 them, since their stage: session 9), the state digest of state format 12 (tuples kept as tuples; announcements that wait for the node's snapshots, session 13: the xid-79
 scenario's correction of a stale-labelled announcement is gone; issue #30: memory-leak judged on
 low-utilization buckets and at a 1.5 GiB rise, so mixed's leak on its idle-allocated GPU fires, at 430 s, and
-memory-leak's at 520 s, not 670; GPUs' state holds inferred-checkpoint buckets). A change meant to alter
+memory-leak's at 520 s, not 670; GPUs' state holds inferred-checkpoint buckets; task metrics waiting in
+the reorder buffer carry ``model_mode`` (issue #34), and the allocation note names GPU indices as such). A change meant to alter
 them re-records it:
 
     .venv/bin/python tests/streams/golden.py > tests/fixtures/engine_golden.jsonl
