@@ -452,11 +452,12 @@ class Delivery:
         self._meta(refusal, AlertState.FIRING)
 
     def _meta(self, refusal: Refusal, state: AlertState) -> None:
-        """The meta alert about ``refusal`` to every other receiver that takes messages now."""
+        """The meta alert about ``refusal`` to every other receiver that takes messages now, paging
+        ones aside: it is an attention alert, and a chat room's secret never wakes on-call."""
         now = self.clock()
         t = refusal.transition(state, now, self.tz)
-        for name in self.receivers:
-            if name != refusal.receiver and name not in self.refusing:
+        for name, r in self.receivers.items():
+            if name != refusal.receiver and name not in self.refusing and r.kind not in refusals.PAGING:
                 self.submit(Notification(receiver=name, group_key=f"{refusals.RULE}/{refusal.receiver}", alerts=[t],
                                          reason="new" if state == AlertState.FIRING else "resolved", at=now,
                                          id=f"{refusals.RULE}/{refusal.receiver}/{refusal.since!r}/{state.value}"))

@@ -19,6 +19,8 @@ from gpuwarden.spool import Spool
 #: Spool key-value namespace: receiver name → its refusal as JSON.
 REFUSING_NS = "notify.refusing"
 RULE = "receiver_refuses"
+#: Receiver kinds that page someone: the meta alert (attention) is not sent to them.
+PAGING = frozenset({"pagerduty"})
 #: What a receiver of each kind is to its readers.
 _NOUNS = {"feishu": "Feishu room", "dingtalk": "DingTalk room", "wecom": "WeCom room", "slack": "Slack channel",
           "pagerduty": "PagerDuty service", "email": "email receiver"}

@@ -17,7 +17,7 @@ from gpuwarden.notifiers import refusals
 from gpuwarden.notifiers.delivery import Delivery, reread_on_sighup
 from gpuwarden.notifiers.receivers import Receiver
 from tests.fakes.alerts import FP, note
-from tests.fakes.http import Answer, FakeDingTalk, FakeFeishu, FakeSlack, FakeWebhook, Received
+from tests.fakes.http import Answer, FakeDingTalk, FakeFeishu, FakePagerDuty, FakeSlack, FakeWebhook, Received
 
 OLD, NEW = "feishu-secret-before-rotation", "feishu-secret-after-rotation"
 
@@ -80,9 +80,12 @@ async def test_still_refused_goes_to_the_fallback_and_raises_a_meta_alert_until_
     caplog.set_level(logging.INFO)
     secret = tmp_path / "feishu.secret"
     secret.write_text(OLD)
-    with FakeFeishu(clock, secret=NEW) as fs, FakeSlack(clock) as sl, FakeWebhook(clock) as wh:
-        d = Delivery(receivers(monkeypatch, fs, secret, sl, wh), spool=spool, clock=clock, sleep=clock.sleep,
-                     timezone="Asia/Shanghai")
+    with FakeFeishu(clock, secret=NEW) as fs, FakeSlack(clock) as sl, FakeWebhook(clock) as wh, \
+            FakePagerDuty(clock) as pd:
+        monkeypatch.setenv("PD_KEY", "k" * 32)
+        oncall = Receiver(name="oncall", pagerduty={"routing_key": {"env": "PD_KEY"}, "url": pd.base + "/v2/enqueue"})
+        d = Delivery([*receivers(monkeypatch, fs, secret, sl, wh), oncall], spool=spool, clock=clock,
+                     sleep=clock.sleep, timezone="Asia/Shanghai")
         try:
             out = await d.deliver(note("team-a", 1))
             await d.wait_idle()
@@ -108,6 +111,7 @@ async def test_still_refused_goes_to_the_fallback_and_raises_a_meta_alert_until_
     assert firing["labels"]["alertname"] == "receiver_refuses" and firing["labels"]["receiver"] == "team-a"
     assert (firing["status"], resolved["status"]) == ("firing", "resolved")
     assert [q for q in sl.accepted if "refuses our messages" in q.json["text"]]  # the fallback hears it too
+    assert pd.requests == []  # an attention alert about a chat room pages no one
     assert (back.status, d.refusing, refusals.read_all(spool)) == ("delivered", {}, [])
     assert refusing(d) == 0.0
     no_secret_in([caplog.text, *(e["detail"] for e in d.log.read(100)), *(q.raw.decode() for q in wh.requests)])
