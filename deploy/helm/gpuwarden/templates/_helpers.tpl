@@ -17,6 +17,25 @@ app.kubernetes.io/component: {{ .component }}
 
 {{- define "gpuwarden.secretName" -}}{{ .Values.existingSecret | default (printf "%s-secrets" (include "gpuwarden.name" .)) }}{{- end -}}
 
+{{/* The one secret source of every workload that reads the config (agent, streams, notify,
+scheduler): a {env: NAME} anywhere in it resolves in each. The chart's Secret when `secrets` has
+entries, the operator's when `existingSecret` names one (required: a missing one is an error
+Kubernetes shows); with neither, the default name is optional, so a default install starts. */}}
+{{- define "gpuwarden.envFrom" -}}
+envFrom:
+  - secretRef:
+      name: {{ include "gpuwarden.secretName" . }}
+      {{- if not (or .Values.secrets .Values.existingSecret) }}
+      optional: true
+      {{- end }}
+{{- end -}}
+
+{{/* Pod annotations: a changed config or secret rolls the pods. */}}
+{{- define "gpuwarden.podAnnotations" -}}
+checksum/config: {{ include "gpuwarden.config" . | sha256sum }}
+checksum/secrets: {{ toJson .Values.secrets | sha256sum }}
+{{- end -}}
+
 {{/* The config every pod mounts: the user's, with Kafka and the metrics endpoints set by the chart. */}}
 {{- define "gpuwarden.config" -}}
 {{- $c := deepCopy .Values.config -}}
@@ -43,17 +62,16 @@ containers:
       {{- with .env }}
       {{- toYaml . | nindent 6 }}
       {{- end }}
-    {{- if .secrets }}
-    envFrom:
-      - secretRef:
-          name: {{ include "gpuwarden.secretName" $ }}
-    {{- end }}
+    {{- include "gpuwarden.envFrom" $ | nindent 4 }}
     ports:
       - name: metrics
         containerPort: {{ .port }}
+    # /-/ready: doing its job (the agent publishing, a worker's inputs moving, a route with a
+    # receiver that answers); /-/healthy: the process serves. docs/kubernetes.md, "Health and readiness".
     readinessProbe:
-      httpGet: {path: /-/healthy, port: metrics}
+      httpGet: {path: /-/ready, port: metrics}
       periodSeconds: 10
+      failureThreshold: 3
     livenessProbe:
       httpGet: {path: /-/healthy, port: metrics}
       initialDelaySeconds: 30
