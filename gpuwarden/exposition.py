@@ -2,7 +2,10 @@
 
 A small HTTP server in a daemon thread: scrapes never wait on the worker's event loop, and
 prometheus-client's metrics are safe to read from another thread. Besides ``/metrics`` it
-answers ``/-/healthy`` (the containers' and systemd's health check: the process is serving).
+answers ``/-/healthy`` (liveness: the process is serving, always 200) and ``/-/ready``
+(readiness: the process does its job; 503 with the reason when its ``ready`` check says why not,
+e.g. an agent whose records wait in the spool with nothing published for 30 s). Probes,
+compose healthchecks and the systemd watchdog (:mod:`gpuwarden.watchdog`) ask ``/-/ready``.
 prometheus-client's text format names every counter ``*_total``; dcgm-exporter's counters
 (``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``, ...) have no suffix, so a registry may name
 counters whose ``HELP``/``TYPE`` lines keep their own name (``bare_counters``).
@@ -12,14 +15,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from gpuwarden import watchdog
 from gpuwarden.config import MetricsEndpoint
 
 log = logging.getLogger("gpuwarden")
+
+#: A readiness check: None when the process does its job, else why not (one line, no secrets).
+Readiness = Callable[[], "str | None"]
 
 
 def render(registry: CollectorRegistry, bare_counters: Collection[str] = ()) -> bytes:
@@ -34,9 +41,10 @@ def render(registry: CollectorRegistry, bare_counters: Collection[str] = ()) -> 
 
 
 def serve(registry: CollectorRegistry, port: int, bind: str = "127.0.0.1",
-          bare_counters: Collection[str] = ()) -> ThreadingHTTPServer:
+          bare_counters: Collection[str] = (), ready: Readiness | None = None) -> ThreadingHTTPServer:
     """Serve ``registry`` on ``http://bind:port/metrics`` until ``shutdown()``; a port already taken
-    raises OSError at once."""
+    raises OSError at once. ``ready``: the ``/-/ready`` check (None: ready while serving); a check
+    that raises answers 503 with the exception's type."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
@@ -45,6 +53,10 @@ def serve(registry: CollectorRegistry, port: int, bind: str = "127.0.0.1",
                 self._answer(200, render(registry, bare_counters), CONTENT_TYPE_LATEST)
             elif path == "/-/healthy":
                 self._answer(200, b"ok\n", "text/plain")
+            elif path == "/-/ready":
+                why = readiness(ready)
+                self._answer(503 if why else 200, f"not ready: {why}\n".encode() if why else b"ready\n",
+                             "text/plain; charset=utf-8")
             else:
                 self._answer(404, b"not found: try /metrics\n", "text/plain")
 
@@ -58,15 +70,38 @@ def serve(registry: CollectorRegistry, port: int, bind: str = "127.0.0.1",
         def log_message(self, *args: object) -> None:  # scrapes are not worth a log line each
             pass
 
-    server = ThreadingHTTPServer((bind, port), Handler)
+    server = _Server((bind, port), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
     log.info("Prometheus metrics on http://%s:%d/metrics", bind, server.server_port)
+    watchdog.start(bind, server.server_port, server.stopped)
     return server
 
 
+class _Server(ThreadingHTTPServer):
+    """The metrics server; ``stopped`` is set by ``shutdown()`` (it ends the watchdog's feed)."""
+
+    def __init__(self, *args: object, **kw: object) -> None:
+        super().__init__(*args, **kw)  # type: ignore[arg-type]
+        self.stopped = threading.Event()
+
+    def shutdown(self) -> None:
+        self.stopped.set()
+        super().shutdown()
+
+
+def readiness(ready: Readiness | None) -> str | None:
+    """What ``/-/ready`` answers: None (ready), or the reason it is not."""
+    if ready is None:
+        return None
+    try:
+        return ready()
+    except Exception as e:  # noqa: BLE001 - a failing check is a not-ready process, said so
+        return f"readiness check failed ({type(e).__name__})"
+
+
 def serve_from(registry: CollectorRegistry, endpoint: MetricsEndpoint, override: int | None = None,
-               bare_counters: Collection[str] = ()) -> ThreadingHTTPServer | None:
+               bare_counters: Collection[str] = (), ready: Readiness | None = None) -> ThreadingHTTPServer | None:
     """:func:`serve` on the endpoint's port and bind (or ``override``'s port); None when off."""
     port = override or endpoint.metrics_port
-    return None if port is None else serve(registry, port, endpoint.metrics_bind, bare_counters)
+    return None if port is None else serve(registry, port, endpoint.metrics_bind, bare_counters, ready)

@@ -317,6 +317,11 @@ class Delivery:
         self._not_before[name] = self.clock() + self._backoff(failures, after_s)
         return failures
 
+    def down(self) -> frozenset[str]:
+        """Receivers failing now: their last sends failed (backing off), or they refuse our
+        credentials (the notifier's ``/-/ready`` reads it from its HTTP thread)."""
+        return frozenset(self._failures) | frozenset(self.refusing)
+
     def _recovered(self, name: str) -> None:
         self._failures.pop(name, None)
         self._not_before.pop(name, None)

@@ -39,7 +39,7 @@ from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.outbox import DeliveryLog
 from gpuwarden.notifiers.pipeline import Notifier
 from gpuwarden.notifiers.settings import NotifierSettings
-from gpuwarden.notifiers.telemetry import WorkerCounts
+from gpuwarden.notifiers.telemetry import WorkerCounts, notifier_ready
 
 log = logging.getLogger("gpuwarden.notify")
 MIN_WAIT_MS = 5  # a poll never spins: even a past-due timer waits this long for records
@@ -73,7 +73,8 @@ async def run_notify(settings: NotifierSettings, *, stop: asyncio.Event, deliver
     sock: socket.socket | None = None
     served: asyncio.Task[None] | None = None
     try:
-        exposed = serve_from(registry, settings.notify, metrics_port)
+        exposed = serve_from(registry, settings.notify, metrics_port,
+                             ready=notifier_ready(settings.notify, notifier.delivery))
         if webhook is not None:
             sock = am_server.listen(webhook.bind, webhook.port)  # before Kafka: a taken port fails at once
             print(f"gpuwarden notify: Alertmanager webhook at {am_server.webhook_url(sock)}", file=sys.stderr,

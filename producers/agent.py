@@ -112,6 +112,7 @@ def build_source(args: argparse.Namespace, settings: AgentSettings, start_ts: fl
     extras: list[Any] = [collector]
     kmsg = KmsgWatcher(collector.events.add, str(cfg.kmsg_path))
     if kmsg.start():
+        log.info("kmsg: reading %s", cfg.kmsg_path)
         extras.append(kmsg)
     if cfg.nvml_events:
         ev = NvmlEventWatcher(nv, [g.handle for g in collector.gpus], [g.uuid for g in collector.gpus],
@@ -171,7 +172,7 @@ async def _agent(args: argparse.Namespace, settings: AgentSettings) -> int:
     sink = Sink(args.output, settings)
     metrics = None
     if args.metrics_port or settings.agent.metrics_port:
-        metrics = _serve_metrics(args, settings, source, extras)
+        metrics = _serve_metrics(args, settings, source, extras, sink.publisher)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -200,9 +201,13 @@ async def _agent(args: argparse.Namespace, settings: AgentSettings) -> int:
         stop_extras(extras)
 
 
-def _serve_metrics(args: argparse.Namespace, settings: AgentSettings, source: Any, extras: list[Any]) -> Any:
+def _serve_metrics(args: argparse.Namespace, settings: AgentSettings, source: Any, extras: list[Any],
+                   publisher: Any = None) -> Any:
     """dcgm-exporter's series on the agent's port, with pod labels when the kubelet's pod-resources
-    socket is there (its poller joins ``extras``, stopped with them)."""
+    socket is there (its poller joins ``extras``, stopped with them); the publish state and
+    ``/-/ready`` from ``publisher``; whether the kernel log is read."""
+    from gpuwarden.producers.events import KmsgWatcher
+
     from gpuwarden.exposition import serve_from
     from gpuwarden.producers.metrics import COUNTERS, AgentMetrics
 
@@ -220,7 +225,10 @@ def _serve_metrics(args: argparse.Namespace, settings: AgentSettings, source: An
             owner = pods.owner
     bus_ids = source.bus_ids() if hasattr(source, "bus_ids") else {}
     metrics = AgentMetrics(bus_ids, owner)
-    serve_from(metrics.registry, cfg, args.metrics_port, COUNTERS)
+    metrics.publishing(publisher)
+    if not (args.simulate or cfg.source == "simulate"):
+        metrics.kmsg(any(isinstance(x, KmsgWatcher) for x in extras))
+    serve_from(metrics.registry, cfg, args.metrics_port, COUNTERS, ready=metrics.ready)
     return metrics
 
 

@@ -104,7 +104,7 @@ class KmsgWatcher:
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError as e:
-            log.warning("kernel log %s not readable (%s): XIDs come from NVML events only", self.path, e.strerror)
+            log.warning("kmsg: unavailable (%s: %s): XIDs come from NVML events only", self.path, e.strerror)
             return False
         try:
             os.lseek(fd, 0, os.SEEK_END)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gpuwarden.contract import GpuEvent, InferenceMetrics, NodeSnapshot
@@ -90,6 +90,24 @@ class AgentMetrics:
                               registry=self.registry)
         self.xids = Counter("gpuwarden_xid", "XID events seen", ("gpu", "Hostname", "err_code"),
                             registry=self.registry)
+        self.publisher: Any = None  # set by publishing(): the spool-first Kafka publisher, if any
+
+    def publishing(self, publisher: Any) -> None:
+        """Serve ``publisher``'s state (:class:`gpuwarden.producers.publisher.Publisher`): records
+        waiting in the spool, the oldest one's age, publish errors by cause."""
+        if self.publisher is None and publisher is not None:
+            self.registry.register(_PublishSeries(publisher))
+        self.publisher = publisher
+
+    def kmsg(self, available: bool) -> None:
+        """Whether the kernel log is read (live NVML agents only: the simulator has none)."""
+        Gauge("gpuwarden_agent_kmsg_available", "1 when the agent reads the kernel log (/dev/kmsg: XIDs "
+              "NVML's events miss, driver messages); 0: kmsg unavailable, XIDs from NVML events only",
+              registry=self.registry).set(1 if available else 0)
+
+    def ready(self) -> str | None:
+        """``/-/ready``: None while the agent publishes (or writes a file), else why not."""
+        return None if self.publisher is None else self.publisher.stalled()
 
     def observe(self, records: Iterable[Any]) -> None:
         for r in records:
@@ -131,6 +149,32 @@ def _value(g: Any, field: str) -> float | None:
     if field == "mem_free_bytes":
         return None if g.mem_total_bytes is None or g.mem_used_bytes is None else g.mem_total_bytes - g.mem_used_bytes
     return getattr(g, field)
+
+
+class _PublishSeries(Collector):
+    """The agent's publish state, read from the publisher at scrape time."""
+
+    def __init__(self, publisher: Any) -> None:
+        self.publisher = publisher
+
+    def collect(self) -> Iterator[Metric]:
+        p = self.publisher
+        now = p.clock()
+        yield GaugeMetricFamily("gpuwarden_agent_spool_pending_records", "records in the spool not yet "
+                                "published to Kafka", value=p.waiting)
+        yield GaugeMetricFamily("gpuwarden_agent_spool_oldest_age_seconds", "age of the oldest record waiting "
+                                "in the spool (0: none waits)",
+                                value=0.0 if p.oldest_ts is None or not p.waiting else max(0.0, now - p.oldest_ts))
+        errors = CounterMetricFamily("gpuwarden_agent_publish_errors", "failed sends to Kafka, by cause "
+                                     "(timeout, connection, auth, too_large, broker, other)", labels=("cause",))
+        for c in ("timeout", "connection", "auth", "too_large", "broker", "other"):
+            errors.add_metric((c,), p.errors.get(c, 0))
+        yield errors
+        yield CounterMetricFamily("gpuwarden_agent_published_records", "records Kafka acknowledged",
+                                  value=p.published)
+        if p.published_at is not None:
+            yield GaugeMetricFamily("gpuwarden_agent_last_publish_timestamp_seconds", "wall time of the last "
+                                    "acknowledged send", value=p.published_at)
 
 
 class _GpuSeries(Collector):

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from gpuwarden.contract import DEFAULT_MAX_RECORD_BYTES, Topics, batch_task_metrics, encode, record_key
@@ -28,6 +29,25 @@ log = logging.getLogger(__name__)
 #: (1 MiB batches): 3x smaller (ratio 36.9 vs 12.3), 18x cheaper to compress (32 vs 566 ms of
 #: CPU on the node) and 8x cheaper to decompress in the stream worker (11 vs 85 ms).
 COMPRESSION = "zstd"
+#: Seconds with records waiting and nothing published after which the agent is not ready (``/-/ready``).
+STALLED_S = 30.0
+
+
+def cause(e: BaseException) -> str:
+    """A publish failure's cause, one of a few words (a label on ``/metrics``, never the message):
+    ``timeout``, ``connection``, ``auth``, ``too_large``, ``broker`` (another Kafka error) or ``other``."""
+    name = type(e).__name__
+    if isinstance(e, (asyncio.TimeoutError, TimeoutError)) or "Timeout" in name:
+        return "timeout"
+    if "Auth" in name or "Sasl" in name or "SASL" in name:
+        return "auth"
+    if "TooLarge" in name:
+        return "too_large"
+    if isinstance(e, OSError) or "Connect" in name or "NodeNotReady" in name or "NoBrokers" in name:
+        return "connection"
+    if type(e).__module__.startswith(("aiokafka", "kafka")):
+        return "broker"
+    return "other"
 
 
 def within_limit(records: Iterable[Any], max_bytes: int) -> Iterator[tuple[Any, bytes]]:
@@ -59,6 +79,24 @@ class Publisher:
         self.published = 0
         self.failures = 0
         self.rejected = 0  # records over max_record_bytes, never spooled or sent
+        # The publish state /metrics and /-/ready read (from the HTTP thread: plain values, set by pump()).
+        self.clock: Callable[[], float] = time.time
+        self.errors: dict[str, int] = {}  # cause → failed sends
+        self.last_cause: str | None = None
+        self.waiting = 0  # records in the spool not yet published, as pump() last saw
+        self.oldest_ts: float | None = None  # event time of the oldest of them
+        self.caught_up_at = self.clock()  # wall time pump() last left nothing waiting (or the start)
+        self.published_at: float | None = None  # wall time of the last acknowledged send
+
+    def stalled(self, now: float | None = None) -> str | None:
+        """Why the agent is not publishing: records wait and nothing went out for over
+        :data:`STALLED_S`; None while it keeps up."""
+        now = self.clock() if now is None else now
+        since = max(self.caught_up_at, self.published_at or 0.0)
+        if self.waiting and now - since > STALLED_S:
+            last = f", last error: {self.last_cause}" if self.last_cause else ""
+            return f"{self.waiting} records wait in the spool and none was published for {now - since:.0f} s{last}"
+        return None
 
     def submit(self, records: Iterable[Any]) -> None:
         """Append a tick's records to the spool (the only durable step on the tick path), a
@@ -95,7 +133,11 @@ class Publisher:
             # log, which must stay where they are.
             pending = self.spool.pending(self.topics.all(), limit=self.batch)
             if not pending:
+                self.waiting, self.oldest_ts, self.caught_up_at = 0, None, self.clock()
                 return sent
+            if not sent:  # once a pump: what waits, for /metrics
+                self.waiting = self.spool.pending_count(self.topics.all())
+            self.oldest_ts = pending[0].ts
             try:
                 producer = await self._ensure()
                 futures = [await producer.send(r.topic, r.value, key=r.key.encode() if r.key else None)
@@ -103,15 +145,19 @@ class Publisher:
                 await asyncio.wait_for(asyncio.gather(*futures), self.send_timeout_s)
             except (asyncio.TimeoutError, OSError, Exception) as e:  # noqa: BLE001 - any Kafka failure
                 self.failures += 1
+                self.last_cause = cause(e)
+                self.errors[self.last_cause] = self.errors.get(self.last_cause, 0) + 1
+                self.waiting = self.spool.pending_count(self.topics.all())
                 log.warning("Kafka unavailable (%s: %s); %d records wait in the spool",
-                            type(e).__name__, e, self.spool.pending_count(self.topics.all()),
-                            extra=trouble("publish"))
+                            type(e).__name__, e, self.waiting, extra=trouble("publish"))
                 await self._reset()
                 return sent
             self.spool.mark_published(r.id for r in pending)
             recovered("records published")
             sent += len(pending)
             self.published += len(pending)
+            self.published_at, self.last_cause = self.clock(), None
+            self.waiting = max(0, self.waiting - len(pending))
 
     async def _reset(self) -> None:
         """Drop the producer after a failure: a fresh one gets a new producer id on reconnect."""

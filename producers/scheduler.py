@@ -135,18 +135,24 @@ async def _collect(args: argparse.Namespace, settings: SchedulerSettings) -> int
               f"client: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_FAIL
     metrics = None
+    sinks: list[Sink] = []  # the sink, once made (after the port: a taken one fails before any output)
+
+    def ready() -> str | None:  # ready while it publishes, as the agent (records waiting, none sent for 30 s)
+        return sinks[0].publisher.stalled() if sinks and sinks[0].publisher is not None else None
+
     if args.metrics_port or cfg.metrics_port:
         from gpuwarden.exposition import serve_from
         from gpuwarden.producers.schedmetrics import SchedulerMetrics
 
         metrics = SchedulerMetrics()
         try:
-            serve_from(metrics.registry, cfg, args.metrics_port)
+            serve_from(metrics.registry, cfg, args.metrics_port, ready=ready)
         except OSError as e:
             print(f"gpuwarden scheduler: cannot serve /metrics on {cfg.metrics_bind}:"
                   f"{args.metrics_port or cfg.metrics_port}: {e.strerror or e}", file=sys.stderr)
             return EXIT_FAIL
     sink = Sink(args.output, settings)
+    sinks.append(sink)
     collector = Collector(source, args.cluster or cfg.cluster, kind, sink.put, interval_s=cfg.interval,
                           max_backoff_s=cfg.max_backoff, polled=metrics.polled if metrics else None)
     stop = asyncio.Event()

@@ -23,6 +23,9 @@ REFRESH_S = 1.0
 #: Seconds between two readings of the task classes' baselines (they change every
 #: ``engine.baseline_refresh`` of event time; a reading walks every class).
 CLASSES_S = 15.0
+#: Seconds an input topic may be behind (lag > 0) with no record of it applied before the worker
+#: is not ready (``/-/ready``).
+STALLED_S = 60.0
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
@@ -38,9 +41,13 @@ class StreamMetrics:
     """One worker's series, on its own registry (served by ``gpuwarden streams --metrics-port``)."""
 
     def __init__(self, registry: CollectorRegistry | None = None, refresh_s: float = REFRESH_S,
-                 classes_s: float = CLASSES_S) -> None:
+                 classes_s: float = CLASSES_S, clock: Any = time.monotonic) -> None:
         self.registry = registry or CollectorRegistry()
-        self.refresh_s, self.classes_s = refresh_s, classes_s
+        self.refresh_s, self.classes_s, self.clock = refresh_s, classes_s, clock
+        # Readiness: per input topic of this worker's tasks, its lag (as the last refresh saw it)
+        # and when it last moved (records applied, caught up, or first seen behind).
+        self._behind: dict[str, int] = {}
+        self._moved: dict[str, float] = {}
         r = self.registry
         self.records = Counter("gpuwarden_streams_records", "records read, by input topic", ("topic",), registry=r)
         self.lag = Gauge("gpuwarden_streams_consumer_lag", "records on the broker past what this worker applied "
@@ -77,8 +84,20 @@ class StreamMetrics:
 
     def fetched(self, records: Mapping[str, list[Any]]) -> None:
         """One batch: its records per input topic."""
+        now = self.clock()
         for topic, recs in records.items():
             self.records.labels(topic).inc(len(recs))
+            if recs:
+                self._moved[topic] = now
+
+    def ready(self) -> str | None:
+        """``/-/ready``: None while every input topic this worker holds is caught up or moving;
+        else the topics behind (lag > 0) with nothing applied for over :data:`STALLED_S`. Read
+        from the HTTP thread: a worker whose loop stopped goes unready too, as its last lags age."""
+        now = self.clock()
+        stuck = [f"{t} (lag {n}, nothing applied for {now - self._moved.get(t, now):.0f} s)"
+                 for t, n in sorted(self._behind.items()) if n > 0 and now - self._moved.get(t, now) > STALLED_S]
+        return "inputs not progressing: " + ", ".join(stuck) if stuck else None
 
     def produced(self, transitions: Iterable[Mapping[str, Any]]) -> None:
         for t in transitions:
@@ -106,6 +125,7 @@ class StreamMetrics:
             by = _stages(tasks)
             self.classes.read(by["class"])
             self.stages.read(by["node"], by["cluster"], by["service"])
+        self._progress(lags)
         if now < self._next:
             return
         self._next = now + self.refresh_s
@@ -132,6 +152,17 @@ class StreamMetrics:
         for g in ("node", "class", "service", "cluster"):
             self.tasks.labels(g).set(groups.get(g, 0))
         self._carry(self.unsent, "unsent", unsent.count)
+
+    def _progress(self, lags: Mapping[Any, int]) -> None:
+        """Each input topic's lag; one caught up counts as moving, one newly behind starts its clock."""
+        now = self.clock()
+        behind: dict[str, int] = {}
+        for tp, n in lags.items():
+            behind[tp.topic] = behind.get(tp.topic, 0) + max(0, n)
+        for topic, n in behind.items():
+            if n <= 0 or topic not in self._behind or self._behind[topic] <= 0:
+                self._moved[topic] = now
+        self._behind = behind  # one assignment: the HTTP thread reads whole dicts
 
     def _carry(self, counter: Any, key: Any, total: int) -> None:
         counter.inc(max(0, total - self._seen.get(key, 0)))

@@ -76,7 +76,7 @@ async def _main(args: argparse.Namespace, settings: StreamsSettings) -> int:
         await admin.close()
     metrics = StreamMetrics()
     try:
-        serve_from(metrics.registry, settings.engine, getattr(args, "metrics_port", None))
+        serve_from(metrics.registry, settings.engine, getattr(args, "metrics_port", None), ready=metrics.ready)
     except OSError as e:  # the port taken, or an address not on this host
         print(f"gpuwarden streams: cannot serve /metrics on {settings.engine.metrics_bind}: {e.strerror or e}",
               file=sys.stderr)

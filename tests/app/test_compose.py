@@ -85,7 +85,8 @@ def test_every_gpuwarden_service_has_a_healthcheck_on_its_metrics_port():
              "notify": settings.notify.metrics_port}
     for name, port in ports.items():
         service = COMPOSE["services"][name]
-        assert f"127.0.0.1:{port}/-/healthy" in " ".join(service["healthcheck"]["test"])
+        # /-/ready: doing its job (publishing, inputs moving, a route that answers), not only serving
+        assert f"127.0.0.1:{port}/-/ready" in " ".join(service["healthcheck"]["test"])
         assert service["ports"] == [f"127.0.0.1:{port}:{port}"]
 
 
