@@ -104,4 +104,7 @@ def serve_from(registry: CollectorRegistry, endpoint: MetricsEndpoint, override:
                bare_counters: Collection[str] = (), ready: Readiness | None = None) -> ThreadingHTTPServer | None:
     """:func:`serve` on the endpoint's port and bind (or ``override``'s port); None when off."""
     port = override or endpoint.metrics_port
-    return None if port is None else serve(registry, port, endpoint.metrics_bind, bare_counters, ready)
+    if port is None:
+        watchdog.alive_only()
+        return None
+    return serve(registry, port, endpoint.metrics_bind, bare_counters, ready)

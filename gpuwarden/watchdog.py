@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -79,4 +80,24 @@ def start(host: str, port: int, stop: threading.Event) -> threading.Thread | Non
     thread = threading.Thread(target=run, name="watchdog", daemon=True)
     thread.start()
     log.info("systemd watchdog: /-/healthy every %.1f s", every)
+    return thread
+
+
+def alive_only() -> threading.Thread | None:
+    """No metrics port, hence no ``/-/healthy`` to ask: ping while the process runs (rather than be
+    restarted every period), and say so in ``STATUS=``; None when systemd set no watchdog."""
+    period = period_s()
+    if period is None:
+        return None
+    every = max(period / 2, 0.05)
+    log.warning("systemd watchdog without a metrics port: it proves only that the process runs "
+                "(set the metrics port for /-/healthy and /-/ready)")
+
+    def run() -> None:
+        notify("READY=1")
+        while notify("WATCHDOG=1\nSTATUS=no metrics port: health unknown"):  # until the socket is gone
+            time.sleep(every)
+
+    thread = threading.Thread(target=run, name="watchdog", daemon=True)
+    thread.start()
     return thread

@@ -173,6 +173,10 @@ async def _agent(args: argparse.Namespace, settings: AgentSettings) -> int:
     metrics = None
     if args.metrics_port or settings.agent.metrics_port:
         metrics = _serve_metrics(args, settings, source, extras, sink.publisher)
+    else:
+        from gpuwarden import watchdog
+
+        watchdog.alive_only()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -151,6 +151,10 @@ async def _collect(args: argparse.Namespace, settings: SchedulerSettings) -> int
             print(f"gpuwarden scheduler: cannot serve /metrics on {cfg.metrics_bind}:"
                   f"{args.metrics_port or cfg.metrics_port}: {e.strerror or e}", file=sys.stderr)
             return EXIT_FAIL
+    else:
+        from gpuwarden import watchdog
+
+        watchdog.alive_only()
     sink = Sink(args.output, settings)
     sinks.append(sink)
     collector = Collector(source, args.cluster or cfg.cluster, kind, sink.put, interval_s=cfg.interval,

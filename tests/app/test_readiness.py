@@ -250,3 +250,25 @@ def test_systemd_s_watchdog_is_fed_while_healthy_and_status_says_why_not_ready(t
         pass
     finally:
         sock.close()
+
+
+def test_without_a_metrics_port_the_watchdog_is_fed_all_the_same(tmp_path, monkeypatch):
+    """A unit with WatchdogSec and a config without the metrics port: pinged (not restarted every
+    minute), with a STATUS= that says health is unknown."""
+    from gpuwarden.config import MetricsEndpoint
+    from gpuwarden.exposition import serve_from
+
+    path = str(tmp_path / "notify.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(path)
+        sock.settimeout(5)
+        monkeypatch.setenv("NOTIFY_SOCKET", path)
+        monkeypatch.setenv("WATCHDOG_USEC", "100000")
+        monkeypatch.delenv("WATCHDOG_PID", raising=False)
+        assert serve_from(AgentMetrics().registry, MetricsEndpoint()) is None
+        assert sock.recv(4096) == b"READY=1"
+        assert sock.recv(4096) == b"WATCHDOG=1\nSTATUS=no metrics port: health unknown"
+        monkeypatch.setenv("WATCHDOG_PID", "1")  # another process's watchdog: not ours to feed
+        from gpuwarden import watchdog
+
+        assert watchdog.alive_only() is None
