@@ -18,7 +18,7 @@ COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 
 def test_services_and_their_commands_exist():
     services = COMPOSE["services"]
-    assert set(services) == {"kafka", "agent", "streams", "notify"}
+    assert set(services) == {"kafka", "kafka-users", "agent", "streams", "notify"}
     parser = build_parser()
     for name in ("agent", "streams", "notify"):
         args = parser.parse_args(services[name]["command"])     # exits on an unknown command/flag
@@ -38,6 +38,48 @@ def test_kafka_is_kraft_with_a_persistent_volume():
     assert any(v.startswith("kafka-data:") for v in kafka["volumes"])
     pinned = (ROOT / "scripts" / "kafka.version").read_text().strip()
     assert kafka["image"] == f"apache/kafka:{pinned}", "compose and tests should run the same Kafka"
+    assert COMPOSE["services"]["kafka-users"]["image"] == kafka["image"]
+
+
+def _listeners(value: str) -> dict[str, int]:
+    return {u.split("://")[0]: int(u.rsplit(":", 1)[1]) for u in value.split(",")}
+
+
+def test_only_a_sasl_listener_can_be_opened_to_other_hosts():
+    """GPUWARDEN_KAFKA_BIND opens Kafka to other hosts: only the REMOTE listener follows it, and
+    REMOTE is SASL (SCRAM-SHA-256, a JAAS entry of its own); the listener without a login is
+    published on 127.0.0.1 only, whatever the variables say."""
+    kafka = COMPOSE["services"]["kafka"]
+    env = kafka["environment"]
+    listeners = _listeners(env["KAFKA_LISTENERS"])
+    protocols = dict(x.split(":") for x in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    published = {}
+    for mapping in kafka["ports"]:
+        host, host_port, container_port = mapping.rsplit(":", 2)
+        published[int(container_port)] = host
+    by_port = {port: name for name, port in listeners.items()}
+    for port, host in published.items():
+        name = by_port[port]
+        if host != "127.0.0.1":  # may be bound elsewhere
+            assert "GPUWARDEN_KAFKA_BIND" in host and protocols[name].startswith("SASL_"), (name, host)
+    assert {by_port[p] for p, h in published.items() if "GPUWARDEN_KAFKA_BIND" in h} == {"REMOTE"}
+    assert env["KAFKA_SASL_ENABLED_MECHANISMS"] == "SCRAM-SHA-256"
+    # the image writes KAFKA_A_B___C as a.b-c: listener.name.remote.scram-sha-256.sasl.jaas.config
+    jaas = {k: v for k, v in env.items() if k.startswith("KAFKA_LISTENER_NAME_REMOTE_")}
+    assert jaas == {"KAFKA_LISTENER_NAME_REMOTE_SCRAM___SHA___256_SASL_JAAS_CONFIG":
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;"}
+    assert "REMOTE://${GPUWARDEN_KAFKA_HOST:-localhost}:19094" in env["KAFKA_ADVERTISED_LISTENERS"]
+
+
+def test_the_remote_user_s_password_comes_from_the_env_file_and_stays_off_command_lines():
+    users = COMPOSE["services"]["kafka-users"]
+    script = users["command"][0]
+    assert users["env_file"][0]["path"] == "deploy/secrets.env"
+    assert "--add-config-file" in script and "--entity-name gpuwarden" in script and "umask 077" in script
+    assert "--add-config " not in script  # a password in argv is visible to every process
+    assert users["depends_on"] == {"kafka": {"condition": "service_healthy"}}
+    example = (ROOT / "deploy" / "secrets.env.example").read_text().splitlines()
+    assert "KAFKA_PASSWORD=" in example
 
 
 def test_shipped_config_is_valid_and_secret_free():
@@ -108,6 +150,8 @@ def test_the_secrets_file_feeds_the_shipped_receivers():
         for section in r.model_dump(exclude_none=True).values():
             if isinstance(section, dict):  # a channel section: its secret references
                 used |= {v["env"] for v in section.values() if isinstance(v, dict) and "env" in v}
+    assert "KAFKA_PASSWORD" in COMPOSE["services"]["kafka-users"]["command"][0]  # the REMOTE listener's user
+    names.discard("KAFKA_PASSWORD")
     assert names and names <= used, names - used
 
 
@@ -118,5 +162,5 @@ def test_no_service_runs_as_root_but_the_agent_and_kafka_is_reachable_by_setting
     assert services["agent"]["user"] == "0:0" and all("user" not in services[s] for s in ("streams", "notify"))
     kafka = services["kafka"]
     assert "${GPUWARDEN_KAFKA_HOST:-localhost}" in kafka["environment"]["KAFKA_ADVERTISED_LISTENERS"]
-    assert kafka["ports"] == ["${GPUWARDEN_KAFKA_BIND:-127.0.0.1}:19092:19092"]
+    assert kafka["ports"] == ["127.0.0.1:19092:19092", "${GPUWARDEN_KAFKA_BIND:-127.0.0.1}:19094:19094"]
     assert "healthcheck" in services["agent"] and "9400" in " ".join(services["agent"]["healthcheck"]["test"])

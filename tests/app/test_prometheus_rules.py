@@ -29,7 +29,7 @@ def promtool() -> str:
 def test_promtool_check_rules_passes(promtool: str) -> None:
     out = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 10 rules found" in out.stdout
+    assert "SUCCESS: 11 rules found" in out.stdout
 
 
 @pytest.mark.prometheus
@@ -37,6 +37,17 @@ def test_promtool_rule_unit_tests_pass(promtool: str) -> None:
     out = subprocess.run([promtool, "test", "rules", str(RULES.with_suffix(".test.yml"))],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_every_shipped_alert_has_a_promtool_test_that_fires_it() -> None:
+    """Each alert of gpuwarden-rules.yml is the alertname of a test case expecting it to fire
+    (``exp_alerts`` not empty), so ``promtool test rules`` checks its expression and annotations."""
+    import yaml
+
+    alerts = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"] if "alert" in r}
+    cases = yaml.safe_load(RULES.with_suffix(".test.yml").read_text())["tests"]
+    fired = {c["alertname"] for t in cases for c in t["alert_rule_test"] if c.get("exp_alerts")}
+    assert len(alerts) == 11 and alerts - fired == set(), alerts - fired
 
 
 def test_dashboards_are_grafana_json_with_a_query_in_every_panel() -> None:
