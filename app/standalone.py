@@ -27,7 +27,7 @@ from gpuwarden.contract import AlertTransition, Topics, batch_task_metrics, enco
 from gpuwarden.humantime import moment, span
 from gpuwarden.notifiers.delivery import reread_on_sighup
 from gpuwarden.notifiers.pipeline import Notifier
-from gpuwarden.producers.agent import build_source, step_with_extras, stop_extras
+from gpuwarden.producers.agent import build_source, simulated_extras, step_with_extras, stop_extras
 from gpuwarden.producers.servingsim import MAX_BATCH as SIM_MAX_BATCH
 from gpuwarden.producers.servingsim import SERVICES as SIM_SERVICES
 from gpuwarden.producers.servingsim import SLO as SIM_SLO
@@ -73,8 +73,8 @@ def _source(args: argparse.Namespace, settings: Settings) -> tuple[Source, list[
     kw = {} if args.onset is None else {"onset_s": args.onset}
     names = scenario if isinstance(scenario, list) else [scenario]
     nodes = args.nodes or max(2 if n == "mixed" else SCENARIOS[n].nodes if n in SCENARIOS else 1 for n in names)
-    return Simulator(scenario, nodes=nodes, gpus=args.gpus or 8, seed=args.seed, start_ts=start,
-                     tick_s=tick, **kw), []
+    sim = Simulator(scenario, nodes=nodes, gpus=args.gpus or 8, seed=args.seed, start_ts=start, tick_s=tick, **kw)
+    return sim, simulated_extras(settings.agent, sim, live=args.duration is None)
 
 
 def with_simulated_services(cfg: EngineConfig) -> EngineConfig:

@@ -94,11 +94,7 @@ def build_source(args: argparse.Namespace, settings: AgentSettings, start_ts: fl
         scenarios = args.simulate or ["mixed"]
         sim = Simulator(scenarios, nodes=args.nodes or 1, gpus=args.gpus or 8, seed=args.seed,
                         start_ts=start_ts, tick_s=tick_for(args.duration, cfg.fast_interval))
-        # Real serving engines beside simulated GPUs (a laptop's vLLM on CPU, a dashboard being
-        # tried): scraped as on a GPU node, under the first simulated node's name; a boot id of
-        # their own, so their (boot id, seq) never meet the simulated services' records.
-        first = sim.nodes[0]
-        return sim, _scrapers(cfg, first.name, f"{first.boot_id}-scraped")
+        return sim, simulated_extras(cfg, sim, live=args.duration is None)
     from gpuwarden.producers.attrib import Attributor
     from gpuwarden.producers.events import KmsgWatcher, NvmlEventWatcher
     from gpuwarden.producers.nvml import NvmlCollector, load_nvml
@@ -128,6 +124,35 @@ def build_source(args: argparse.Namespace, settings: AgentSettings, start_ts: fl
     except OSError as e:
         log.warning("task SDK socket %s unavailable (%s); task metrics off", cfg.socket_path, e.strerror)
     return collector, extras
+
+
+def simulated_extras(cfg: Any, sim: Any, *, live: bool) -> list[Any]:
+    """What a simulation takes from the real host, as ``gpuwarden agent`` and ``gpuwarden run``
+    both do: the serving engines of ``agent.inference.targets`` (a laptop's vLLM on CPU, a
+    dashboard being tried), scraped under the first simulated node's name with a boot id of their
+    own, so their (boot id, seq) never meet the simulated services' records; and, when ``live``
+    (paced in wall time, not a span run as fast as possible), the task SDK socket, so a training
+    script's callbacks can be tried without a GPU. Each says so in the log."""
+    if not live:
+        if cfg.inference.targets:
+            log.warning("a simulated span runs faster than wall time: agent.inference.targets are not scraped "
+                        "(leave out --duration to scrape them)")
+        return []
+    first = sim.nodes[0]
+    extras = _scrapers(cfg, first.name, f"{first.boot_id}-scraped")
+    if extras:
+        log.warning("simulation: scraping %s as node %s", ", ".join(t.url for t in cfg.inference.targets), first.name)
+    from gpuwarden.producers.taskrecv import TaskReceiver
+
+    try:
+        receiver = TaskReceiver(str(cfg.socket_path), first.name)
+        receiver.start()
+    except OSError as e:
+        log.warning("task SDK socket %s unavailable (%s); task metrics off", cfg.socket_path, e.strerror)
+    else:
+        log.warning("simulation: task SDK socket %s, its metrics as node %s", cfg.socket_path, first.name)
+        extras.append(receiver)
+    return extras
 
 
 def _scrapers(cfg: Any, node: str, boot_id: str, **attribution: Any) -> list[Any]:
