@@ -8,17 +8,27 @@ e.g. an agent whose records wait in the spool with nothing published for 30 s). 
 compose healthchecks and the systemd watchdog (:mod:`gpuwarden.watchdog`) ask ``/-/ready``.
 prometheus-client's text format names every counter ``*_total``; dcgm-exporter's counters
 (``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``, ...) have no suffix, so a registry may name
-counters whose ``HELP``/``TYPE`` lines keep their own name (``bare_counters``).
+counters whose ``HELP``/``TYPE`` lines keep their own name (``bare_counters``); in OpenMetrics,
+where a counter's sample must end in ``_total``, they are typed ``unknown`` under their own name.
+
+``/metrics`` is prometheus-client's exposition: the format the scraper's ``Accept`` asks for
+(OpenMetrics or the 0.0.4 text), gzip when ``Accept-Encoding`` takes it, ``?name[]=`` to ask for
+some families only; and never the ``*_created`` samples (one more series per counter, histogram
+and summary that nothing here reads).
 """
 
 from __future__ import annotations
 
+import gzip
 import logging
 import threading
+from urllib.parse import parse_qs
 from collections.abc import Callable, Collection
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder, gzip_accepted
+from prometheus_client.metrics_core import Metric
 
 from gpuwarden import watchdog
 from gpuwarden.config import MetricsEndpoint
@@ -29,10 +39,51 @@ log = logging.getLogger("gpuwarden")
 Readiness = Callable[[], "str | None"]
 
 
+_CREATED_IN = ("counter", "histogram", "summary", "gaugehistogram")
+
+
+class _Served:
+    """``registry`` as served: no ``*_created`` samples; in OpenMetrics, ``bare`` counters ``unknown``."""
+
+    def __init__(self, registry: object, bare: Collection[str], openmetrics: bool,
+                 names: Collection[str] | None = None) -> None:
+        self.registry, self.bare, self.openmetrics, self.names = registry, bare, openmetrics, names
+
+    def collect(self) -> object:
+        for family in self.registry.collect():  # type: ignore[attr-defined]
+            if self.names is not None and family.name not in self.names \
+                    and not any(x.name in self.names for x in family.samples):
+                continue
+            typ = "unknown" if self.openmetrics and family.name in self.bare else family.type
+            out = Metric(family.name, family.documentation, typ, family.unit)
+            out.samples = [x for x in family.samples
+                           if not (family.type in _CREATED_IN and x.name.endswith("_created"))]
+            yield out
+
+
+def exposition(registry: CollectorRegistry, bare_counters: Collection[str] = (), accept: str | None = None,
+               accept_encoding: str | None = None, query: str = "") -> tuple[bytes, dict[str, str]]:
+    """``/metrics``' body and headers for a request's ``Accept``, ``Accept-Encoding`` and query."""
+    encoder, content_type = choose_encoder(accept or "")
+    names = parse_qs(query).get("name[]")  # custom collectors have no describe(): filtered here
+    openmetrics = content_type.startswith("application/openmetrics-text")
+    body = encoder(_Served(registry, frozenset(bare_counters), openmetrics,
+                           frozenset(names) if names else None))  # type: ignore[arg-type]
+    if not openmetrics:
+        body = _bare(body, bare_counters)
+    headers = {"Content-Type": content_type}
+    if gzip_accepted(accept_encoding or ""):
+        body, headers["Content-Encoding"] = gzip.compress(body), "gzip"
+    return body, headers
+
+
 def render(registry: CollectorRegistry, bare_counters: Collection[str] = ()) -> bytes:
-    """The text exposition of ``registry``, with the counters named in ``bare_counters`` typed
-    under their own name (their samples carry it already)."""
-    text = generate_latest(registry)
+    """The text exposition (0.0.4) of ``registry``, with the counters named in ``bare_counters``
+    typed under their own name (their samples carry it already)."""
+    return exposition(registry, bare_counters)[0]
+
+
+def _bare(text: bytes, bare_counters: Collection[str]) -> bytes:
     for name in bare_counters:
         n = name.encode()
         text = text.replace(b"# HELP " + n + b"_total ", b"# HELP " + n + b" ", 1)
@@ -48,9 +99,11 @@ def serve(registry: CollectorRegistry, port: int, bind: str = "127.0.0.1",
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            path = self.path.partition("?")[0]
+            path, _, query = self.path.partition("?")
             if path == "/metrics":
-                self._answer(200, render(registry, bare_counters), CONTENT_TYPE_LATEST)
+                body, headers = exposition(registry, bare_counters, self.headers.get("Accept"),
+                                           self.headers.get("Accept-Encoding"), query)
+                self._answer(200, body, headers.pop("Content-Type"), headers)
             elif path == "/-/healthy":
                 self._answer(200, b"ok\n", "text/plain")
             elif path == "/-/ready":
@@ -60,9 +113,11 @@ def serve(registry: CollectorRegistry, port: int, bind: str = "127.0.0.1",
             else:
                 self._answer(404, b"not found: try /metrics\n", "text/plain")
 
-        def _answer(self, status: int, body: bytes, content_type: str) -> None:
+        def _answer(self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

@@ -34,6 +34,7 @@ _FIELDS = {
     "DCGM_FI_DEV_FB_USED": ("framebuffer used (MiB)", "mem_used_bytes", 1 / _MIB),
     "DCGM_FI_DEV_FB_FREE": ("framebuffer free (MiB)", "mem_free_bytes", 1 / _MIB),
     "DCGM_FI_DEV_FB_TOTAL": ("framebuffer total (MiB)", "mem_total_bytes", 1 / _MIB),
+    "DCGM_FI_DEV_FB_RESERVED": ("framebuffer reserved by the driver (MiB)", "mem_reserved_bytes", 1 / _MIB),
     "DCGM_FI_DEV_GPU_TEMP": ("GPU temperature (C)", "temp_gpu_c", 1),
     "DCGM_FI_DEV_MEMORY_TEMP": ("HBM temperature (C)", "temp_memory_c", 1),
     "DCGM_FI_DEV_POWER_USAGE": ("power draw (W)", "power_w", 1),
@@ -49,6 +50,7 @@ _FIELDS = {
     "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": ("rows remapped for corrected errors", "remapped_rows_corrected", 1),
     "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": ("rows remapped for uncorrected errors", "remapped_rows_uncorrected", 1),
     "DCGM_FI_DEV_ROW_REMAP_PENDING": ("row remap pending (1/0)", "remap_pending", 1),
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("row remapping failed (1/0)", "remap_failure", 1),
     "DCGM_FI_PROF_SM_ACTIVE": ("SM active ratio (GPM)", "sm_active", 0.01),
     "DCGM_FI_PROF_SM_OCCUPANCY": ("SM occupancy ratio (GPM)", "sm_occupancy", 0.01),
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("tensor pipe active ratio (GPM)", "tensor_active", 0.01),
@@ -61,6 +63,23 @@ COUNTERS = frozenset({"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_PCIE_
                       "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
                       "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"})
 XID_ERRORS = "DCGM_FI_DEV_XID_ERRORS"
+#: dcgm-exporter's ``err_msg`` of the XIDs it names (NVIDIA's XID catalog); others are "Unknown XID".
+XID_MESSAGES = {
+    13: "Graphics Engine Exception", 31: "GPU memory page fault", 32: "Invalid or corrupted push buffer stream",
+    43: "GPU stopped processing", 45: "Preemptive cleanup, due to previous errors", 48: "Double Bit ECC Error",
+    61: "Internal micro-controller breakpoint/warning", 62: "Internal micro-controller halt",
+    63: "ECC page retirement or row remapping recording event",
+    64: "ECC page retirement or row remapper recording failure", 68: "NVDEC0 Exception",
+    69: "Graphics Engine class error", 74: "NVLINK Error", 79: "GPU has fallen off the bus",
+    92: "High single-bit ECC error rate", 94: "Contained ECC error", 95: "Uncontained ECC error",
+    119: "GSP RPC Timeout", 120: "GSP Error",
+}
+
+
+def xid_labels(code: float) -> dict[str, str]:
+    """``err_code`` and ``err_msg`` of the XID series, as dcgm-exporter labels them (0: none yet)."""
+    n = int(code)
+    return {"err_code": str(n), "err_msg": "" if n == 0 else XID_MESSAGES.get(n, "Unknown XID")}
 
 #: ``owner(uuid, index)`` → the container holding the GPU (:data:`NO_POD` off Kubernetes).
 Owner = Callable[[str, int], PodRef]
@@ -190,5 +209,6 @@ class _GpuSeries(Collector):
             family = Metric(name, doc, "counter") if name in COUNTERS else GaugeMetricFamily(name, doc, labels=GPU_LABELS)
             for labels, values in rows:
                 if name in values:
-                    family.add_sample(name, dict(zip(GPU_LABELS, labels)), values[name])
+                    extra = xid_labels(values[name]) if name == XID_ERRORS else {}
+                    family.add_sample(name, {**dict(zip(GPU_LABELS, labels)), **extra}, values[name])
             yield family

@@ -50,3 +50,54 @@ def test_scrape_shows_gpu_and_process_metrics():
     assert lost == []  # the GPU that fell off the bus reads null: removed, not 0
     assert 'gpuwarden_xid_total{Hostname="sim-node-00",err_code="79",gpu="4"} 1.0' in body
     assert 'gpuwarden_process_gpu_memory_bytes{' in body and 'user="chen"' in body
+
+
+def _scrape(port: int, **headers: str) -> tuple[bytes, dict[str, str]]:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers=headers)
+    with urllib.request.urlopen(req, timeout=5) as r:
+        return r.read(), dict(r.headers)
+
+
+def test_dcgm_exporter_s_fields_xid_labels_and_prometheus_client_s_negotiation():
+    """#32, point 4: FB_RESERVED and ROW_REMAP_FAILURE from the snapshot (the simulator's too), the
+    XID series with dcgm-exporter's err_code/err_msg, OpenMetrics when asked (the bare dcgm counters
+    typed unknown there, the format wanting *_total), gzip when taken, and no *_created series."""
+    import gzip
+
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
+
+    m = AgentMetrics()
+    sim = Simulator("xid-79", gpus=8, start_ts=1_700_000_000, tick_s=10, onset_s=50)
+    for _ in range(10):
+        m.observe(sim.step())
+    port = free_port()
+    server = serve(m.registry, port, bare_counters=COUNTERS)
+    try:
+        text, headers = _scrape(port)
+        om, om_headers = _scrape(port, Accept="application/openmetrics-text; version=1.0.0")
+        zipped, zip_headers = _scrape(port, **{"Accept-Encoding": "gzip"})
+        only = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics?name[]=DCGM_FI_DEV_XID_ERRORS",
+                                      timeout=5).read()
+    finally:
+        server.shutdown()
+    body = text.decode()
+    assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    fams = {f.name: f for f in text_string_to_metric_families(body)}
+    reserved = {s.labels["gpu"]: s.value for s in fams["DCGM_FI_DEV_FB_RESERVED"].samples}
+    assert reserved["0"] > 0
+    assert {s.value for s in fams["DCGM_FI_DEV_ROW_REMAP_FAILURE"].samples} == {0.0}
+    xid = {s.labels["gpu"]: s.labels for s in fams["DCGM_FI_DEV_XID_ERRORS"].samples}
+    assert (xid["4"]["err_code"], xid["4"]["err_msg"]) == ("79", "GPU has fallen off the bus")
+    assert (xid["0"]["err_code"], xid["0"]["err_msg"]) == ("0", "")
+    assert "_created" not in body and "gpuwarden_xid_total{" in body
+    # OpenMetrics: parsed by prometheus_client's strict parser, ends with # EOF
+    assert om_headers["Content-Type"].startswith("application/openmetrics-text")
+    assert om.decode().endswith("# EOF\n") and "_created" not in om.decode()
+    om_fams = {f.name: f for f in om_families(om.decode())}
+    assert om_fams["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].type == "unknown"
+    assert om_fams["gpuwarden_xid"].type == "counter"
+    assert om_fams["DCGM_FI_DEV_XID_ERRORS"].samples
+    # gzip
+    assert zip_headers.get("Content-Encoding") == "gzip" and gzip.decompress(zipped) == text
+    # one family asked for by name
+    assert only.decode().count("# TYPE ") == 1 and "DCGM_FI_DEV_XID_ERRORS" in only.decode()
