@@ -18,13 +18,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_scrape_shows_gpu_and_process_metrics():
+def xid_79_served() -> tuple[int, object]:
+    """(port, server): the agent's /metrics after 100 s of the xid-79 scenario on 8 GPUs."""
     m = AgentMetrics()
     sim = Simulator("xid-79", gpus=8, start_ts=1_700_000_000, tick_s=10, onset_s=50)
     for _ in range(10):
         m.observe(sim.step())
     port = free_port()
-    server = serve(m.registry, port, bare_counters=COUNTERS)
+    return port, serve(m.registry, port, bare_counters=COUNTERS)
+
+
+def test_scrape_shows_gpu_and_process_metrics():
+    port, server = xid_79_served()
     try:
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     finally:
@@ -66,12 +71,7 @@ def test_dcgm_exporter_s_fields_xid_labels_and_prometheus_client_s_negotiation()
 
     from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
 
-    m = AgentMetrics()
-    sim = Simulator("xid-79", gpus=8, start_ts=1_700_000_000, tick_s=10, onset_s=50)
-    for _ in range(10):
-        m.observe(sim.step())
-    port = free_port()
-    server = serve(m.registry, port, bare_counters=COUNTERS)
+    port, server = xid_79_served()
     try:
         text, headers = _scrape(port)
         om, om_headers = _scrape(port, Accept="application/openmetrics-text; version=1.0.0")
