@@ -42,7 +42,8 @@ def _series(names: tuple[str, ...]) -> dict[str, Metric]:
 SCOPES: dict[str, dict[str, Metric]] = {
     "gpu": {
         **_series(GPU_RAW + GPU_DERIVED),
-        "time_to_oom_s": Metric("scalar", "s", "headroom / memory growth rate over the last 15 min"),
+        "time_to_oom_s": Metric("scalar", "s", "headroom / memory growth rate over the last 15, 10 or 5 min "
+                                "(the longest rising steadily)"),
         "ckpt_released": Metric("scalar", "bool",
                                 "1 if memory fell back to its pre-checkpoint level after the last "
                                 "checkpoint_end within 30 min, 0 if it did not, absent without one"),

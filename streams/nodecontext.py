@@ -11,10 +11,14 @@ from gpuwarden.streams.growth import Minima
 from gpuwarden.streams.nodestate import GpuState, NodeState, TaskState
 from gpuwarden.streams.windows import BucketWindow
 
-#: Time to OOM: memory growth over this long, ...
-OOM_TREND_S = 900.0
-#: ... rising this steadily (a job's start-up ramp is not a trend toward OOM).
+#: Time to OOM: memory growth over the longest of these trailing windows that rises steadily (the
+#: shorter ones let a leak that began minutes ago be projected before 15 min of it are seen), ...
+OOM_WINDOWS_S = (900.0, 600.0, 300.0)
+OOM_TREND_S = OOM_WINDOWS_S[0]
+#: ... rising this steadily, its later half at least this share of the window's slope (a job's
+#: start-up ramp, steep and then level, is not a trend toward OOM).
 OOM_MONOTONIC = 0.75
+OOM_SUSTAINED = 0.5
 _MEM, _TOT = GPU_INDEX.mem_used_gib, GPU_INDEX.mem_total_gib
 #: A neighbour counts as capped when a cap costs it at least this share of its SM clock in its
 #: newest bucket: the SW power cap bit alone is set on busy GPUs far below their limit (a real
@@ -72,19 +76,26 @@ class NodeContext(Context):
         return None
 
     def _time_to_oom(self, g: GpuState) -> float | None:
-        ts, ys = g.win.series(_MEM, self.now - OOM_TREND_S)
         total = g.win.latest(_TOT)
-        if len(ts) < 4 or total is None:
+        if total is None:
             return None
-        s = tr.slope(ts, ys)
-        mono = tr.monotonicity(ys)
-        if mono is None or mono < OOM_MONOTONIC or ts[0] - ts[-1] + OOM_TREND_S > 0.25 * OOM_TREND_S + self.bucket_s:
-            return None  # a job's start-up ramp is not a trend toward OOM
-        ttf = tr.time_to_full(ys[-1], total, s)
-        if ttf is not None:
-            self.ev["values"]["headroom_gib"] = round(total - ys[-1], 3)
-            self.ev["slope"], self.ev["slope_unit"] = round((s or 0) * 3600, 4), "GiB/h"
-        return ttf
+        for span in OOM_WINDOWS_S:
+            ts, ys = g.win.series(_MEM, self.now - span)
+            if len(ts) < 4 or ts[0] - ts[-1] + span > 0.25 * span + self.bucket_s:
+                continue  # not covered
+            mono = tr.monotonicity(ys)
+            if mono is None or mono < OOM_MONOTONIC:
+                continue  # a job's start-up ramp is not a trend toward OOM
+            s, half = tr.slope(ts, ys), len(ts) // 2
+            late = tr.slope(ts[half:], ys[half:])
+            if s is None or late is None or late < OOM_SUSTAINED * s:
+                continue
+            ttf = tr.time_to_full(ys[-1], total, s)
+            if ttf is not None:
+                self.ev["values"]["headroom_gib"] = round(total - ys[-1], 3)
+                self.ev["slope"], self.ev["slope_unit"] = round((s or 0) * 3600, 4), "GiB/h"
+            return ttf
+        return None
 
     def count_events(self, since: float, pred: Callable[[dict], bool], per: str,
                      kinds: frozenset | None = None) -> int:

@@ -136,6 +136,29 @@ def test_a_leak_starting_as_the_job_falls_to_low_utilization_is_attention_within
     assert CKPT_INFER_S < WITHIN_S
 
 
+@pytest.mark.parametrize("sdk", [True, False], ids=["sdk", "no-sdk"])
+@pytest.mark.parametrize("total", [80.0, H200_GIB], ids=["80GiB", "141GiB"])
+@pytest.mark.parametrize("minutes", [25.0, 15.0])
+def test_a_leak_under_30_min_from_oom_is_oom_risk_within_5_min(sdk: bool, total: float, minutes: float) -> None:
+    """oom-risk projects over the longest steadily rising trailing window of 15, 10 or 5 min: with
+    only the 15-min one it came 640 s after the onset (11 min of a 15-min leak gone)."""
+    rate = (total - BASE) / (minutes / 60)
+
+    def mem(t: float) -> float:
+        return min(total, BASE + max(0.0, t - ONSET) * rate / 3600)
+
+    got = _run(trace(int(ONSET + WITHIN_S + 120), _low_after(), mem, checkpoints=_checkpoint if sdk else None,
+                     sdk=sdk, total_gib=total))
+    assert got.get("oom-risk", WITHIN_S + 1) <= WITHIN_S
+    assert got["memory-leak"] <= WITHIN_S
+
+
+def test_a_leak_3_h_from_oom_is_no_oom_risk() -> None:
+    rate = (H200_GIB - BASE) / 2.9
+    got = _run(trace(int(ONSET + 1800), _low_after(), lambda t: BASE + max(0.0, t - ONSET) * rate / 3600))
+    assert "oom-risk" not in got and got["memory-leak"] <= WITHIN_S
+
+
 def test_a_leak_across_idle_dips_that_give_nothing_back_is_not_hidden_by_them() -> None:
     """No SDK; a busy job idles 60 s of every 10 min (a checkpoint's signature) but its memory
     keeps growing through them (~46 GiB/h, under 3 h from a full card): the dips end with memory
