@@ -253,7 +253,7 @@ def _serve_metrics(args: argparse.Namespace, settings: AgentSettings, source: An
             extras.append(pods)
             owner = pods.owner
     bus_ids = source.bus_ids() if hasattr(source, "bus_ids") else {}
-    metrics = AgentMetrics(bus_ids, owner)
+    metrics = AgentMetrics(bus_ids, owner, getattr(source, "dcgm_fields", None))
     metrics.publishing(publisher)
     if not (args.simulate or cfg.source == "simulate"):
         metrics.kmsg(any(isinstance(x, KmsgWatcher) for x in extras))

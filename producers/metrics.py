@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 from gpuwarden.contract import GpuEvent, InferenceMetrics, NodeSnapshot
 from gpuwarden.producers.podresources import NO_POD, PodRef
 from gpuwarden.producers.servingmetrics import ServingSeries
+from gpuwarden.producers.xid import lookup
 
 #: The labels of every per-GPU series, in dcgm-exporter's names.
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION",
@@ -58,28 +59,29 @@ _FIELDS = {
 }
 
 
+#: dcgm-exporter's default fields the contract carries no column for: the source reads them for
+#: /metrics alone (``dcgm_fields(node, sample)`` of the NVML collector and of the simulator). All
+#: gauges: the PCIe ones are rates (bytes/s), as DCGM's profiling fields are.
+DCGM_ONLY = {
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "ratio of time the graphics engine is active (GPM)",
+    "DCGM_FI_DEV_ENC_UTIL": "encoder utilization (%)",
+    "DCGM_FI_DEV_DEC_UTIL": "decoder utilization (%)",
+    "DCGM_FI_PROF_PCIE_TX_BYTES": "PCIe bytes transmitted per second, headers and payload",
+    "DCGM_FI_PROF_PCIE_RX_BYTES": "PCIe bytes received per second, headers and payload",
+}
+#: ``dcgm_fields(node, sample)`` → {DCGM name: value} for one GPU.
+DcgmFields = Callable[[str, Any], Mapping[str, float]]
+
 #: dcgm-exporter's counters (default-counters.csv): typed counter, named without ``_total``.
 COUNTERS = frozenset({"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
                       "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
                       "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"})
 XID_ERRORS = "DCGM_FI_DEV_XID_ERRORS"
-#: dcgm-exporter's ``err_msg`` of the XIDs it names (NVIDIA's XID catalog); others are "Unknown XID".
-XID_MESSAGES = {
-    13: "Graphics Engine Exception", 31: "GPU memory page fault", 32: "Invalid or corrupted push buffer stream",
-    43: "GPU stopped processing", 45: "Preemptive cleanup, due to previous errors", 48: "Double Bit ECC Error",
-    61: "Internal micro-controller breakpoint/warning", 62: "Internal micro-controller halt",
-    63: "ECC page retirement or row remapping recording event",
-    64: "ECC page retirement or row remapper recording failure", 68: "NVDEC0 Exception",
-    69: "Graphics Engine class error", 74: "NVLINK Error", 79: "GPU has fallen off the bus",
-    92: "High single-bit ECC error rate", 94: "Contained ECC error", 95: "Uncontained ECC error",
-    119: "GSP RPC Timeout", 120: "GSP Error",
-}
-
-
 def xid_labels(code: float) -> dict[str, str]:
-    """``err_code`` and ``err_msg`` of the XID series, as dcgm-exporter labels them (0: none yet)."""
+    """``err_code`` and ``err_msg`` of the XID series, as dcgm-exporter labels them (0: none yet);
+    the message is the XID catalogue's (:mod:`gpuwarden.producers.xid`)."""
     n = int(code)
-    return {"err_code": str(n), "err_msg": "" if n == 0 else XID_MESSAGES.get(n, "Unknown XID")}
+    return {"err_code": str(n), "err_msg": "" if n == 0 else lookup(n).meaning}
 
 #: ``owner(uuid, index)`` → the container holding the GPU (:data:`NO_POD` off Kubernetes).
 Owner = Callable[[str, int], PodRef]
@@ -92,10 +94,13 @@ def _no_pod(uuid: str, index: int) -> PodRef:
 class AgentMetrics:
     """The agent's registry: per-GPU series rebuilt from each snapshot, read by scrapes as a whole."""
 
-    def __init__(self, bus_ids: Mapping[int, str] | None = None, owner: Owner | None = None) -> None:
+    def __init__(self, bus_ids: Mapping[int, str] | None = None, owner: Owner | None = None,
+                 dcgm: DcgmFields | None = None) -> None:
         """``bus_ids``: GPU index → PCI bus id (from the source); ``owner``: who holds a GPU
-        (:meth:`gpuwarden.producers.podresources.PodResources.owner`)."""
+        (:meth:`gpuwarden.producers.podresources.PodResources.owner`); ``dcgm``: the source's
+        :data:`DCGM_ONLY` readings of a GPU."""
         self.registry = CollectorRegistry()
+        self.dcgm = dcgm
         self.bus_ids = bus_ids or {}
         self.owner = owner or _no_pod
         self._gpus: dict[str, list[tuple[tuple[str, ...], dict[str, float]]]] = {}  # node → its GPUs' series
@@ -147,6 +152,8 @@ class AgentMetrics:
                       snap.node, snap.driver_version or "", who.container, who.namespace, who.pod)
             values = {name: float(v) * scale for name, (_, field, scale) in _FIELDS.items()
                       if (v := _value(g, field)) is not None}
+            if self.dcgm is not None:
+                values.update((k, float(v)) for k, v in self.dcgm(snap.node, g).items() if k in DCGM_ONLY)
             values[XID_ERRORS] = float(self._xid.get((snap.node, g.index), 0))
             gpus.append((labels, values))
         with self._lock:
@@ -204,7 +211,8 @@ class _GpuSeries(Collector):
 
     def collect(self) -> Iterator[Metric]:
         rows = self.metrics.series()
-        docs = {**{n: h for n, (h, _, _) in _FIELDS.items()}, XID_ERRORS: "last XID error code seen (0: none)"}
+        docs = {**{n: h for n, (h, _, _) in _FIELDS.items()}, **DCGM_ONLY,
+                XID_ERRORS: "last XID error code seen (0: none)"}
         for name, doc in docs.items():
             family = Metric(name, doc, "counter") if name in COUNTERS else GaugeMetricFamily(name, doc, labels=GPU_LABELS)
             for labels, values in rows:

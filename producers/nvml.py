@@ -33,6 +33,11 @@ AGENT_VERSION = "gpuwarden-agent/0.1"
 _GPM_METRICS = ("NVML_GPM_METRIC_SM_UTIL", "NVML_GPM_METRIC_SM_OCCUPANCY",
                 "NVML_GPM_METRIC_ANY_TENSOR_UTIL", "NVML_GPM_METRIC_DRAM_BW_UTIL")
 _GPM_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "dram_active")
+#: GPM metrics for dcgm-exporter's series only (/metrics, not the contract): DCGM reads these on
+#: GPM GPUs (DCGM's DcgmFieldIdToNvmlGpmMetricId): metric → (DCGM name, scale to DCGM's unit).
+_GPM_DCGM = {"NVML_GPM_METRIC_GRAPHICS_UTIL": ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.01),  # % → ratio
+             "NVML_GPM_METRIC_PCIE_TX_PER_SEC": ("DCGM_FI_PROF_PCIE_TX_BYTES", 1 << 20),  # MiB/s → B/s
+             "NVML_GPM_METRIC_PCIE_RX_PER_SEC": ("DCGM_FI_PROF_PCIE_RX_BYTES", 1 << 20)}
 
 
 class GpuLost(Exception):
@@ -56,6 +61,8 @@ class _Gpu:
         self.prev: GpuSample | None = None
         self.lost = False
         self.gpm_supported = False
+        self.dcgm: dict[str, float] = {}  # dcgm-exporter fields the contract has no column for (slow set)
+        self.gpm_dcgm: dict[str, float] = {}  # those of them the last GPM sample gave
 
 
 class NvmlCollector:
@@ -134,11 +141,12 @@ class NvmlCollector:
                 continue
             try:
                 values = self._slow_values(g)
+                dcgm = self._dcgm_values(g, values)
             except GpuLost:
                 self._mark_lost(g, self.clock())
                 continue
             with self._slow_lock:
-                g.slow = values
+                g.slow, g.dcgm = values, dcgm
 
     def _slow_values(self, g: _Gpu) -> dict[str, Any]:
         nv, h, s = self.nv, g.handle, self._safe
@@ -165,7 +173,35 @@ class NvmlCollector:
             out.update(self._gpm(g))
         return out
 
+    def _dcgm_values(self, g: _Gpu, slow: dict[str, Any]) -> dict[str, float]:
+        """dcgm-exporter's default fields that only /metrics serves: encoder and decoder
+        utilisation (NVML), and from the GPM sample (:meth:`_gpm`) the graphics engine's activity
+        and PCIe bytes/s, else PCIe from ``nvmlDeviceGetPcieThroughput`` (KB/s over 20 ms)."""
+        nv, h, s = self.nv, g.handle, self._safe
+        out: dict[str, float] = dict(g.gpm_dcgm) if g.gpm_supported and not slow.get("mig_mode") else {}
+        for name, fn in (("DCGM_FI_DEV_ENC_UTIL", "nvmlDeviceGetEncoderUtilization"),
+                         ("DCGM_FI_DEV_DEC_UTIL", "nvmlDeviceGetDecoderUtilization")):
+            got = s(getattr(nv, fn), h) if hasattr(nv, fn) else None
+            if got is not None:
+                out[name] = float(got[0])
+        if "DCGM_FI_PROF_PCIE_TX_BYTES" not in out and hasattr(nv, "nvmlDeviceGetPcieThroughput"):
+            for name, counter in (("DCGM_FI_PROF_PCIE_TX_BYTES", "NVML_PCIE_UTIL_TX_BYTES"),
+                                  ("DCGM_FI_PROF_PCIE_RX_BYTES", "NVML_PCIE_UTIL_RX_BYTES")):
+                kb = s(nv.nvmlDeviceGetPcieThroughput, h, getattr(nv, counter, 0 if "TX" in counter else 1))
+                if kb is not None:
+                    out[name] = float(kb) * 1024
+        return out
+
+    def dcgm_fields(self, node: str, sample: GpuSample) -> dict[str, float]:
+        """The dcgm-exporter fields of GPU ``sample.index`` read on the slow cadence (for /metrics)."""
+        for g in self.gpus:
+            if g.index == sample.index and not g.lost:
+                with self._slow_lock:
+                    return dict(g.dcgm)
+        return {}
+
     def _gpm(self, g: _Gpu) -> dict[str, float]:
+        """The contract's GPM fields; the dcgm-only ones go to ``g.gpm_dcgm``."""
         nv = self.nv
         try:
             s1, s2 = nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()
@@ -174,10 +210,15 @@ class NvmlCollector:
                 time.sleep(self.gpm_interval_s)
                 nv.nvmlGpmSampleGet(g.handle, s2)
                 mg = nv.c_nvmlGpmMetricsGet_t()
-                mg.version, mg.numMetrics, mg.sample1, mg.sample2 = nv.NVML_GPM_METRICS_GET_VERSION, 4, s1, s2
-                for i, name in enumerate(_GPM_METRICS):
+                extra = [m for m in _GPM_DCGM if hasattr(nv, m)]
+                metrics = (*_GPM_METRICS, *extra)
+                mg.version, mg.numMetrics, mg.sample1, mg.sample2 = nv.NVML_GPM_METRICS_GET_VERSION, len(metrics), s1, s2
+                for i, name in enumerate(metrics):
                     mg.metrics[i].metricId = getattr(nv, name)
                 nv.nvmlGpmMetricsGet(mg)
+                n = len(_GPM_METRICS)
+                g.gpm_dcgm = {_GPM_DCGM[m][0]: max(0.0, float(mg.metrics[n + i].value)) * _GPM_DCGM[m][1]
+                              for i, m in enumerate(extra) if mg.metrics[n + i].nvmlReturn == 0}
                 return {f: round(min(100.0, max(0.0, float(mg.metrics[i].value))), 2)
                         for i, f in enumerate(_GPM_FIELDS) if mg.metrics[i].nvmlReturn == 0}
             finally:

@@ -668,6 +668,18 @@ class Simulator:
         """GPU index → the simulated PCI bus id (the same on every simulated node)."""
         return {i: bus_id(i) for i in range(len(self.nodes[0].gpus))}
 
+    def dcgm_fields(self, node: str, sample: GpuSample) -> dict[str, float]:
+        """dcgm-exporter's fields that only /metrics serves, for a simulated GPU: the graphics
+        engine as busy as the GPU's utilisation, no video encode or decode, and PCIe traffic in
+        proportion to it (a training step's host-to-device input and its outputs back: up to
+        4 GB/s in, 1 GB/s out). None of it without a utilisation reading (a lost GPU)."""
+        if sample.util_gpu is None:
+            return {}
+        busy = sample.util_gpu / 100
+        return {"DCGM_FI_PROF_GR_ENGINE_ACTIVE": round(busy, 4), "DCGM_FI_DEV_ENC_UTIL": 0.0,
+                "DCGM_FI_DEV_DEC_UTIL": 0.0, "DCGM_FI_PROF_PCIE_RX_BYTES": round(busy * 4e9),
+                "DCGM_FI_PROF_PCIE_TX_BYTES": round(busy * 1e9)}
+
     def _place_faults(self, names: list[str]) -> dict[str, tuple[int, int]]:
         """Fault scenario -> (node, gpu); single-GPU slots first, spread over nodes."""
         faults = [f for n in names for f in (MIXED_FAULTS if n == "mixed" else [n]) if f in FAULTS]

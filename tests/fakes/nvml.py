@@ -26,6 +26,8 @@ NVML_VOLATILE_ECC, NVML_AGGREGATE_ECC = 0, 1
 NVML_FI_DEV_MEMORY_TEMP = 82
 NVML_GPM_METRIC_SM_UTIL, NVML_GPM_METRIC_SM_OCCUPANCY = 2, 3
 NVML_GPM_METRIC_ANY_TENSOR_UTIL, NVML_GPM_METRIC_DRAM_BW_UTIL = 5, 10
+NVML_GPM_METRIC_GRAPHICS_UTIL, NVML_GPM_METRIC_PCIE_TX_PER_SEC, NVML_GPM_METRIC_PCIE_RX_PER_SEC = 1, 20, 21
+NVML_PCIE_UTIL_TX_BYTES, NVML_PCIE_UTIL_RX_BYTES = 0, 1
 NVML_GPM_METRICS_GET_VERSION = 1
 NVML_NVLINK_MAX_LINKS = 18
 nvmlMemory_v2 = 0x02000028
@@ -184,6 +186,9 @@ class FakeNvml:
     def _nvmlDeviceGetCurrPcieLinkGeneration(self, g): return 5
     def _nvmlDeviceGetCurrPcieLinkWidth(self, g): return 16
     def _nvmlDeviceGetPcieReplayCounter(self, g): return g.replay
+    def _nvmlDeviceGetPcieThroughput(self, g, counter): return 2048 if counter == NVML_PCIE_UTIL_TX_BYTES else 8192
+    def _nvmlDeviceGetEncoderUtilization(self, g): return [3, 167000]
+    def _nvmlDeviceGetDecoderUtilization(self, g): return [7, 167000]
     def _nvmlDeviceGetFanSpeed(self, g): return 30
     def _nvmlDeviceGetNvLinkState(self, g, link): return 1
     def _nvmlDeviceGetMigMode(self, g): return list(g.mig)
@@ -203,7 +208,9 @@ class FakeNvml:
     def _nvmlGpmSampleGet(self, g, s): return s
     def _nvmlGpmMetricsGet(self, mg):
         values = {NVML_GPM_METRIC_SM_UTIL: 81.5, NVML_GPM_METRIC_SM_OCCUPANCY: 40.25,
-                  NVML_GPM_METRIC_ANY_TENSOR_UTIL: 55.0, NVML_GPM_METRIC_DRAM_BW_UTIL: 33.0}
+                  NVML_GPM_METRIC_ANY_TENSOR_UTIL: 55.0, NVML_GPM_METRIC_DRAM_BW_UTIL: 33.0,
+                  NVML_GPM_METRIC_GRAPHICS_UTIL: 90.0, NVML_GPM_METRIC_PCIE_TX_PER_SEC: 12.5,
+                  NVML_GPM_METRIC_PCIE_RX_PER_SEC: 3000.0}
         for m in mg.metrics[:mg.numMetrics]:
             m.value, m.nvmlReturn = values[m.metricId], 0
         return mg

@@ -20,8 +20,8 @@ def free_port() -> int:
 
 def xid_79_served() -> tuple[int, object]:
     """(port, server): the agent's /metrics after 100 s of the xid-79 scenario on 8 GPUs."""
-    m = AgentMetrics()
     sim = Simulator("xid-79", gpus=8, start_ts=1_700_000_000, tick_s=10, onset_s=50)
+    m = AgentMetrics(dcgm=sim.dcgm_fields)
     for _ in range(10):
         m.observe(sim.step())
     port = free_port()
@@ -86,6 +86,14 @@ def test_dcgm_exporter_s_fields_xid_labels_and_prometheus_client_s_negotiation()
     reserved = {s.labels["gpu"]: s.value for s in fams["DCGM_FI_DEV_FB_RESERVED"].samples}
     assert reserved["0"] > 0
     assert {s.value for s in fams["DCGM_FI_DEV_ROW_REMAP_FAILURE"].samples} == {0.0}
+    # the fields the contract has no column for, from the simulator's dcgm_fields (GPU 4 is lost)
+    for name in ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL",
+                 "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES"):
+        assert fams[name].type == "gauge" and {s.labels["gpu"] for s in fams[name].samples} == \
+            {str(i) for i in range(8)} - {"4"}, name
+    util = {s.labels["gpu"]: s.value for s in fams["DCGM_FI_DEV_GPU_UTIL"].samples}
+    active = {s.labels["gpu"]: s.value for s in fams["DCGM_FI_PROF_GR_ENGINE_ACTIVE"].samples}
+    assert active["0"] == round(util["0"] / 100, 4)
     xid = {s.labels["gpu"]: s.labels for s in fams["DCGM_FI_DEV_XID_ERRORS"].samples}
     assert (xid["4"]["err_code"], xid["4"]["err_msg"]) == ("79", "GPU has fallen off the bus")
     assert (xid["0"]["err_code"], xid["0"]["err_msg"]) == ("0", "")

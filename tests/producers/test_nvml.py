@@ -115,3 +115,20 @@ def test_a_lowered_power_limit_is_told_from_the_default_which_is_read_once():
     assert (g.power_limit_w, g.power_default_limit_w) == (450, 700)
     split(c.step())
     assert nv.calls["nvmlDeviceGetPowerManagementDefaultLimit"] == 1  # static: not on the tick path
+
+
+def test_dcgm_exporter_s_fields_outside_the_contract_are_read_for_metrics():
+    """#32, point 4: the graphics engine's activity and PCIe bytes/s from the GPM sample already
+    taken (DCGM's own source on GPM GPUs), encoder and decoder utilisation from NVML; without GPM,
+    PCIe from nvmlDeviceGetPcieThroughput (KB/s) and no graphics-engine ratio. The snapshot (the
+    contract) is unchanged: these serve /metrics alone."""
+    nv, c = collector([FakeGpu(0), FakeGpu(1, gpm=False)])
+    snap, _ = split(c.step())
+    gpm, plain = (c.dcgm_fields("n1", g) for g in snap.gpus.rows())
+    assert gpm == {"DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.9, "DCGM_FI_PROF_PCIE_TX_BYTES": 12.5 * 2**20,
+                   "DCGM_FI_PROF_PCIE_RX_BYTES": 3000.0 * 2**20, "DCGM_FI_DEV_ENC_UTIL": 3.0,
+                   "DCGM_FI_DEV_DEC_UTIL": 7.0}
+    assert plain == {"DCGM_FI_PROF_PCIE_TX_BYTES": 2048 * 1024.0, "DCGM_FI_PROF_PCIE_RX_BYTES": 8192 * 1024.0,
+                     "DCGM_FI_DEV_ENC_UTIL": 3.0, "DCGM_FI_DEV_DEC_UTIL": 7.0}
+    assert nv.calls["nvmlDeviceGetPcieThroughput"] == 2  # the GPM GPU needs none (20 ms a call on an H200)
+    assert "DCGM_FI_DEV_ENC_UTIL" not in encode(snap).decode()
