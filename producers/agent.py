@@ -144,6 +144,10 @@ def simulated_extras(cfg: Any, sim: Any, *, live: bool) -> list[Any]:
         log.warning("simulation: scraping %s as node %s", ", ".join(t.url for t in cfg.inference.targets), first.name)
     from gpuwarden.producers.taskrecv import TaskReceiver
 
+    if _socket_in_use(str(cfg.socket_path)):  # a real agent's: never taken over by a simulation
+        log.warning("task SDK socket %s is in use (a running agent?): the simulation's task metrics are off",
+                    cfg.socket_path)
+        return extras
     try:
         receiver = TaskReceiver(str(cfg.socket_path), first.name)
         receiver.start()
@@ -153,6 +157,16 @@ def simulated_extras(cfg: Any, sim: Any, *, live: bool) -> list[Any]:
         log.warning("simulation: task SDK socket %s, its metrics as node %s", cfg.socket_path, first.name)
         extras.append(receiver)
     return extras
+
+
+def _socket_in_use(path: str) -> bool:
+    """Whether a process receives on the Unix datagram socket at ``path`` (a stale file: no)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(path)
+        except OSError:
+            return False
+    return True
 
 
 def _scrapers(cfg: Any, node: str, boot_id: str, **attribution: Any) -> list[Any]:

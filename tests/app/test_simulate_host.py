@@ -115,3 +115,29 @@ def test_a_simulated_span_says_it_does_not_scrape(tmp_path, vllm):
                         "--output", str(tmp_path / "span.jsonl")], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "agent.inference.targets are not scraped" in p.stderr
+
+
+def test_a_simulation_never_takes_over_a_running_agent_s_socket(tmp_path, caplog):
+    """On a GPU host whose agent runs, ``gpuwarden run --simulate`` must not unlink its socket."""
+    import socket as sk
+
+    from gpuwarden.producers.agent import simulated_extras
+    from gpuwarden.producers.config import AgentConfig
+    from gpuwarden.producers.simulator import Simulator
+
+    path = tmp_path / "agent.sock"
+    with sk.socket(sk.AF_UNIX, sk.SOCK_DGRAM) as real:
+        real.bind(str(path))
+        cfg = AgentConfig(socket_path=path)
+        sim = Simulator("healthy", nodes=1, gpus=1, start_ts=time.time(), tick_s=1.0)
+        assert simulated_extras(cfg, sim, live=True) == []
+        assert "is in use" in caplog.text
+        with sk.socket(sk.AF_UNIX, sk.SOCK_DGRAM) as client:
+            client.sendto(b"{}", str(path))  # still the real one's
+        assert real.recv(10) == b"{}"
+    extras = simulated_extras(cfg, sim, live=True)  # the file a dead agent left: taken
+    try:
+        assert len(extras) == 1 and path.is_socket()
+    finally:
+        for x in extras:
+            x.close()
