@@ -272,3 +272,42 @@ def test_without_a_metrics_port_the_watchdog_is_fed_all_the_same(tmp_path, monke
         from gpuwarden import watchdog
 
         assert watchdog.alive_only() is None
+
+
+def test_gpuwarden_agent_cut_off_from_kafka_turns_unready_through_the_cli(tmp_path):
+    """The wiring, end to end: ``gpuwarden agent --simulate`` (live) with a broker that is not
+    there; ``/metrics`` shows the spool growing and the errors by cause at once, ``/-/ready``
+    turns 503 past 30 s, ``/-/healthy`` stays 200. (35 s of wall time.)"""
+    import subprocess
+    import sys
+    import time
+
+    port, closed = free_port(), free_port()
+    cfg = tmp_path / "gpuwarden.yaml"
+    cfg.write_text(f"kafka:\n  bootstrap: 127.0.0.1:{closed}\nspool:\n  path: {tmp_path / 'spool.db'}\n"
+                   f"agent:\n  metrics_port: {port}\n  publish_timeout: 2s\n  socket_path: {tmp_path / 'sdk.sock'}\n")
+    p = subprocess.Popen([sys.executable, "-m", "gpuwarden.app.cli", "agent", "--config", str(cfg), "--simulate",
+                          "healthy", "--nodes", "1", "--gpus", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        end = time.monotonic() + 30
+        while True:
+            try:
+                status, _ = get(port, "/-/ready")
+                break
+            except OSError:
+                assert p.poll() is None and time.monotonic() < end, p.stderr.read() if p.poll() is not None else ""
+                time.sleep(0.2)
+        assert status == 200  # within the grace
+        time.sleep(5)
+        m = samples(get(port, "/metrics")[1])
+        assert m["gpuwarden_agent_spool_pending_records", ()] > 0
+        assert sum(v for k, v in m.items() if k[0] == "gpuwarden_agent_publish_errors_total") >= 1
+        deadline = time.monotonic() + 40
+        while (status := get(port, "/-/ready"))[0] == 200 and time.monotonic() < deadline:
+            time.sleep(1)
+        assert status[0] == 503 and "records wait in the spool" in status[1], status
+        assert get(port, "/-/healthy")[0] == 200
+    finally:
+        p.terminate()
+        p.wait(timeout=60)
