@@ -34,7 +34,11 @@ COMMIT_TIMEOUT_S = 30.0
 
 
 class TaskProducer:
-    """The producer of one task; a transaction opens at the first send after a commit."""
+    """The producer of one task. What a task makes is held here until its transaction is
+    committed, then sent at once: a transaction costs one AddPartitionsToTxn and one Produce per
+    broker, not one of each per batch that added something (the round trips were most of a live
+    worker's CPU beside its engine: docs/benchmarks.md, live cost). Nothing is visible before the
+    commit either way (readers read ``read_committed``)."""
 
     def __init__(self, client_kw: Mapping[str, Any], transactional_id: str, topics: Iterable[str],
                  limits: Mapping[str, int]) -> None:
@@ -44,8 +48,14 @@ class TaskProducer:
         self.limits = limits  # per topic, the largest record its broker config takes (max.message.bytes)
         self.producer = AIOKafkaProducer(**self.client_kw, transactional_id=transactional_id, enable_idempotence=True,
                                          acks="all", compression_type=COMPRESSION, max_request_size=MAX_RECORD_BYTES)
-        self.open = False
+        self.held: list[Outbound] = []  # made since the last commit, not sent yet
+        self.began = False  # a transaction is open on the broker's side
         self._sent: list[asyncio.Future[RecordMetadata]] = []
+
+    @property
+    def open(self) -> bool:
+        """Whether the next commit (or stop) has anything to settle."""
+        return self.began or bool(self.held)
 
     async def start(self) -> None:
         """Connect, fence the task's earlier producers, and track every topic it sends to (an
@@ -63,10 +73,23 @@ class TaskProducer:
         size = len(o.value) + len(o.key or b"")
         return size <= limit or len(cramjam.zstd.compress(o.value, level=3)) + len(o.key or b"") <= limit
 
+    def hold(self, out: Iterable[Outbound]) -> None:
+        """``out`` goes in the open transaction (opened if none), sent when it is committed."""
+        self.held.extend(out)
+
     async def send(self, out: Iterable[Outbound]) -> list[asyncio.Future[RecordMetadata]]:
-        if not self.open:
+        """What is held, then ``out``, sent now; the futures of ``out``'s records (a snapshot's
+        marker needs the offset its batch log record got)."""
+        held, self.held = self.held, []
+        futs = await self._produce([*held, *out])
+        return futs[len(held):]
+
+    async def _produce(self, out: list[Outbound]) -> list[asyncio.Future[RecordMetadata]]:
+        if not out:
+            return []
+        if not self.began:
             await self.producer.begin_transaction()
-            self.open = True
+            self.began = True
         try:
             futs = [await self.producer.send(o.topic, o.value, key=o.key, partition=o.partition,
                                              headers=list(o.headers) or None) for o in out]
@@ -76,20 +99,23 @@ class TaskProducer:
         return futs
 
     async def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata], group: str) -> None:
-        """The open transaction with these input offsets of the consumer ``group``."""
+        """What is held, sent, and the open transaction committed with these input offsets of
+        the consumer ``group``."""
         async def run() -> None:
+            await self.send([])
             await asyncio.gather(*self._sent)
             await self.producer.send_offsets_to_transaction(dict(offsets), group)
             await self.producer.commit_transaction()
         await asyncio.wait_for(run(), COMMIT_TIMEOUT_S)
-        self.open, self._sent = False, []
+        self.began, self._sent = False, []
 
     async def stop(self) -> None:
         """Abort what is open (best effort: the next owner's fence aborts it anyway) and close."""
+        self.held = []
         try:
-            if self.open:
+            if self.began:
                 await asyncio.wait_for(self.producer.abort_transaction(), 5)
         except Exception:  # noqa: BLE001 - fenced or the broker away: nothing more to do here
             pass
-        self.open = False
+        self.began = False
         await asyncio.wait_for(self.producer.stop(), 10)

@@ -46,7 +46,7 @@ log = logging.getLogger("gpuwarden.streams")
 #: Quick takeover when a worker dies, yet tolerant of a slow batch (heartbeats run in aiokafka's
 #: coordinator task). The broker's group.min.session.timeout.ms (default 6 s) is the floor.
 SESSION_TIMEOUT_S = 10.0
-HEARTBEAT_INTERVAL_S = 2.0
+HEARTBEAT_INTERVAL_S = 3.0
 #: A restore can take a while; past this without a ``getmany`` the member leaves the group.
 MAX_POLL_INTERVAL_S = 300.0
 #: An input topic created after the group was joined is seen within this (aiokafka's default: 5 min).
@@ -55,15 +55,26 @@ METADATA_MAX_AGE_MS = 10_000
 #: each empty answer decodes every input partition, a millisecond of CPU on a quiet worker. A
 #: partition resumed after its restore waits for the fetch in flight, at most this.
 FETCH_WAIT_MS = 3000
-#: A transaction holding nothing a reader acts on at once (input offsets, the batch log, progress
-#: reports) is committed after this: a quiet task pays one transaction per this, not one per
-#: ``commit_interval``, and the group's lag still reaches 0 within it.
+#: A transaction holding progress reports (and no output a reader acts on at once) is committed
+#: after this, not after ``commit_interval``: stage 2 learns how far stage 1 got within it.
 QUIET_COMMIT_S = 5.0
+#: A transaction holding only input offsets and the batch log, which no reader waits for, is
+#: committed once the task has had no batch for this long, or this long after it opened while
+#: batches keep coming: a busy task pays a transaction (five requests) per ``OFFSETS_COMMIT_S``,
+#: not per 5 s, and the group's committed offsets reach the end ``OFFSETS_SETTLE_S`` after the
+#: last record. A takeover reads again from the committed offsets, as before, only more of them.
+OFFSETS_SETTLE_S = 10.0
+OFFSETS_COMMIT_S = 30.0
 #: Records per ``getmany``, and bytes per partition per fetch (a catch-up decompresses whole fetches).
 MAX_RECORDS = 5000
 FETCH_BYTES = 1 << 20
 #: How often a task holding records back for an input behind is settled when nothing comes.
 IDLE_S = 1.0
+#: With nothing held back, nothing due and no records coming, the loop looks at its tasks this
+#: often (positions moved by transaction markers alone, reports due, a new assignment to
+#: reconcile), not every ``IDLE_S``: a look at every task is a visible share of a quiet worker's
+#: CPU (docs/benchmarks.md, live cost).
+QUIET_ROUND_S = 5.0
 #: While the inputs have records past what was applied for this long, a catch-up line this often.
 PROGRESS_S = 10.0
 #: The counts of what was set aside are logged when they change, at most this often.
@@ -83,7 +94,8 @@ class Active:
     committed: dict[TopicPartition, tuple[int, str]]  # what the group's offsets say, as last committed or read
     entries: list[Entry] = field(default_factory=list)  # the open transaction's batches
     opened: float | None = None  # monotonic time the open transaction took its first batch
-    due: float = math.inf  # monotonic time the open transaction is to be committed by
+    due: float = math.inf  # monotonic time the open transaction's outputs are to be committed by
+    batched_at: float = -math.inf  # monotonic time it last applied a batch
     since_snapshot: int = 0  # input records since the last snapshot
     batches_since: int = 0
     snapshot_at: float = field(default_factory=time.monotonic)
@@ -93,6 +105,13 @@ class Active:
     @property
     def tps(self) -> list[TopicPartition]:
         return list(self.positions)
+
+    def due_at(self) -> float:
+        """When the open transaction is to be committed: its outputs' deadline, or its input
+        offsets' once the inputs settled or it has been open ``OFFSETS_COMMIT_S``."""
+        if self.opened is None:
+            return math.inf
+        return min(self.due, self.opened + OFFSETS_COMMIT_S, self.batched_at + OFFSETS_SETTLE_S)
 
 
 class Runtime:
@@ -171,8 +190,11 @@ class Runtime:
                     log.warning("closing a Kafka client: %s", e, extra=trouble("close"))
 
     def _wait_ms(self) -> int:
+        """How long the next fetch may wait for records: until the next commit due, the next
+        task to open, or the next settle step of a task holding records back."""
         now = time.monotonic()
-        due = min([IDLE_S, *(a.due - now for a in self.active.values())])
+        idle = IDLE_S if any(a.task.holding() for a in self.active.values()) else QUIET_ROUND_S
+        due = min([idle, *(a.due_at() - now for a in self.active.values()), *(w - now for w in self.waiting.values())])
         return max(5, int(due * 1000))
 
     async def _round(self, data: Mapping[TopicPartition, list]) -> None:
@@ -197,7 +219,7 @@ class Runtime:
         for a in list(self.active.values()):
             if a.task.id not in batched:
                 await self._guard(a, self._send(a, a.task.reports(wall)))
-            if a.opened is not None and wall >= a.due:
+            if wall >= a.due_at():
                 await self._guard(a, self._commit(a, snapshot=self._snapshot_due(a, wall)))
         lags = self._lags(highs, ends)
         self.lags.update(lags)
@@ -224,7 +246,9 @@ class Runtime:
         self.metrics.fetched(records)
         if not count:
             a.idled_at = wall
-        self._due_in(a, QUIET_COMMIT_S)
+        a.batched_at = wall
+        if a.opened is None:
+            a.opened = wall
         await self._send(a, out + a.task.reports(wall))
 
     async def _send(self, a: Active, out: list[Outbound]) -> None:
@@ -237,7 +261,7 @@ class Runtime:
                     f"{len(o.value)} bytes, over {o.topic}'s max.message.bytes even compressed: kept here, not sent"))
         if not fit:
             return
-        await a.producer.send(fit)
+        a.producer.hold(fit)
         alerts = [o for o in fit if o.topic == self.topics.alerts]
         if alerts:  # a transition: readers see it at once
             self._due_in(a, -math.inf)
@@ -270,8 +294,8 @@ class Runtime:
                      for table, runner in a.task.tables.items() for key, envelope in runner.snapshot().items()]
             marker = Marker({tp.topic: o for tp, o in a.positions.items()}, log_at, a.task.dump())
             first = self.groups[tid.group].tables[0]
-            await a.producer.send([*state, Outbound(changelog_topic(self.app, first), MARKER, encode_marker(marker),
-                                                    partition=p)])
+            a.producer.hold([*state, Outbound(changelog_topic(self.app, first), MARKER, encode_marker(marker),
+                                              partition=p)])
         a.seq += 1
         meta = f"{self.instance}:{a.seq}"
         offsets = {tp: OffsetAndMetadata(o, meta) for tp, o in a.positions.items()}
