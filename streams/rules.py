@@ -14,6 +14,7 @@ import operator
 import re
 import string
 import sys
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ from gpuwarden.units import Duration
 from gpuwarden.streams.metrics import SCOPES
 
 DEFAULT_RULES = Path(__file__).with_name("default_rules.yaml")
-_CONDITIONS = ("all", "any", "not", "threshold", "trend", "growth", "deviation", "count_within")
+_CONDITIONS = ("all", "any", "not", "threshold", "trend", "growth", "deviation", "fall", "count_within")
 
 
 class RulesError(ValueError):
@@ -92,6 +93,17 @@ class Deviation(_M):
     window: Duration = 900.0
 
 
+class Fall(_M):
+    """A job against its own recent past, not its class: any of ``metrics`` at most ``to_below``
+    times its median over the ``reference`` before the ``window``, in every summary of the window
+    (it fell and stayed there: a checkpoint or a short evaluation leaves one summary high)."""
+
+    metrics: list[str] = Field(min_length=1)
+    to_below: float = Field(gt=0, lt=1)
+    window: Duration = 300.0
+    reference: Duration = 3600.0
+
+
 class EventMatch(_M):
     kind: list[str] | None = None
     code: list[int] | None = None
@@ -135,6 +147,10 @@ class DeviationC(_M):
     deviation: Deviation
 
 
+class FallC(_M):
+    fall: Fall
+
+
 class CountC(_M):
     count_within: CountWithin
 
@@ -154,13 +170,13 @@ Condition = Annotated[
         Annotated[AllOf, Tag("<all>")], Annotated[AnyOf, Tag("<any>")], Annotated[NotOf, Tag("<not>")],
         Annotated[ThresholdC, Tag("<threshold>")], Annotated[TrendC, Tag("<trend>")],
         Annotated[GrowthC, Tag("<growth>")], Annotated[DeviationC, Tag("<deviation>")],
-        Annotated[CountC, Tag("<count_within>")],
+        Annotated[FallC, Tag("<fall>")], Annotated[CountC, Tag("<count_within>")],
     ],
     Discriminator(_which, custom_error_type="condition",
                   custom_error_message="expected a mapping with exactly one of " + ", ".join(_CONDITIONS)),
 ]
 _WRAPPERS = {"all": AllOf, "any": AnyOf, "not": NotOf, "threshold": ThresholdC, "trend": TrendC,
-             "growth": GrowthC, "deviation": DeviationC, "count_within": CountC}
+             "growth": GrowthC, "deviation": DeviationC, "fall": FallC, "count_within": CountC}
 for _w in (AllOf, AnyOf, NotOf):
     _w.model_rebuild()
 
@@ -243,6 +259,14 @@ def _walk(cond: Any, loc: str, scope: str, problems: list[str]) -> None:
                                 f"(known: {', '.join(sorted(k for k, m in known.items() if m.kind == 'series'))})")
         if g.hold_min > g.hold_max:
             problems.append(f"{loc}.growth.hold_min: expected at most hold_max ({g.hold_max:g} s)")
+    elif isinstance(cond, FallC):
+        if scope != "class":
+            problems.append(f"{loc}.fall: a job's own history is kept per task class; use scope class")
+            return
+        for i, metric in enumerate(cond.fall.metrics):
+            if known.get(metric) is None or known[metric].kind != "series":
+                problems.append(f"{loc}.fall.metrics[{i}]: expected a series metric of scope class, not "
+                                f"{metric!r} (known: {', '.join(sorted(known))})")
     else:
         key, spec = next((k, getattr(cond, k)) for k in ("threshold", "trend", "deviation") if hasattr(cond, k))
         if spec.metric not in known:
@@ -458,6 +482,8 @@ def _compile(cond: Any, scope: str, evidence: bool = True) -> Check:
                 ctx.note_window(d.window)
             return v < lo if below else v > hi
         return deviation
+    if isinstance(cond, FallC):
+        return _compile_fall(cond.fall, evidence)
     c = cond.count_within
     pred = _event_pred(c.event)
     win, at_least, per = c.window, c.at_least, c.per
@@ -470,6 +496,35 @@ def _compile(cond: Any, scope: str, evidence: bool = True) -> Check:
             ctx.note_window(win)
         return n >= at_least
     return count_within
+
+
+def _compile_fall(f: Fall, evidence: bool) -> Check:
+    from gpuwarden.streams.baseline import median
+
+    win, ref, share = f.window, f.reference, f.to_below
+
+    def fall(ctx: Any) -> bool:
+        start = ctx.now - win
+        fell = False
+        for name in f.metrics:
+            ts, ys = ctx.series(name, start - ref)
+            cut = bisect_right(ts, start)
+            before, now = ys[:cut], ys[cut:]
+            # Both spans mostly covered: a job younger than ~3/4 of an hour has no hour of its own.
+            if not before or len(now) < 2 or ts[0] - (start - ref) > 0.25 * ref + ctx.bucket_s \
+                    or ts[cut] - start > 0.25 * win + ctx.bucket_s:
+                continue
+            past, highest = median(before), max(now)
+            if evidence:
+                ctx.ev["values"][f"{name}_now"] = _r(highest)
+                ctx.ev["values"][f"{name}_before"] = _r(past)
+                ctx.note_window(win)
+            if past > 0 and highest <= share * past:
+                fell = True
+                if not evidence:
+                    return True
+        return fell
+    return fall
 
 
 def _compile_growth(g: Growth, known: dict, evidence: bool) -> Check:
@@ -598,7 +653,7 @@ def _needs_events(cond: Any) -> bool:
 
 
 def leaves(cond: Any) -> list[Any]:
-    """The leaf conditions (threshold, trend, deviation, count_within) under ``cond``."""
+    """The leaf conditions (threshold, trend, growth, deviation, fall, count_within) under ``cond``."""
     if isinstance(cond, AllOf):
         return [x for c in cond.all for x in leaves(c)]
     if isinstance(cond, AnyOf):
@@ -635,6 +690,9 @@ def series_reach(rules: list[Rule]) -> dict[tuple[str, bool], float | None]:
                 need((leaf.growth.capacity, False), None)
             elif isinstance(leaf, DeviationC):
                 need((leaf.deviation.metric, False), leaf.deviation.window)
+            elif isinstance(leaf, FallC):
+                for metric in leaf.fall.metrics:
+                    need((metric, False), leaf.fall.window + leaf.fall.reference)
     return reach
 
 

@@ -19,6 +19,10 @@ CASES: list[tuple[str, str, str, float, str, tuple[str, ...], dict]] = [
     ("dataloader-starvation", "data-loader-starvation", "attention", 900, "30m", (), {}),
     ("dataloader-starvation", "util-below-baseline", "attention", 1800, "2h",
      ("--nodes", "4", "--onset", "1h"), {"observation_period": "45m"}),
+    # The simulator's starvation halves utilization (94 -> 45 %): at the rule's edge, it waits for a
+    # 7-min run of minutes all at most half (1,240 s); a fall to a few % fires in ~400 s.
+    ("dataloader-starvation", "job-fell-below-own-hour", "attention", 1500, "2h",
+     ("--nodes", "4", "--onset", "1h"), {"observation_period": "45m"}),
     ("comm-bound", "communication-bound", "attention", 900, "30m", (), {}),
     ("thermal-throttle", "thermal-slowdown", "critical", 600, "30m", (), {}),
     ("thermal-throttle", "temp-rising-constant-power", "attention", 600, "30m", (), {}),
@@ -39,6 +43,8 @@ CASES: list[tuple[str, str, str, float, str, tuple[str, ...], dict]] = [
     ("row-remap-pending", "xid-other", "info", 300, "15m", (), {}),
     ("idle-allocated", "idle-allocated-gpu", "info", 35 * 60, "45m", (), {}),
     ("idle-allocated", "idle-allocated-budget", "attention", 2.25 * 3600, "2.5h", (), {}),
+    # An hour of the job's own history first; no class baseline (observation_period 1 d).
+    ("idle-allocated", "job-fell-below-own-hour", "attention", 600, "80m", ("--onset", "1h"), {}),
     ("mixed", "version-skew", "attention", 300, "15m", ("--nodes", "2"), {}),
     # Escalations count from the onset: the repeat lands 300 s later (120 s requeue gap + 180 s run).
     ("xid-app-error", "xid-application", "attention", 30, "10m", (), {}),

@@ -48,7 +48,7 @@ def test_condition_must_be_exactly_one_kind(tmp_path: Path) -> None:
         load_rules(_file(tmp_path, ("a", "gpu", "{foo: 1}")))
     assert e.value.problems == [
         "rules[0].when: expected a mapping with exactly one of all, any, not, threshold, trend, growth, "
-        "deviation, count_within"]
+        "deviation, fall, count_within"]
 
 
 def test_semantic_errors(tmp_path: Path) -> None:

@@ -18,13 +18,19 @@ H200_GIB = 141.0
 def trace(seconds: int, util: Callable[[float], float], mem_gib: Callable[[float], float], *,
           checkpoints: Callable[[float], bool] | None = None, sdk: bool = False, gpus: int = 1,
           node: str = "n1", task_class: str = "llm-pretrain", task_id: str = "job-1",
-          total_gib: float = H200_GIB, step_s: float = 1.0) -> Iterator[NodeSnapshot | TaskMetric]:
+          total_gib: float = H200_GIB, step_s: float = 1.0, data_wait: Callable[[float], float] | None = None,
+          comm: Callable[[float], float] | None = None,
+          power_w: Callable[[float], float] | None = None,
+          sample_s: int = 1) -> Iterator[NodeSnapshot | TaskMetric]:
     """One task on ``gpus`` GPUs of ``node`` for ``seconds``: snapshots each second, with
     ``util(t)`` % and ``mem_gib(t)`` GiB (``t`` seconds since the start). ``checkpoints(t)``: the
     task is writing a checkpoint at ``t``; with ``sdk`` it says so in checkpoint_begin/end
-    records, and step records come each ``step_s`` outside checkpoints."""
+    records, and step records come each ``step_s`` outside checkpoints, ``data_wait(t)`` (default
+    0.02) and ``comm(t)`` (default none) of each step waiting on data and in collectives;
+    ``power_w(t)``: the draw (default 500 W). ``sample_s``: one snapshot (and step) per this many
+    seconds, for traces days long."""
     in_ckpt = False
-    for i in range(seconds):
+    for i in range(0, seconds, sample_s):
         t, ts = float(i), T0 + i
         now_ckpt = bool(checkpoints and checkpoints(t))
         if sdk and now_ckpt != in_ckpt:
@@ -33,12 +39,15 @@ def trace(seconds: int, util: Callable[[float], float], mem_gib: Callable[[float
         in_ckpt = now_ckpt
         u = 0.0 if now_ckpt else util(t)
         samples = [GpuSample(index=g, uuid=f"GPU-{g}", util_gpu=u, mem_used_bytes=int(mem_gib(t) * GIB),
-                             mem_total_bytes=int(total_gib * GIB), temp_gpu_c=60.0, power_w=500.0,
+                             mem_total_bytes=int(total_gib * GIB), temp_gpu_c=60.0,
+                             power_w=500.0 if power_w is None else power_w(t),
                              power_limit_w=700.0) for g in range(gpus)]
         procs = [GpuProcess(pid=100 + g, gpu_index=g, used_memory_bytes=int(mem_gib(t) * GIB), task=task_class,
                             task_id=task_id, user="alice") for g in range(gpus)]
-        yield NodeSnapshot.of(ts=ts, node=node, seq=i, boot_id="b1", agent_version="test", interval_s=1.0,
+        yield NodeSnapshot.of(ts=ts, node=node, seq=i, boot_id="b1", agent_version="test", interval_s=float(sample_s),
                               gpus=samples, processes=procs)
         if sdk and not now_ckpt and i % int(step_s) == 0:
             yield TaskMetric(ts=ts + 0.5, node=node, task=task_class, task_id=task_id,
-                             kind=TaskMetricKind.STEP, pid=100, step=i, step_time_s=step_s, data_wait_s=0.02 * step_s)
+                             kind=TaskMetricKind.STEP, pid=100, step=i, step_time_s=step_s,
+                             data_wait_s=(0.02 if data_wait is None else data_wait(t)) * step_s,
+                             comm_s=None if comm is None else comm(t) * step_s)
