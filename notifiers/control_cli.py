@@ -10,6 +10,7 @@ import os
 import sys
 import time
 import uuid
+from pathlib import Path
 
 from gpuwarden.contract import Ack, AlertState, AlertTransition, ContractError, Silence, Topics, decode
 from gpuwarden.spool import Spool
@@ -129,14 +130,24 @@ def cmd_ack(args: argparse.Namespace, settings: NotifierSettings) -> int:
     """``gpuwarden ack FINGERPRINT``: stops repeats and escalation of that alert's current episode.
 
     The fingerprint (or a unique prefix, as messages show it) must be of an open alert: exit 1
-    naming the open ones otherwise. A spool with no alert history or notifier state (the CLI on
-    another host than ``gpuwarden notify``) cannot tell: the ack is written and that is said."""
+    naming the open ones otherwise, with nothing written and no spool created. Where
+    ``notify.control`` is the spool, that spool holds the alerts: with no spool file, or none of
+    their history or the notifier's state in it, no fingerprint is known (exit 1). Where it is
+    Kafka, the CLI may run on another host than ``gpuwarden notify``, whose local spool cannot
+    tell: the ack is written to the control topic unchecked, and that is said."""
     fp = args.fingerprint
-    with _open_spool(settings) as spool:
-        firing = open_alerts(settings, spool)
+    path = Path(settings.spool.path)
+    firing = None
+    if path.exists():
+        with _open_spool(settings) as spool:
+            firing = open_alerts(settings, spool)
     if firing is None:
-        print(f"gpuwarden ack: no alert history or notifier state in {settings.spool.path}; "
-              f"{fp} not checked against the open alerts", file=sys.stderr)
+        where = f"no alert history or notifier state in {path}" if path.exists() else f"no spool at {path}"
+        if settings.notify.control != "kafka":
+            print(f"gpuwarden ack: {where}, so no open alert {fp!r}; nothing written (is --config the "
+                  f"one gpuwarden run or notify uses?)", file=sys.stderr)
+            return 1
+        print(f"gpuwarden ack: {where}; {fp} not checked against the open alerts", file=sys.stderr)
     else:
         hits = [f for f in firing if f == fp] or [f for f in firing if f.startswith(fp)]
         if len(hits) != 1:

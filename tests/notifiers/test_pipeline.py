@@ -13,6 +13,7 @@ from gpuwarden.app.cli import main
 from gpuwarden.app.settings import validate_settings
 from gpuwarden.contract import AlertTransition, Topics, decode
 from gpuwarden.spool import Spool
+from gpuwarden.notifiers.control import load_spool
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.pipeline import Notifier
 from tests.notifiers.test_router import T0, alert, receivers
@@ -324,3 +325,23 @@ async def test_ack_of_an_unknown_or_resolved_fingerprint_is_an_error_naming_the_
     assert capsys.readouterr().out == "acknowledged fp-open-1 by ann\n"
     await n.aclose()
     spool.close()
+
+
+def test_ack_with_no_alert_known_exits_1_writing_nothing_and_creating_no_spool(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """#33: ``gpuwarden ack nonexistent`` in a directory with no spool exited 0, recorded the ack and
+    created ./var/spool.db; a spool with no alert history or notifier state cannot know the alert either."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GPUWARDEN_CONFIG", raising=False)
+    assert main(["ack", "nonexistent", "--by", "ann"]) == 1
+    err = capsys.readouterr().err
+    assert "no spool at var/spool.db" in err and "no open alert 'nonexistent'" in err and "nothing written" in err
+    assert list(tmp_path.iterdir()) == []  # no ./var/spool.db
+    cfg = write_config(tmp_path)
+    Spool(tmp_path / "spool.db").close()  # a spool with neither alert history nor notifier state
+    before = (tmp_path / "spool.db").read_bytes()
+    assert main(["ack", "--config", str(cfg), "nonexistent", "--by", "ann"]) == 1
+    assert "no alert history or notifier state in" in capsys.readouterr().err
+    with Spool(tmp_path / "spool.db") as spool:
+        assert load_spool(spool)[0].records == {}  # no ack recorded
+    assert (tmp_path / "spool.db").read_bytes() == before
