@@ -189,37 +189,9 @@ def record_events(record: InferenceMetrics, slo: ServiceSlo) -> dict[str, Events
     return out
 
 
-@dataclass(frozen=True)
-class Interval:
-    """One scrape interval's events, ending at ``end`` (event time)."""
-
-    end: float
-    events: Events
-
-
-def in_window(intervals: Iterable[Interval], now: float, span_s: float) -> Events:
-    """The events of the intervals ending in ``(now - span_s, now]`` (whole intervals: they are a
-    scrape apart, seconds, against windows of minutes to days)."""
-    out = Events(0, 0)
-    for iv in intervals:
-        if now - span_s < iv.end <= now:
-            out = out + iv.events
-    return out
-
-
 def burn_rate(events: Events, budget: float) -> float:
     """Bad fraction over budget; 0 with no events (nothing was served, nothing was spent)."""
     return 0.0 if events.total == 0 else (events.bad / events.total) / budget
-
-
-def budget_spent(burn: float, span_s: float, window_s: float) -> float:
-    """The fraction of the window's budget a burn rate held for ``span_s`` spends."""
-    return burn * span_s / window_s
-
-
-def burn_for(spent: float, span_s: float, window_s: float) -> float:
-    """The burn rate that spends ``spent`` of the budget in ``span_s`` (the workbook's factors)."""
-    return spent * window_s / span_s
 
 
 def budget_remaining(events: Events, budget: float, seen: float = 1.0) -> float:
@@ -248,26 +220,6 @@ DEFAULT_ALERTS = (
     BurnAlert("slow_burn", 6 * 3600.0, 1800.0, 6.0, Tier.ATTENTION),
     BurnAlert("steady_burn", 3 * 86400.0, 6 * 3600.0, 1.0, Tier.INFO),
 )
-
-
-@dataclass(frozen=True)
-class BurnVerdict:
-    """One pair's burn rates at ``now`` and whether it fires."""
-
-    alert: BurnAlert
-    long_burn: float
-    short_burn: float
-
-    @property
-    def firing(self) -> bool:
-        return self.long_burn >= self.alert.factor and self.short_burn >= self.alert.factor
-
-
-def evaluate(intervals: list[Interval], now: float, budget: float,
-             alerts: Iterable[BurnAlert] = DEFAULT_ALERTS) -> list[BurnVerdict]:
-    """Each pair's verdict at ``now`` from one objective's intervals."""
-    return [BurnVerdict(a, burn_rate(in_window(intervals, now, a.long_s), budget),
-                        burn_rate(in_window(intervals, now, a.short_s), budget)) for a in alerts]
 
 
 # --------------------------------------------------------------------------- budget remaining

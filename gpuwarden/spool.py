@@ -141,11 +141,6 @@ class Spool:
         with self._lock, self._write("mark published"):
             self._db.executemany("UPDATE records SET published=1 WHERE id=?", [(i,) for i in ids])
 
-    def delete(self, ids: Iterable[int]) -> None:
-        ids = list(ids)
-        with self._lock, self._write("delete"):
-            self._db.executemany("DELETE FROM records WHERE id=?", [(i,) for i in ids])
-
     def read(self, topic: str | None = None, since: float | None = None,
              until: float | None = None, after_id: int = 0) -> Iterator[SpoolRecord]:
         """Records in append order, optionally by topic and event-time range [since, until)."""

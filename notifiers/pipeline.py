@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from gpuwarden.contract import AlertTransition, Topics, encode
 from gpuwarden.spool import Spool
-from gpuwarden.notifiers.control import ControlRecord, ControlState, load_spool, warn_each
+from gpuwarden.notifiers.control import ControlState, load_spool, warn_each
 from gpuwarden.notifiers.delivery import Delivery
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.router import Router
@@ -99,10 +99,6 @@ class Notifier:
         if self._dirty and self.spool is not None:
             self.spool.kv_put(STATE_NS, STATE_KEY, self.router.dump())
             self._dirty = False
-
-    def apply_control(self, record: ControlRecord) -> None:
-        """A silence, ack or override from the control topic (cluster mode)."""
-        self.control.apply(record)
 
     def next_deadline(self) -> float | None:
         return self.router.next_deadline()

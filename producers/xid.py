@@ -40,7 +40,3 @@ def lookup_sxid(code: int) -> CatalogueEntry:
     _, _, sxid = _catalogue()
     return CatalogueEntry(code=code, meaning=f"{sxid['meaning']} {code}", action=sxid["action"],
                           severity=Severity(sxid["severity"]))
-
-
-def known_codes() -> list[int]:
-    return sorted(_catalogue()[0])

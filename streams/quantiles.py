@@ -32,10 +32,6 @@ class Buckets:
     def total(self) -> int:
         return sum(self.counts)
 
-    def at_or_below(self, bound_index: int) -> int:
-        """Observations at or below ``bounds[bound_index]``."""
-        return sum(self.counts[:bound_index + 1])
-
 
 def merge(parts: Iterable[Buckets]) -> Buckets | None:
     """The sum of several intervals' buckets (one window); None for none. Intervals with other
