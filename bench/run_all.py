@@ -38,6 +38,7 @@ BENCHMARKS: list[tuple[str, str, list[str], bool]] = [
     ("rules_table", "Rules: detection delays and false alerts per scenario", [], False),
     ("router_throughput", "Router decisions per second", [], False),
     ("notify_delivery", "Notifier delivery vs raw httpx", ["500"], False),
+    ("signal_exit", "A run's exit after a signal while a chat holds its deliveries (vs nothing held)", ["3"], False),
     ("notify_latency", "Kafka alert → fake Feishu latency", [], True),
     ("history_io", "History: replay sources, export/import vs the engine", [], False),
     ("scale_run", "Scale run: 10,000 simulated GPUs at 1 Hz, 5 min, real Kafka, two stream workers", [], True),

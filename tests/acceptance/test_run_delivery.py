@@ -2,6 +2,12 @@
 
 Every figure here is what the loopback platforms recorded on arrival (wall
 clock): windows, signature ages, the time a signal took to end the process.
+
+No limit here is a speed figure that a busy machine could miss (#33): the signal tests hold
+deliveries for an hour (Retry-After, ``notify.drain_on_exit``) and bound the exit at ``HANG_S``,
+so only a run that waits them out fails; how fast a signal ends a run is measured by
+bench/signal_exit.py (docs/benchmarks.md), and the waits for the platforms' first hits are on
+those hits with a bound against a hang.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ from gpuwarden.notifiers.outbox import outbox_topic
 from tests.acceptance.platforms import DingTalk, Feishu, PagerDuty, Slack, WeCom, most_in_window
 
 FS_SECRET, DT_SECRET = "feishu-sign-secret", "SECdingtalk-sign-secret"
-EXIT_S = 5.0
+HANG_S = 120.0  # a run that waits out an hour of Retry-After or drain_on_exit; 0.3-2 s measured (bench/signal_exit.py)
+HOLD = (429, {"Content-Type": "text/html", "Retry-After": "3600"}, b"rate_limited")  # Slack: come back in an hour
 
 
 class Fleet:
@@ -58,12 +65,13 @@ class Fleet:
                                  {"receivers": chats}]}}}
         for r in cfg["notify"]["receivers"]:  # the fleet is simulated: these fakes opt in
             r["accept_simulated"] = True
+        self.cfg = cfg  # written by start(): a test may change it first
         self.config = tmp / "gpuwarden.yaml"
-        self.config.write_text(yaml.safe_dump(cfg))
 
     def start(self, *args: str) -> subprocess.Popen:
         cmd = [sys.executable, "-c", "import sys; from gpuwarden.app.cli import main; sys.exit(main())",
                "run", "--config", str(self.config), "--json", *args]
+        self.config.write_text(yaml.safe_dump(self.cfg))
         self.stderr = self.tmp / "stderr.txt"
         with open(self.stderr, "w") as err:  # a file, not a pipe: a full pipe would block the process
             return subprocess.Popen(cmd, env=self.env, stdout=subprocess.DEVNULL, stderr=err, text=True)
@@ -91,11 +99,11 @@ def wait_for(cond, timeout_s: float) -> bool:
 
 
 def stop_and_time(p: subprocess.Popen, sig: int) -> float:
-    """Send ``sig``; seconds until the process exited (killed after 30 s: a hang)."""
+    """Send ``sig``; seconds until the process exited (killed after ``HANG_S``: a hang)."""
     t = time.monotonic()
     p.send_signal(sig)
     try:
-        p.wait(timeout=30)
+        p.wait(timeout=HANG_S)
     except subprocess.TimeoutExpired:
         p.kill()
         p.wait()
@@ -106,11 +114,11 @@ def test_a_2h_simulated_run_signs_fresh_stays_within_every_limit_and_honours_ret
     fleet.slack.script.append((429, {"Content-Type": "text/html", "Retry-After": "10"}, b"rate_limited"))
     p = fleet.start("--simulate", "mixed", "--nodes", "2", "--gpus", "8", "--duration", "2h")
     try:
-        p.wait(timeout=300)
+        p.wait(timeout=900)  # ~1-2 min on a quiet box, mostly the queues draining at the chats' limits
     except subprocess.TimeoutExpired:
         p.kill()
         p.wait()
-        pytest.fail("gpuwarden run --duration 2h did not end within 300 s of wall time (a hang)")
+        pytest.fail("gpuwarden run --duration 2h did not end within 900 s of wall time (a hang)")
     assert p.returncode == 0, fleet.log()
     with Spool(fleet.tmp / "spool.db") as spool:  # the run drained its queues before it ended
         left = {name: spool.pending_count(outbox_topic(name)) for name in [*fleet.chats(), "pd"]}
@@ -134,29 +142,33 @@ def test_a_2h_simulated_run_signs_fresh_stays_within_every_limit_and_honours_ret
 
 
 @pytest.mark.parametrize("sig,after_s", [(signal.SIGINT, 3.0), (signal.SIGTERM, 8.0)])
-def test_live_run_with_slack_answering_429_exits_within_5s_of_a_signal(fleet: Fleet, sig: int, after_s: float) -> None:
-    """Slack answers 429 with Retry-After: 30 to everything; pages still go out, and a signal ends the run."""
-    fleet.slack.script.extend([(429, {"Content-Type": "text/html", "Retry-After": "30"}, b"rate_limited")] * 100)
+def test_live_run_with_slack_answering_429_exits_on_a_signal_without_waiting_out_retry_after(
+        fleet: Fleet, sig: int, after_s: float) -> None:
+    """Slack answers 429 with Retry-After: 3600 to everything; pages still go out, and a signal ends
+    the run instead of waiting the hour out."""
+    fleet.slack.script.extend([HOLD] * 100)
     p = fleet.start("--simulate", "xid-79", "--gpus", "8", "--onset", "0")
     started = time.monotonic()
     try:
-        assert wait_for(lambda: len(fleet.pd.accepted) >= 1 and fleet.slack.hits, 20.0), fleet.log()
+        assert wait_for(lambda: len(fleet.pd.accepted) >= 1 and fleet.slack.hits, HANG_S), fleet.log()
         time.sleep(max(0.0, after_s - (time.monotonic() - started)))
         assert p.poll() is None
     finally:
         took = stop_and_time(p, sig)
-    assert took < EXIT_S, f"exited {took:.1f} s after {signal.Signals(sig).name}"
+    assert took < HANG_S, f"still running {took:.1f} s after {signal.Signals(sig).name}: waiting out Retry-After?"
     assert len(fleet.slack.hits) == 1  # one 429, then it waited out Retry-After instead of retrying
 
 
-def test_a_simulated_run_exits_within_5s_of_sigterm_while_draining(fleet: Fleet) -> None:
-    """After the simulated span, the run drains its queues (Slack held by Retry-After: 30); SIGTERM ends it."""
-    fleet.slack.script.extend([(429, {"Content-Type": "text/html", "Retry-After": "30"}, b"rate_limited")] * 100)
+def test_a_simulated_run_exits_on_sigterm_while_draining(fleet: Fleet) -> None:
+    """After the simulated span, the run drains its queues (up to an hour: Slack held by Retry-After:
+    3600); SIGTERM ends it instead."""
+    fleet.slack.script.extend([HOLD] * 100)
+    fleet.cfg["notify"]["drain_on_exit"] = "1h"
     p = fleet.start("--simulate", "xid-79", "--gpus", "8", "--onset", "60", "--duration", "30m")
     try:
-        assert wait_for(lambda: bool(fleet.slack.hits) and len(fleet.pd.accepted) >= 2, 60.0)
+        assert wait_for(lambda: bool(fleet.slack.hits) and len(fleet.pd.accepted) >= 2, HANG_S), fleet.log()
         time.sleep(2.0)
         assert p.poll() is None  # still waiting for Slack's Retry-After, within notify.drain_on_exit
     finally:
         took = stop_and_time(p, signal.SIGTERM)
-    assert took < EXIT_S, f"exited {took:.1f} s after SIGTERM"
+    assert took < HANG_S, f"still running {took:.1f} s after SIGTERM: waiting out the drain?"

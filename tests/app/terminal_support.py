@@ -30,9 +30,10 @@ def _tmux(socket: str, *args: str) -> str:
                           check=True, timeout=30).stdout
 
 
-def last_frame(cmd: str, width: int, height: int, cwd: Path, timeout_s: float = 90) -> list[str]:
+def last_frame(cmd: str, width: int, height: int, cwd: Path, timeout_s: float = 900) -> list[str]:
     """Run ``cmd`` (a shell line) in a ``width``×``height`` pseudo-terminal until it exits; the lines
-    of the last frame it drew (from its last "event time" line)."""
+    of the last frame it drew (from its last "event time" line). ``timeout_s`` only catches a hang
+    (#33: the 90 s it was failed on a busy box)."""
     socket = f"gw-test-{os.getpid()}-{time.monotonic_ns()}"
     _tmux(socket, "new-session", "-d", "-s", "run", "-x", str(width), "-y", str(height), "-c", str(cwd),
           f"unset LINES COLUMNS; {cmd}; echo RUN-ENDED; sleep 60")  # tmux may set them for a client without a tty
