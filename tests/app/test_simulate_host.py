@@ -44,7 +44,7 @@ agent:
 
 def serve_and_report(p: subprocess.Popen, socket: Path, vllm: FakeVllm, seconds: float = 6.0) -> None:
     """While the process runs: a training loop's steps on the socket, requests on the fake vLLM."""
-    end = time.monotonic() + 30
+    end = time.monotonic() + 120  # a wait on the socket; the bound only catches a hang (#33)
     while not socket.exists():
         assert p.poll() is None, p.stderr.read() if p.stderr else ""
         assert time.monotonic() < end, "the task SDK socket never appeared"

@@ -70,7 +70,7 @@ def web_server(config: Path, env: dict[str, str]) -> Iterator[str]:
         yield m.group(1).rstrip("/")
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        proc.wait(timeout=60)  # only catches a hang (#33)
 
 
 def _paths() -> tuple[str, str]:

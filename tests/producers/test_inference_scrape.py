@@ -253,7 +253,7 @@ def test_the_thread_scrapes_on_its_own_and_the_tick_drains(vllm: FakeVllm) -> No
     try:
         vllm.metrics.finish(MODELS[0], req(0.3))
         got: list[InferenceMetrics] = []
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 120  # a wait on the first scrape; the bound only catches a hang (#33)
         while not got and time.monotonic() < deadline:
             got = s.drain()
             time.sleep(0.05)

@@ -123,7 +123,7 @@ async def test_wrong_password_is_a_clear_error_not_a_hang(kafka_scram, monkeypat
     t0 = time.monotonic()
     with pytest.raises(KafkaConnectError) as err:
         await start_client(consumer, kw, timeout_s=20)
-    assert time.monotonic() - t0 < 30
+    assert time.monotonic() - t0 < 120  # not a hang: start_client gives up after 20 s; 30 s was tight on a busy box (#33)
     msg = str(err.value)
     assert "authentication failed" in msg and kafka_scram.username in msg and kafka_scram.bootstrap in msg
     assert WRONG not in msg and WRONG not in caplog.text
