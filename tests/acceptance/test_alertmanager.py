@@ -112,7 +112,7 @@ def test_alertmanager_posts_to_gpuwarden_and_the_alert_arrives_signed_at_feishu_
                                      "runbook_url": "https://runbooks.example.org/xid79"},
                      "startsAt": rfc3339(started), "generatorURL": "http://prometheus.example.org:9090/graph"}
             post_to_alertmanager(am, [alert])
-            assert wait_for(lambda: fs.accepted and dt.accepted, 30), (fs.hits, dt.hits, err.read_text()[-2000:])
+            assert wait_for(lambda: fs.accepted and dt.accepted, 120), (fs.hits, dt.hits, err.read_text()[-2000:])
             feishu_card = json.dumps(fs.accepted[0].json, ensure_ascii=False)
             assert "GPU 3 on gpu-07 fell off the bus" in feishu_card and "严重" in feishu_card  # zh-CN frame
             assert "GPU 3 on gpu-07 fell off the bus" in dt.accepted[0].json["markdown"]["text"]

@@ -23,7 +23,7 @@ from gpuwarden.contract import Topics
 from gpuwarden.notifiers.worker import Stats, run_notify
 from tests.fakes.http import FakeFeishu
 from tests.kafka_support import create_topic, produce, unique_topic
-from tests.notifiers.test_notify_kafka import transition, wait_for, write_config
+from tests.notifiers.test_notify_kafka import HANG_S, transition, wait_for, write_config
 
 pytestmark = pytest.mark.kafka
 
@@ -71,20 +71,20 @@ async def test_the_webhook_and_kafka_share_one_router(kafka_bootstrap: str, tmp_
                 m = re.search(r"Alertmanager webhook at (\S+)", printed)
                 return m.group(1) if m else None
 
-            await wait_for(lambda: url() or worker.done(), 30, "the webhook's address")
+            await wait_for(lambda: url() or worker.done(), HANG_S, "the webhook's address")
             hook = url()
             async with httpx.AsyncClient() as client:
                 for body in (am_payload("gpu-07", "c77244967ba00f9a"), am_payload("gpu-07", "c77244967ba00f9a"),
                              am_payload("gpu-09", "0d0d0d0d0d0d0d0d")):  # again (a repeat), and a silenced one
                     assert (await client.post(hook, json=body)).status_code == 200
-                await wait_for(lambda: len(pager.accepted) >= 2, 15, "the Kafka alert and the Alertmanager alert")
+                await wait_for(lambda: len(pager.accepted) >= 2, HANG_S, "the Kafka alert and the Alertmanager alert")
                 resolved = am_payload("gpu-07", "c77244967ba00f9a", resolved=True)
                 assert (await client.post(hook, json=resolved)).status_code == 200
-                await wait_for(lambda: len(pager.accepted) >= 3, 15, "the resolve")
+                await wait_for(lambda: len(pager.accepted) >= 3, HANG_S, "the resolve")
             await asyncio.sleep(1.0)  # anything extra would arrive by now
         finally:
             stop.set()
-            await asyncio.wait_for(worker, 30)
+            await asyncio.wait_for(worker, HANG_S)
 
     titles = [r.json["card"]["header"]["title"]["content"] for r in pager.accepted]
     bodies = [r.json["card"]["elements"][0]["text"]["content"] for r in pager.accepted]

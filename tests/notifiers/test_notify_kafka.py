@@ -27,6 +27,7 @@ pytestmark = pytest.mark.kafka
 
 SECRET = "feishu-signing-secret-for-team"
 FP = re.compile(r"`(fp-[a-z0-9]+)`")
+HANG_S = 120.0  # what a wait on an event allows: only a hang, never a busy box, fails it (#33)
 
 
 def transition(fp: str, tier: str, node: str, *, state: str = "firing", started: float, **labels: str) -> bytes:
@@ -110,17 +111,17 @@ async def test_alerts_from_kafka_reach_feishu_with_silence_ack_dedup_and_dlq(
         stop, stats = asyncio.Event(), Stats()
         worker = asyncio.create_task(run_notify(settings, stop=stop, stats=stats))
         try:
-            await wait_for(lambda: len(pager.accepted) >= 2 and len(team.accepted) >= 3, 30, "first pages")
+            await wait_for(lambda: len(pager.accepted) >= 2 and len(team.accepted) >= 3, HANG_S, "first pages")
             assert await asyncio.to_thread(main, ["ack", "--config", str(cfg), "fp-x", "--by", "ann"]) == 0
-            await wait_for(lambda: len(lead.accepted) >= 1, 15, "escalation of fp-y")
+            await wait_for(lambda: len(lead.accepted) >= 1, HANG_S, "escalation of fp-y")
             await asyncio.sleep(1.5)  # fp-x was paged at the same moment; its escalation would be due now
             await produce(kafka_bootstrap, topics.alerts, [
                 (b"fp-x", transition("fp-x", "critical", "node-01", state="resolved", started=t0))])
-            await wait_for(lambda: len(pager.accepted) >= 3 and len(team.accepted) >= 4, 15, "resolved")
+            await wait_for(lambda: len(pager.accepted) >= 3 and len(team.accepted) >= 4, HANG_S, "resolved")
             await asyncio.sleep(1.0)  # anything extra would arrive by now
         finally:
             stop.set()
-            await asyncio.wait_for(worker, 30)
+            await asyncio.wait_for(worker, HANG_S)
 
     got = {name: sorted((s, fps) for s, fps, _ in messages(f)) for name, f in
            (("team", team), ("pager", pager), ("lead", lead))}
@@ -169,11 +170,11 @@ async def test_oversized_malformed_alerts_are_dead_lettered_bounded_and_the_work
         stop, stats = asyncio.Event(), Stats()
         worker = asyncio.create_task(run_notify(settings, stop=stop, stats=stats))
         try:
-            await wait_for(lambda: stats.consumed >= 3 or worker.done(), 30, "three records")
-            await wait_for(lambda: len(pager.accepted) >= 1 or worker.done(), 15, "the page after them")
+            await wait_for(lambda: stats.consumed >= 3 or worker.done(), HANG_S, "three records")
+            await wait_for(lambda: len(pager.accepted) >= 1 or worker.done(), HANG_S, "the page after them")
         finally:
             stop.set()
-            await asyncio.wait_for(worker, 30)  # raises what the worker raised
+            await asyncio.wait_for(worker, HANG_S)  # raises what the worker raised
     assert stats.dead_letters == 2 and stats.unsent is not None and stats.unsent.count == 0
     # The DLQ has the alerts topic's partition count (ensured by the worker), so the two letters may arrive from
     # different partitions in any order: put them back in source-offset order.
