@@ -125,7 +125,7 @@ def test_alertmanager_posts_to_gpuwarden_and_the_alert_arrives_signed_at_feishu_
             assert not [h for h in fs.hits + dt.hits if not h.ok]  # every request signed right, fresh
         finally:
             proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
+            proc.wait(timeout=120)
         assert proc.returncode == 0, err.read_text()[-2000:]
         assert "2 alerts from Alertmanager's webhook" in err.read_text()
     with Spool(tmp_path / "spool.db") as spool:

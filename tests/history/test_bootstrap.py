@@ -69,7 +69,7 @@ def test_bootstrap_from_a_real_prometheus_scraping_an_agent(tmp_path: Path) -> N
     finally:
         subprocess.run([*local, "stop"], capture_output=True, env=env, timeout=60)
         agent.terminate()
-        agent.wait(timeout=30)
+        agent.wait(timeout=120)
     assert "task summaries (5 s windows)" in out.stdout and "baseline util" in out.stdout, out.stdout
     from_prometheus = _util_baselines(_config(tmp_path, "prom", port))
     assert from_prometheus, out.stdout

@@ -201,7 +201,7 @@ def test_prometheus_scrapes_the_pipeline_and_every_dashboard_panel_has_data(kafk
             for p in procs:
                 p.terminate()
             for p in procs:
-                p.wait(timeout=30)
+                p.wait(timeout=120)
     assert problems == {"agent": [], "scheduler": [], "streams": [], "notify": []}, problems
     assert all(r["health"] == "ok" for g in rules for r in g["rules"]), rules
     assert float(retried[0]["value"][1]) >= 1

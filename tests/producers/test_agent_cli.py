@@ -56,7 +56,7 @@ def test_live_simulation_ticks_on_wall_clock_until_sigterm(tmp_path):
         time.sleep(3.5)
     finally:
         p.send_signal(signal.SIGTERM)
-        rc = p.wait(timeout=30)
+        rc = p.wait(timeout=120)
     assert rc == 0, p.stderr.read()
     snaps = [decode(line) for line in out.read_text().splitlines() if '"node_snapshot/2"' in line]
     assert len(snaps) >= 2 and [s.seq for s in snaps] == list(range(len(snaps)))

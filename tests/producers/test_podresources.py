@@ -130,5 +130,5 @@ def test_a_running_agent_labels_gpus_with_their_pods_and_follows_changes(kubelet
         assert len(later) == 2  # the old label set is gone, not left beside the new one
     finally:
         agent.terminate()
-        err = agent.communicate(timeout=30)[1]
+        err = agent.communicate(timeout=120)[1]
     assert fake.calls >= 2, err
