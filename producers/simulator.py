@@ -144,8 +144,9 @@ SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
     _info("idle-allocated", "single",
           "From onset the target task stops working but keeps its memory: util ~0, idle power, no "
           "step metrics, for hours.",
-          "info after ~30 min, attention after ~2 h: sim-node-00 gpu 4 allocated (process holds memory) "
-          "with util ~0, owner alice"),
+          "info and attention ~8 min after onset (idle-allocated-gpu, idle-allocated-job), attention by "
+          "idle card-hours after ~2 h: sim-node-00 gpu 4 allocated (process holds memory) with util ~0, "
+          "owner alice"),
     _info("serving-healthy", "serving",
           "A vLLM service (chat, qwen2-72b) under a diurnal load (8 req/s ±50 %): TTFT p99 ≤ 1 s, "
           "KV cache 20-55 %, 0.2 % of requests aborted.",

@@ -147,8 +147,9 @@ def evaluate(allocs: NodeAllocations, utils: dict, procs_of: dict, cfg: Schedule
         holds = len(a.idle) >= cfg.unused_min_gpus and not covered
         note = (f"busy GPUs: {_list(a.busy)}; idle GPUs (util < {IDLE_UTIL:.0f} %): {_list(a.idle)}; "
                 f"the job's processes on GPUs: {_list(procs)}")
+        tier = "attention" if (len(held) or a.count) >= cfg.unused_attention_gpus else "info"
         tr = judge(a.alerts, Verdict(
-            "job-gpus-unused", "attention", {k: a.labels[k] for k in ("cluster", "job", "node") if k in a.labels},
+            "job-gpus-unused", tier, {k: a.labels[k] for k in ("cluster", "job", "node") if k in a.labels},
             simulated_labels(a.labels) if simulated else a.labels, holds, cfg.unused_for,
             *TEXT["job-gpus-unused"],
             {"values": {"allocated": float(len(held) or a.count), "busy": float(len(a.busy)),

@@ -27,10 +27,13 @@ class SchedulerRules(Section):
     """Started jobs a class needs before its waiting times are judged."""
     fragmentation_for: Duration = Field(default=600.0, ge=0)
     """A pending job blocked by fragmentation this long: attention with the nodes and free GPUs."""
-    unused_for: Duration = Field(default=1800.0, ge=0)
-    """A job holding GPUs it does not use (util under 5 %) this long: attention to its owner."""
+    unused_for: Duration = Field(default=450.0, ge=0)
+    """A job holding GPUs it does not use (util under 5 %) this long: an alert to its owner (within
+    10 min of the GPUs going idle, at the stage's evaluation instants)."""
     unused_min_gpus: int = Field(default=1, ge=1)
     """Unused GPUs of a job on one node before it counts (1: any)."""
+    unused_attention_gpus: int = Field(default=1, ge=1)
+    """GPUs the job holds on the node for that alert to be attention; fewer: info (N of issue #30)."""
     requeue_info: int = Field(default=2, ge=1)
     """Preemptions/requeues of one job: info from this many ..."""
     requeue_attention: int = Field(default=4, ge=1)

@@ -47,7 +47,8 @@ SCOPES: dict[str, dict[str, Metric]] = {
         "ckpt_released": Metric("scalar", "bool",
                                 "1 if memory fell back to its pre-checkpoint level after the last "
                                 "checkpoint_end within 30 min, 0 if it did not, absent without one"),
-        "idle_hours": Metric("scalar", "h", "how long this allocated GPU has been idle"),
+        "idle_hours": Metric("scalar", "h", "how long this allocated GPU has been idle under the task holding it"),
+        "idle_s": Metric("scalar", "s", "idle_hours in seconds"),
         "capped_neighbours": Metric("scalar", "GPUs",
                                     "other GPUs of the node losing at least 5 % of their SM clock to a "
                                     "power or thermal cap in their newest bucket"),
@@ -56,6 +57,8 @@ SCOPES: dict[str, dict[str, Metric]] = {
         **_series(TASK_ROW + TASK_DERIVED),
         "idle_card_hours": Metric("scalar", "card-h", "sum of the idle hours of the task's GPUs here"),
         "gpus": Metric("scalar", "GPUs", "GPUs the task holds on this node"),
+        "idle_s": Metric("scalar", "s", "how long every GPU the task holds here has been idle under it "
+                                        "(0 while one is busy)"),
     },
     "node": _series(NODE_ROW),
     "class": _series(CLASS_ROW),

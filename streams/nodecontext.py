@@ -65,13 +65,17 @@ class NodeContext(Context):
             return None if g.ckpt is None else g.ckpt.released_at(now)
         if metric == "idle_hours" and g is not None:
             return idle_hours(g, now)
+        if metric == "idle_s" and g is not None:
+            return idle_hours(g, now) * 3600.0
         if metric == "capped_neighbours" and g is not None and self.node is not None:
             return float(sum(1 for x in self.node.gpus.values()
                              if x is not g and (x.win.latest(GPU_INDEX.cap_clock_loss) or 0.0) >= NEIGHBOUR_CAP_LOSS))
-        if metric in ("idle_card_hours", "gpus") and self.task is not None and self.node is not None:
+        if metric in ("idle_card_hours", "gpus", "idle_s") and self.task is not None and self.node is not None:
             gpus = [self.node.gpus[i] for i in self.task.gpus if i in self.node.gpus]
             if metric == "gpus":
                 return float(len(gpus))
+            if metric == "idle_s":  # all of them idle: since the last went idle
+                return min((idle_hours(x, now) for x in gpus), default=0.0) * 3600.0
             return sum(idle_hours(x, now) for x in gpus)
         return None
 

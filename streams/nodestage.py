@@ -66,6 +66,11 @@ SOURCE_OF: dict[type, int] = {NodeSnapshot: SNAPSHOT, Snap: SNAPSHOT, GpuEvent: 
                               JobAllocation: ALLOC}
 _MEM, _UTIL = GPU_INDEX.mem_used_gib, GPU_INDEX.util_gpu
 _PRESENT, _IDLE, _ALLOCATED = GPU_INDEX.present, GPU_INDEX.idle_allocated, GPU_INDEX.allocated
+_POWER_FRAC = GPU_INDEX.power_frac
+#: An allocated GPU mostly below ``IDLE_UTIL`` is idle (``idle_since``) only while it also draws under
+#: this share of its power limit: NVML's utilization counter is coarse at low duty cycles, and a real
+#: H200 doing real work read 0-7 % at 228-259 of 700 W (tests/fixtures/h200); idle it draws ~81 W.
+IDLE_POWER_FRAC = 0.25
 _gpu_derived = deriver(GPU_INDEX, GPU_DERIVED_COLUMNS)
 _task_derived = deriver(TASK_INDEX, TASK_DERIVED_COLUMNS)
 _step_row = row_function(TASK_COLUMNS, "step_time_s", "data_wait_s", "comm_s")
@@ -379,6 +384,7 @@ class NodeStage:
         """A (new) task holds this GPU (``owner``: a ``Snap`` owner): refresh labels and the task's GPU list."""
         gs.owner = owner[0] or ""
         gs.labels = labels = _owner_labels(st, gs.index, owner)
+        gs.idle_since = None  # idleness is the task's that holds the GPU during it, not the one's before
         if gs.ckpt is not None and gs.ckpt.task != gs.owner:  # another task: its checkpoints are not this one's
             gs.ckpt = None
         if gs.owner:
@@ -460,8 +466,8 @@ class NodeStage:
                     present += 1
                 else:
                     missing += 1
-                idle = means[_IDLE]
-                if idle is not None and idle >= 0.5:
+                idle, power = means[_IDLE], means[_POWER_FRAC]
+                if idle is not None and idle >= 0.5 and (power is None or power < IDLE_POWER_FRAC):
                     if gs.idle_since is None:
                         gs.idle_since = t - self.bucket_s
                 else:

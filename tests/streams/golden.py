@@ -13,7 +13,11 @@ them, since their stage: session 9), the state digest of state format 12 (tuples
 scenario's correction of a stale-labelled announcement is gone; issue #30: memory-leak judged on
 low-utilization buckets and at a 1.5 GiB rise, so mixed's leak on its idle-allocated GPU fires, at 430 s, and
 memory-leak's at 520 s, not 670; GPUs' state holds inferred-checkpoint buckets; task metrics waiting in
-the reorder buffer carry ``model_mode`` (issue #34), and the allocation note names GPU indices as such). A change meant to alter
+the reorder buffer carry ``model_mode`` (issue #34), and the allocation note names GPU indices as such;
+issue #30, idle while allocated: idle-allocated-gpu counts idleness under the GPU's task and fires at
+7.5 min (640 s, was 1900), with idle-allocated-job (attention) beside it, job-gpus-unused's
+``unused_for`` is 7.5 min (670 s, was 2020), and GPU windows no longer keep 30 min of
+``idle_allocated``, so every stage-1 state digest changed). A change meant to alter
 them re-records it:
 
     .venv/bin/python tests/streams/golden.py > tests/fixtures/engine_golden.jsonl

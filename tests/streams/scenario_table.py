@@ -41,7 +41,9 @@ CASES: list[tuple[str, str, str, float, str, tuple[str, ...], dict]] = [
     ("row-remap-pending", "row-remap", "critical", 300, "15m", (), {}),
     ("row-remap-pending", "ecc-single-bit-rising", "info", 300, "15m", (), {}),
     ("row-remap-pending", "xid-other", "info", 300, "15m", (), {}),
-    ("idle-allocated", "idle-allocated-gpu", "info", 35 * 60, "45m", (), {}),
+    # Idle while allocated: within 10 min of the GPUs going idle (issue #30).
+    ("idle-allocated", "idle-allocated-gpu", "info", 600, "45m", (), {}),
+    ("idle-allocated", "idle-allocated-job", "attention", 600, "45m", (), {}),
     ("idle-allocated", "idle-allocated-budget", "attention", 2.25 * 3600, "2.5h", (), {}),
     # An hour of the job's own history first; no class baseline (observation_period 1 d).
     ("idle-allocated", "job-fell-below-own-hour", "attention", 600, "80m", ("--onset", "1h"), {}),
@@ -58,7 +60,7 @@ CASES: list[tuple[str, str, str, float, str, tuple[str, ...], dict]] = [
     ("fragmentation", "scheduler-fragmentation", "attention", 660, "15m", (), {}),
     ("preemption-storm", "scheduler-requeued", "info", 660, "25m", (), {}),
     ("preemption-storm", "scheduler-requeued-repeatedly", "attention", 1260, "25m", (), {}),
-    ("gpus-unused", "job-gpus-unused", "attention", 1900, "40m", (), {}),
+    ("gpus-unused", "job-gpus-unused", "attention", 600, "40m", (), {}),
 ]
 #: Rules written in code, not in the rule pack (their cases are above).
 CODED_RULES = {"scheduler-wait-above-baseline", "scheduler-fragmentation", "scheduler-requeued",

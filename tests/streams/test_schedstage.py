@@ -161,7 +161,8 @@ def _held(busy: dict[int, float], until: float, procs_on: list[int] | None = Non
 def test_a_job_holding_8_gpus_and_using_2_is_told_to_its_owner() -> None:
     eng = Engine()
     trs = [t for t in run(eng, _held({0: 90.0, 1: 85.0}, 2400)) + eng.flush() if t.rule == "job-gpus-unused"]
-    assert fired(trs) == [("job-gpus-unused", "firing", 1810.0), ("job-gpus-unused", "resolved", 2400.0)]
+    # unused_for 7.5 min (30 before issue #30, point 3): at 460 s, not 1810
+    assert fired(trs) == [("job-gpus-unused", "firing", 460.0), ("job-gpus-unused", "resolved", 2400.0)]
     t = trs[0]
     assert t.tier.value == "attention"
     assert t.labels == {"cluster": CLUSTER, "job": "77", "node": "node-00", "user": "alice", "queue": "gpu",
@@ -169,8 +170,8 @@ def test_a_job_holding_8_gpus_and_using_2_is_told_to_its_owner() -> None:
     assert t.evidence.values == {"allocated": 8.0, "busy": 2.0, "idle": 6.0}
     assert t.summary == "job 77 (alice) holds 8 GPUs on node-00 but uses 2"
     assert t.evidence.note == "busy GPUs: 0,1; idle GPUs (util < 5 %): 2,3,4,5,6,7; the job's processes on GPUs: 0,1"
-    ended = trs[1]  # Slurm let the job go at 2400: resolved with the job, having fired 2400 - 1810 s
-    assert ended.evidence.held_for_s == 590.0  # the firing's own (how long it was pending) before
+    ended = trs[1]  # Slurm let the job go at 2400: resolved with the job, having fired 2400 - 460 s
+    assert ended.evidence.held_for_s == 1940.0  # the firing's own (how long it was pending) before
 
 
 def test_a_job_using_all_its_gpus_raises_nothing() -> None:
@@ -277,7 +278,7 @@ def test_a_pod_whose_allocation_names_no_gpus_is_judged_on_the_gpus_its_processe
                                   gpus_allocated=2),
                      SchedulerPoll(ts=ts, cluster="kube", scheduler="kubernetes", jobs=1, nodes=1)]
     trs = [t for t in run(eng, recs) if t.rule == "job-gpus-unused"]
-    assert fired(trs) == [("job-gpus-unused", "firing", 1810.0)]
+    assert fired(trs) == [("job-gpus-unused", "firing", 460.0)]  # 1810 before unused_for 7.5 min (#30)
     assert trs[0].evidence.values == {"allocated": 2.0, "busy": 1.0, "idle": 1.0}
 
 
