@@ -132,6 +132,7 @@ class Runtime:
         self.lock = asyncio.Lock()  # a round, a reconcile and the rebalance barrier, one at a time
         self.active: dict[TaskId, Active] = {}
         self.wanted: set[TaskId] | None = None  # a new assignment to reconcile with
+        self.assigned = asyncio.Event()  # set with ``wanted``: the loop's wait for records ends at once
         self.revoked = False  # partitions taken away, the new assignment not reconciled yet
         self.waiting: dict[TaskId, float] = {}  # assigned, not running: when to try opening it
         self.trim = HeapTrim()
@@ -167,7 +168,7 @@ class Runtime:
             while not stop.is_set():
                 await self._reconcile()
                 try:
-                    data = await self.consumer.getmany(timeout_ms=self._wait_ms(), max_records=MAX_RECORDS)
+                    data = await self._fetch()
                 except Exception as e:  # noqa: BLE001 - the broker away, a coordinator moving: the loop goes on
                     log.warning("fetch failed: %s", e, extra=trouble("fetch"))
                     await asyncio.sleep(1.0)
@@ -188,6 +189,21 @@ class Runtime:
                     await asyncio.wait_for(client.stop() if hasattr(client, "stop") else client.close(), 15)
                 except Exception as e:  # noqa: BLE001
                     log.warning("closing a Kafka client: %s", e, extra=trouble("close"))
+
+    async def _fetch(self) -> Mapping[TopicPartition, list]:
+        """``getmany``, cut short by a new assignment (reconciled now, not when the wait ends).
+        Cancelled while it waits, ``getmany`` has drained nothing (it drains and returns without
+        awaiting); one that finished meanwhile gives its records."""
+        fetch = asyncio.ensure_future(self.consumer.getmany(timeout_ms=self._wait_ms(), max_records=MAX_RECORDS))
+        woken = asyncio.ensure_future(self.assigned.wait())
+        try:
+            await asyncio.wait((fetch, woken), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woken.cancel()
+        if not fetch.done():
+            fetch.cancel()
+            await asyncio.wait((fetch,))
+        return {} if fetch.cancelled() else fetch.result()
 
     def _wait_ms(self) -> int:
         """How long the next fetch may wait for records: until the next commit due, the next
@@ -355,6 +371,7 @@ class Runtime:
         async with self.lock:
             if self.wanted is not None:
                 wanted, self.wanted, self.revoked = self.wanted, None, False
+                self.assigned.clear()
                 for tid in set(self.active) - wanted:
                     await self._close(tid)
                 self.waiting = {t: w for t, w in self.waiting.items() if t in wanted}
@@ -500,6 +517,7 @@ class _Barrier(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         rt = self.rt
         rt.wanted = rt.tasks_of(assigned)
+        rt.assigned.set()
         rt.consumer.pause(*(tp for tp in assigned if TaskId(rt.group_of[tp.topic], tp.partition) not in rt.active))
 
 
