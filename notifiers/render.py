@@ -49,7 +49,7 @@ _METRICS: dict[str, dict[str, str]] = {
         "data_wait_s": "数据等待耗时", "data_wait_share": "数据等待占比", "ecc_uncorrected": "不可纠正 ECC 错误",
         "gpus": "GPU 数", "gpus_missing": "缺失 GPU 数", "gpus_present": "在位 GPU 数", "headroom_gib": "显存余量",
         "hw_slowdown": "硬件降速占比", "hw_thermal": "硬件过热降频占比", "idle_allocated": "已分配空闲占比",
-        "idle_card_hours": "空闲卡时", "idle_hours": "空闲时长", "mem_peak_frac": "显存峰值占比",
+        "idle_card_hours": "空闲卡时", "idle_hours": "空闲时长", "idle_s": "空闲时长（秒）", "mem_peak_frac": "显存峰值占比",
         "mem_total_gib": "显存总量", "mem_used_frac": "显存占用比例", "mem_used_gib": "显存占用", "nodes": "节点数",
         "power_brake": "功率刹车占比", "power_default_limit_w": "默认功率上限", "power_frac": "功率占上限比例",
         "power_limit_frac": "功率上限比例", "power_limit_w": "功率上限", "power_w": "功率", "present": "在位",
