@@ -263,8 +263,7 @@ class Runtime:
         if not count:
             a.idled_at = wall
         a.batched_at = wall
-        if a.opened is None:
-            a.opened = wall
+        self._due_in(a, math.inf)  # opens the transaction; its offsets are due by ``due_at``
         await self._send(a, out + a.task.reports(wall))
 
     async def _send(self, a: Active, out: list[Outbound]) -> None:
