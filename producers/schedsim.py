@@ -7,8 +7,10 @@ partition of its own on nodes that are only scheduled, never sampled, so the sce
 disturb each other or the GPU faults:
 
 * ``queue-buildup`` (partition ``batch``, ``bn-0``/``bn-1``, 4 GPUs each): a 1-GPU job every
-  2 min, waiting 1 min and running 7 min, until a sweep takes every GPU 25 min after onset;
-  from then on new jobs wait (``Resources``) ever longer.
+  2 min, waiting 1 min and running 7 min, until a sweep takes every GPU 25 min after onset for
+  ``SWEEP_RUN_S``; meanwhile new jobs wait (``Resources``) ever longer, the users submitting no
+  more once ``MAX_PENDING`` of theirs wait (as Slurm's ``MaxSubmitJobs`` refuses them), and after
+  the sweep the queue drains at the rate the partition runs jobs: the queue stays bounded.
 * ``fragmentation`` (``train``, ``tn-0``/``tn-1``): a 2-GPU job on each node; from onset a
   4-GPU job waits with 4 GPUs free in total and no node with 4.
 * ``preemption-storm`` (``spot``, ``sn-0``): from onset a 2-GPU job is preempted every 5 min
@@ -16,7 +18,8 @@ disturb each other or the GPU faults:
 * ``gpus-unused``: the simulator's extra node runs an 8-GPU evaluation job that, from onset,
   works on 2 of its GPUs (``producers/simulator.py``); the scheduler still counts all 8.
 
-Times are pure functions of event time (no state but the next poll), so a run is reproducible.
+Times are pure functions of event time (the batch queue's schedule is worked out as event time
+reaches each submission, in order), so a run is reproducible.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ CLUSTER = "sim"
 POLL_S = 30.0
 BUILDUP_AFTER_S = 1500.0
 ARRIVE_EVERY_S, WAIT_S, RUN_S = 120.0, 60.0, 420.0
+#: The queue-buildup sweep holds the batch partition this long; at most this many batch jobs wait.
+SWEEP_RUN_S, MAX_PENDING = 7200.0, 16
+BATCH_USERS = ("kim", "lee", "ana")
 PREEMPT_EVERY_S, PREEMPT_PENDING_S, PREEMPTIONS = 300.0, 60.0, 6
 #: Partitions of the scheduler scenarios: their nodes (GPUs each).
 PARTITIONS = {"queue-buildup": ("batch", ("bn-0", "bn-1"), 4), "fragmentation": ("train", ("tn-0", "tn-1"), 4),
@@ -68,6 +74,7 @@ class ClusterSim:
     def __init__(self, sim: Simulated, scenarios: set[str]) -> None:
         self.sim, self.scenarios = sim, scenarios
         self.next_poll = sim.start_ts
+        self.batch = BatchQueue(sim.start_ts, sim.onset_ts + BUILDUP_AFTER_S)
 
     def step(self, ts: float) -> list[Any]:
         if ts < self.next_poll:
@@ -115,29 +122,14 @@ class ClusterSim:
         return out
 
     def _queue_buildup(self, ts: float) -> list[SimJob]:
-        t0, buildup = self.sim.start_ts, self.sim.onset_ts + BUILDUP_AFTER_S
-        out, free = [], [("bn-0", i) for i in range(4)] + [("bn-1", i) for i in range(4)]
-        k = 0
-        while (submit := t0 + k * ARRIVE_EVERY_S) <= ts:
-            start = submit + WAIT_S
-            j = SimJob(f"b{k}", ("kim", "lee", "ana")[k % 3], "batch", 1, submit)
-            k += 1
-            if submit >= buildup:
-                j.reason = "Resources"
-            elif ts < start:
-                j.reason = "Priority"
-            elif ts < start + RUN_S:
-                node, idx = free[k % len(free)]
-                j.state, j.start, j.alloc = JobState.RUNNING, start, {node: [idx]}
+        out = []
+        for j in self.batch.at(ts):
+            shown = SimJob(j.job_id, j.user, "batch", j.gpus, j.submit)
+            if ts < j.start:
+                shown.reason = "Resources" if j.start > j.submit + WAIT_S else "Priority"
             else:
-                continue  # ended and gone from the queue
-            out.append(j)
-        if ts >= buildup:  # the sweep starts once the jobs started before it have ended
-            sweep = SimJob("sweep", "hana", "batch", 8, buildup, reason="Resources")
-            if ts >= buildup + WAIT_S + RUN_S:
-                sweep.state, sweep.reason, sweep.start = JobState.RUNNING, "", buildup + WAIT_S + RUN_S
-                sweep.alloc = {"bn-0": [0, 1, 2, 3], "bn-1": [0, 1, 2, 3]}
-            out.append(sweep)
+                shown.state, shown.start, shown.alloc = JobState.RUNNING, j.start, {n: list(i) for n, i in j.alloc}
+            out.append(shown)
         return out
 
     def _fragmentation(self, ts: float) -> list[SimJob]:
@@ -158,3 +150,64 @@ class ClusterSim:
         else:
             j.state, j.start, j.alloc = JobState.RUNNING, at + PREEMPT_PENDING_S if n else t0, {"sn-0": [0, 1]}
         return [j]
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """A batch job's whole life, known once it is submitted: FIFO on fixed run times."""
+
+    job_id: str
+    user: str
+    gpus: int
+    submit: float
+    start: float
+    end: float
+    alloc: tuple[tuple[str, tuple[int, ...]], ...]
+    """(node, GPU indices) it runs on."""
+
+
+class BatchQueue:
+    """The queue-buildup partition's schedule: first come, first served on 8 GPUs (bn-0, bn-1),
+    each job planned when it is submitted (its start is when a GPU frees, never before its
+    1-min wait); one 8-GPU sweep from ``buildup`` holding every GPU for ``SWEEP_RUN_S``; a
+    submission that would make more than ``MAX_PENDING`` jobs wait is refused, never queued."""
+
+    def __init__(self, t0: float, buildup: float) -> None:
+        self.t0, self.buildup = t0, buildup
+        self.free = [(t0, node, i) for node in ("bn-0", "bn-1") for i in range(4)]  # (free from, node, index)
+        self.planned: list[Planned] = []
+        self.k = 0  # the next submission's number
+        self.sweep_done = False
+
+    def at(self, ts: float) -> list[Planned]:
+        """The jobs in the queue at ``ts`` (pending or running, submitted at or before it)."""
+        self._plan_until(ts)
+        self.planned = [j for j in self.planned if j.end > ts]  # ended jobs leave the queue for good
+        return [j for j in self.planned if j.submit <= ts]
+
+    def _plan_until(self, ts: float) -> None:
+        while True:
+            submit = self.t0 + self.k * ARRIVE_EVERY_S
+            if not self.sweep_done and self.buildup <= submit:
+                self._plan_sweep()
+                continue
+            if submit > ts:
+                return
+            k, self.k = self.k, self.k + 1
+            if sum(1 for j in self.planned if j.submit <= submit < j.start) >= MAX_PENDING:
+                continue  # refused: the user submits again later
+            self.free.sort()
+            free_from, node, idx = self.free.pop(0)
+            start = max(submit + WAIT_S, free_from)
+            self.free.append((start + RUN_S, node, idx))
+            self.planned.append(Planned(f"b{k}", BATCH_USERS[k % len(BATCH_USERS)], 1, submit, start,
+                                        start + RUN_S, ((node, (idx,)),)))
+
+    def _plan_sweep(self) -> None:
+        """The sweep starts once the jobs started before it have ended, and holds every GPU."""
+        self.sweep_done = True
+        start = max(self.buildup + WAIT_S + RUN_S, *(f for f, _, _ in self.free))
+        end = start + SWEEP_RUN_S
+        self.free = [(end, node, i) for _, node, i in self.free]
+        alloc = tuple((n, tuple(i for _, m, i in sorted(self.free) if m == n)) for n in ("bn-0", "bn-1"))
+        self.planned.append(Planned("sweep", "hana", 8, self.buildup, start, end, alloc))

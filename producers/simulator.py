@@ -187,7 +187,8 @@ SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
           in_mixed=False, nodes=2),
     _info("queue-buildup", "none",
           "The scheduler's batch partition (2 unsampled nodes of 4 GPUs): a 1-GPU job every 2 min waits "
-          "1 min, until 25 min after onset a sweep takes every GPU and new jobs wait ever longer.",
+          "1 min, until 25 min after onset a sweep takes every GPU for 2 h: new jobs wait ever longer, "
+          "at most 16 at a time (users submit no more), and drain after it.",
           "attention: scheduler-wait-above-baseline for batch/1 once the median wait passes 10 min and "
           "holds for 3 periods (~1 h after onset)"),
     _info("fragmentation", "none",
