@@ -189,6 +189,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by", default=None, help="who (default: $USER)")
     p.set_defaults(handler="gpuwarden.notifiers.control_cli:cmd_ack")
 
+    p = sub.add_parser("act", help="confirm the action an alert offers: drain its node in the scheduler, or resume it")
+    _add_config(p)
+    p.add_argument("fingerprint", help="the alert's fingerprint, or a unique prefix of it (as messages show it)")
+    p.add_argument("action", choices=["drain", "resume"],
+                   help="drain: take the node out of scheduling (remediation.backend); resume: undo gpuwarden's drain")
+    p.add_argument("--by", default=None, help="who confirms, kept in the audit record (default: $USER)")
+    p.set_defaults(handler="gpuwarden.app.remediate:cmd_act")
+
     p = sub.add_parser("report", help="reports from history")
     _add_config(p)
     rsub = p.add_subparsers(dest="report_command", metavar="KIND", required=True)

@@ -24,6 +24,7 @@ from gpuwarden.config import (
 from gpuwarden.history.config import AccountingConfig
 from gpuwarden.notifiers.config import NotifyConfig
 from gpuwarden.producers.config import AgentConfig, SchedulerConfig
+from gpuwarden.remediation.config import RemediationConfig
 from gpuwarden.streams.config import EngineConfig
 
 
@@ -42,6 +43,7 @@ class Settings(Section):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
     accounting: AccountingConfig = Field(default_factory=AccountingConfig)
+    remediation: RemediationConfig = Field(default_factory=RemediationConfig)
     web: WebConfig = Field(default_factory=WebConfig)
 
 

@@ -314,6 +314,10 @@ class GpuEvent(_TimedRecord):
     catalogue: CatalogueEntry | None = None
     simulated: bool = False
     """Made by the simulator (see ``NodeSnapshot.simulated``)."""
+    recovery_action: Label | None = None
+    """What the driver asks for (NVML's ``NVML_GPU_RECOVERY_ACTION_*`` name without the prefix:
+    ``GPU_RESET``, ``NODE_REBOOT``, ``DRAIN_P2P``, ``DRAIN_AND_RESET``, ...), read with XID 154 on
+    drivers that report it (R575+); None where unknown. Optional within gpu_event/1: older readers ignore it."""
 
 
 # --------------------------------------------------------------------------- task.metrics
@@ -828,6 +832,40 @@ class OnCallOverride(Wire):
 ControlRecord = Annotated[Union[Silence, Ack, OnCallOverride], Field(discriminator="schema_")]
 
 
+# --------------------------------------------------------------------------- remediation
+
+
+class RemediationOutcome(StrEnum):
+    DONE = "done"
+    """The backend changed the node."""
+    ALREADY = "already"
+    """Nothing to do: the node was already in the state asked for (by gpuwarden or by someone else)."""
+    REFUSED = "refused"
+    """Not attempted: a simulated or resolved alert, an action not offered for the rule, a node
+    drained by someone else that ``resume`` leaves alone."""
+    FAILED = "failed"
+    """The backend could not be reached or said no; the node is as it was, as far as we know."""
+
+
+class RemediationRecord(_TimedRecord):
+    """remediation, key ``node``: one attempt to take a node out of (or back into) its
+    scheduler because of an alert, with who asked and what came of it: the audit trail."""
+
+    schema_: Literal["remediation/1"] = Field(default="remediation/1", alias="schema")
+    node: Label
+    action: Literal["drain", "resume"]
+    backend: Label
+    outcome: RemediationOutcome
+    by: Label
+    """Who confirmed: a user, the console's user, or ``auto:<rule>`` for an operator's auto policy."""
+    fingerprint: Label = ""
+    rule: Label = ""
+    reason: Text = ""
+    """What the scheduler was told (Slurm's drain reason, the taint's value)."""
+    detail: Text = ""
+    """What the backend answered, or why nothing was done."""
+
+
 # --------------------------------------------------------------------------- dead letters
 
 
@@ -877,6 +915,7 @@ Record = Annotated[
         Silence,
         Ack,
         OnCallOverride,
+        RemediationRecord,
         DeadLetter,
     ],
     Field(discriminator="schema_"),
@@ -1103,6 +1142,7 @@ class Topics:
         "sli": "inference.sli",
         "alerts": "alerts",
         "control": "control",
+        "remediation": "remediation",
     }
 
     def __init__(self, prefix: str = "") -> None:
@@ -1117,6 +1157,8 @@ class Topics:
         self.sli = prefix + self.BASE["sli"]
         self.alerts = prefix + self.BASE["alerts"]
         self.control = prefix + self.BASE["control"]
+        #: Audit records of drains and resumes; kept in the spool (not in :meth:`all`: not published).
+        self.remediation = prefix + self.BASE["remediation"]
 
     @staticmethod
     def dlq(topic: str) -> str:
@@ -1144,12 +1186,13 @@ class Topics:
             Silence: self.control,
             Ack: self.control,
             OnCallOverride: self.control,
+            RemediationRecord: self.remediation,
         }[type(record)]
 
 
 def record_key(record: BaseModel) -> str:
     """The partition key the design gives each record kind."""
-    if isinstance(record, (NodeSnapshot, GpuEvent, TaskMetrics, InferenceMetrics, JobAllocation)):
+    if isinstance(record, (NodeSnapshot, GpuEvent, TaskMetrics, InferenceMetrics, JobAllocation, RemediationRecord)):
         return record.node
     if isinstance(record, TaskSummary):
         return record.task

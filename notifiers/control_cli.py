@@ -46,7 +46,7 @@ async def write_record(settings: NotifierSettings, record: ControlRecord) -> Non
             write_spool(spool, record)
 
 
-def _who(args: argparse.Namespace) -> str:
+def who(args: argparse.Namespace) -> str:
     if args.by:
         return args.by
     try:
@@ -68,7 +68,7 @@ async def _silence(args: argparse.Namespace, settings: NotifierSettings) -> int:
     now = time.time()
     if args.silence_command == "add":
         try:
-            s = new_silence(args.matchers, args.duration, _who(args), args.comment, now)
+            s = new_silence(args.matchers, args.duration, who(args), args.comment, now)
         except ValueError as e:
             print(f"gpuwarden silence add: {e}", file=sys.stderr)
             return 2
@@ -156,7 +156,7 @@ def cmd_ack(args: argparse.Namespace, settings: NotifierSettings) -> int:
             print(f"gpuwarden ack: {why}; open: {listed or 'none'}", file=sys.stderr)
             return 1
         fp = hits[0]
-    a = Ack(fingerprint=fp, by=_who(args), at=time.time(), comment=args.comment)
+    a = Ack(fingerprint=fp, by=who(args), at=time.time(), comment=args.comment)
     asyncio.run(write_record(settings, a))
     print(f"acknowledged {a.fingerprint} by {a.by}")
     return 0

@@ -44,9 +44,11 @@ def test_config_is_accepted_after_any_subcommand_that_reads_it() -> None:
         if path.split()[1] in ("rules", "config"):  # they take the file to check, not a config
             continue
         argv = path.split()[1:] + ["--config", "f.yaml"]
-        for a in sub._actions:  # noqa: SLF001 - fill what the subcommand requires
+        at = len(path.split()) - 1
+        for a in sub._actions:  # noqa: SLF001 - fill what the subcommand requires, in order
             if not a.option_strings and a.dest != "help":
-                argv.insert(len(path.split()) - 1, "x=1" if a.dest == "matchers" else "x")
+                argv.insert(at, "x=1" if a.dest == "matchers" else a.choices[0] if a.choices else "x")
+                at += 1
         for g in sub._mutually_exclusive_groups:  # noqa: SLF001
             if g.required:
                 first = g._group_actions[0]  # noqa: SLF001

@@ -12,6 +12,7 @@ from gpuwarden.config import CommonSettings
 from gpuwarden.history.config import HistorySettings
 from gpuwarden.notifiers.config import NotifierSettings
 from gpuwarden.producers.config import AgentSettings, SchedulerSettings
+from gpuwarden.remediation.config import RemediationSettings
 from gpuwarden.streams.config import StreamsSettings
 
 
@@ -29,6 +30,7 @@ def test_settings_has_every_section_a_room_reads_with_its_type(protocol):
 
 def test_every_section_is_read_by_some_room():
     read = set()
-    for protocol in (AgentSettings, SchedulerSettings, StreamsSettings, NotifierSettings, HistorySettings):
+    for protocol in (AgentSettings, SchedulerSettings, StreamsSettings, NotifierSettings, HistorySettings,
+                     RemediationSettings):
         read |= set(typing.get_type_hints(protocol))
     assert read | ROOT_SECTIONS == set(Settings.model_fields)

@@ -1,0 +1,82 @@
+"""``gpuwarden act FINGERPRINT drain|resume``: a person confirms the action an alert offers.
+
+Composition root: the alert comes from the spool the notifier (or ``gpuwarden run``) keeps,
+the action from :mod:`gpuwarden.remediation`, the audit record goes back into that spool.
+``resume`` also finds its node from the audit trail, so it works after the alert resolved and
+left the notifier's state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from gpuwarden.app.settings import Settings
+from gpuwarden.contract import AlertTransition, ContractError, RemediationOutcome, RemediationRecord, Topics, decode
+from gpuwarden.notifiers.control_cli import open_alerts, who
+from gpuwarden.remediation.act import Remediator, SpoolAudit, Target, audit_trail, backend_for
+from gpuwarden.remediation.backends import BackendError
+from gpuwarden.spool import Spool
+
+EXIT_OK, EXIT_FAIL = 0, 1
+
+
+def last_transitions(spool: Spool, topics: Topics) -> dict[str, AlertTransition]:
+    """Each alert's latest transition in the spool's alert history, firing or resolved."""
+    latest: dict[str, AlertTransition] = {}
+    for rec in spool.read(topics.alerts):
+        try:
+            t = decode(rec.value, AlertTransition)
+        except ContractError:
+            continue
+        latest[t.fingerprint] = t
+    return latest
+
+
+def find_target(spool: Spool, settings: Settings, fp: str, action: str) -> Target | str:
+    """The alert ``fp`` (or a unique prefix) names, or why there is none."""
+    topics = Topics(settings.kafka.topic_prefix)
+    firing = open_alerts(settings, spool) or {}
+    known: dict[str, Target] = {f: Target.of(t, firing=False) for f, t in last_transitions(spool, topics).items()}
+    if action == "resume":  # a drain it made names the node even where the alert is gone
+        for rec in audit_trail(spool, topics):
+            if rec.action == "drain" and rec.outcome is RemediationOutcome.DONE and rec.fingerprint not in known:
+                known[rec.fingerprint] = Target(rec.fingerprint, rec.rule, rec.node, firing=False)
+    known.update({f: Target.of(t, firing=True) for f, t in firing.items()})
+    hits = [f for f in known if f == fp] or [f for f in known if f.startswith(fp)]
+    if len(hits) == 1:
+        return known[hits[0]]
+    if hits:
+        return f"{fp!r} matches {len(hits)} alerts: {', '.join(sorted(hits)[:10])}"
+    listed = "; ".join(f"{f} ({t.rule} on {t.node or '-'})" for f, t in sorted(known.items()) if t.firing)
+    return f"no alert {fp!r}; open: {listed[:2000] or 'none'}"
+
+
+def describe(rec: RemediationRecord) -> str:
+    return f"{rec.action} {rec.node} ({rec.backend}): {rec.outcome.value} by {rec.by}" + (
+        f" - {rec.detail}" if rec.detail else "")
+
+
+def cmd_act(args: argparse.Namespace, settings: Settings) -> int:
+    """Confirm an alert's action; exit 0 when done or already so, 1 when refused or failed."""
+    path = Path(settings.spool.path)
+    if not path.exists():
+        print(f"gpuwarden act: no spool at {path}, so no alert {args.fingerprint!r} (is --config the one "
+              "gpuwarden run or notify uses?)", file=sys.stderr)
+        return EXIT_FAIL
+    try:
+        backend = backend_for(settings.remediation)
+    except BackendError as e:
+        print(f"gpuwarden act: {e}", file=sys.stderr)
+        return EXIT_FAIL
+    with Spool(path, settings.spool.max_bytes, settings.spool.max_age) as spool:
+        target = find_target(spool, settings, args.fingerprint, args.action)
+        if isinstance(target, str):
+            print(f"gpuwarden act: {target}", file=sys.stderr)
+            return EXIT_FAIL
+        audit = SpoolAudit(spool, Topics(settings.kafka.topic_prefix))
+        rec = Remediator(backend, settings.remediation, audit).act(target, args.action, who(args))
+    ok = rec.outcome in (RemediationOutcome.DONE, RemediationOutcome.ALREADY)
+    print(describe(rec), file=sys.stdout if ok else sys.stderr)
+    return EXIT_OK if ok else EXIT_FAIL
