@@ -3,8 +3,8 @@
 Baselines appear within the run: the demo config (``app/demo.yaml``) shortens the observation
 period to 30 min, so task classes get their bands and a task that falls below its class's band
 raises a deviation alert. Real GPUs when NVML opens (40 min of wall time unless ``--duration``:
-baselines form after 30 min); otherwise it says so and simulates two nodes of eight GPUs
-through 6 h of event time. Each demo starts from fresh state in ``var/demo/`` (replacing the last demo's), so a second ``make demo``
+baselines form after 30 min); otherwise it says so and simulates two nodes of eight GPUs (and
+``mixed``'s own: three, and five the scheduler alone knows) through 6 h of event time. Each demo starts from fresh state in ``var/demo/`` (replacing the last demo's), so a second ``make demo``
 behaves like the first; the config it wrote there lets ``gpuwarden web`` show the same run.
 """
 
@@ -22,6 +22,7 @@ from gpuwarden.config import ConfigError
 
 DEMO_CONFIG = Path(__file__).with_name("demo.yaml")
 SIMULATED_SPAN = "6h"
+DEMO_NODES, DEMO_GPUS = 2, 8  # asked of the simulator (mixed adds a node of its own)
 REAL_SPAN = "40m"  # baselines need 30 min of task summaries (the observation period and min samples)
 
 
@@ -34,6 +35,20 @@ def _nvml_reason() -> str | None:
     except Exception as e:  # noqa: BLE001 - any failure means: no real GPUs to show
         return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
     return None
+
+
+def simulated_fleet() -> str:
+    """The demo's simulated fleet in the words the live view, the console and the summary use:
+    ``mixed`` adds a node (gpus-unused's) to the two asked for, and its scheduler scenarios add
+    partitions of nodes that are scheduled, never sampled."""
+    from gpuwarden.producers.schedsim import PARTITIONS
+    from gpuwarden.producers.simulator import Simulator
+
+    sim = Simulator("mixed", nodes=DEMO_NODES, gpus=DEMO_GPUS, start_ts=0.0)
+    only = sorted(n for _, names, _ in PARTITIONS.values() for n in names)
+    gpus = sum(len(n.gpus) for n in sim.nodes)
+    return (f"{len(sim.nodes)} nodes with {gpus} GPUs sampled; {len(only)} known only from the scheduler "
+            f"({', '.join(only)})")
 
 
 def _config(user: str | None) -> dict:
@@ -67,9 +82,10 @@ def cmd_demo(args: argparse.Namespace, settings: Settings | None = None) -> int:
     run = ["run", "--config", str(config_path)]
     if args.simulate or why_not is not None:
         said = "as asked" if args.simulate else f"because NVML is not available here: {why_not}"
-        print(f"gpuwarden demo: simulated GPUs, {said}; 2 nodes of 8 GPUs through "
+        print(f"gpuwarden demo: simulated GPUs, {said}; {simulated_fleet()} through "
               f"{args.duration or SIMULATED_SPAN} of event time, as fast as possible", file=sys.stderr)
-        run += ["--simulate", "mixed", "--nodes", "2", "--gpus", "8", "--duration", args.duration or SIMULATED_SPAN]
+        run += ["--simulate", "mixed", "--nodes", str(DEMO_NODES), "--gpus", str(DEMO_GPUS),
+                "--duration", args.duration or SIMULATED_SPAN]
     else:
         print(f"gpuwarden demo: watching this machine's GPUs (NVML) for {args.duration or REAL_SPAN} of wall "
               "time; task classes get baselines after about 30 min of it (Ctrl-C stops it)", file=sys.stderr)

@@ -7,8 +7,11 @@ Only the display clamps: the engine's numbers (and a band's evidence) stay as co
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from gpuwarden.contract import AlertTransition, Baseline
 from gpuwarden.streams.metrics import SCOPES
+from gpuwarden.streams.view import NodeView
 
 _UNITS = {name: m.unit for scope in SCOPES.values() for name, m in scope.items()}
 _LIMITS = {"%": (0.0, 100.0), "fraction": (0.0, 1.0)}
@@ -50,3 +53,17 @@ def band(metric: str, b: Baseline | None) -> str:
 def urgency(a: AlertTransition) -> tuple[int, float]:
     """The order alerts are shown in: critical first, then attention, then info; older first within a tier."""
     return (_TIER_ORDER.index(a.tier.value), a.started_at)
+
+
+def fleet_words(nodes: Sequence[NodeView], names: bool = True) -> str:
+    """The fleet's size in the same words everywhere (the live view, the console, the run's
+    summary): nodes with GPU samples and their GPUs, then the nodes only a scheduler reported
+    (a partition's nodes that no agent samples: counted and named, never shown as empty tables);
+    ``names=False`` leaves their names out where the line is short."""
+    sampled = [n for n in nodes if n.gpus]
+    only = sorted(n.node for n in nodes if not n.gpus)
+    gpus = sum(len(n.gpus) for n in sampled)
+    words = f"{len(sampled)} node{'s' * (len(sampled) != 1)} with {gpus} GPU{'s' * (gpus != 1)} sampled"
+    if only:
+        words += f"; {len(only)} known only from the scheduler" + (f" ({', '.join(only)})" if names else "")
+    return words

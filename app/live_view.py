@@ -16,6 +16,7 @@ or cell tuples with ``columns=(...)`` for a table.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,10 +28,13 @@ from rich.padding import Padding
 from rich.panel import Panel
 from rich.progress_bar import ProgressBar
 from rich.table import Table
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 
-from gpuwarden.app.display import band, urgency
-from gpuwarden.app.scheduler_view import ALLOCATION_COLUMNS, QUEUE_COLUMNS, allocation_rows, queue_rows
+from gpuwarden.app.display import band, fleet_words, urgency
+from gpuwarden.app.scheduler_view import ALLOCATION_COLUMNS, QUEUE_COLUMNS, allocation_rows, queue_notes, queue_rows
 from gpuwarden.app.serving_view import SERVICE_COLUMNS, service_rows
 from gpuwarden.contract import AlertTransition
 from gpuwarden.humantime import moment, relative, span
@@ -82,49 +86,139 @@ class Pane:
     """Columns whose text may wrap (at word boundaries); the others stay on one line."""
     optional: bool = False
     """Left out of the screen while it has no rows (a layer this run does not have)."""
+    lead: Callable[[Frame], Sequence[str]] | None = None
+    """Lines above the rows, across the pane's width (a cluster's note above its partitions)."""
+    caption: Callable[[Frame], str] | None = None
+    """Said after the title (the GPUs pane: the fleet's size, in the words the console uses)."""
 
-    def build(self, frame: Frame) -> tuple[Callable[[int], RenderableType], int]:
-        """(the first k rows as one renderable, how many rows there are)."""
-        rows = self.rows(frame)
-        if not self.columns:
-            return (lambda k: Group(*rows[:k])), len(rows)
-        return (lambda k: _table(self.columns, rows[:k], self.wrap)), len(rows)
+    def fitted(self, frame: Frame) -> Fitted:
+        return Fitted(self.rows(frame), self.columns, self.wrap, self.noun,
+                      tuple(self.lead(frame)) if self.lead is not None else ())
 
 
-def _table(columns: tuple[str, ...], rows: Sequence[tuple[str, ...]], wrap: tuple[str, ...]) -> Table:
-    t = Table(box=box.SIMPLE_HEAD, expand=True, pad_edge=False, show_edge=False)
-    for col in columns:
-        t.add_column(col, no_wrap=col not in wrap, overflow="fold")
-    for r in rows:
-        t.add_row(*r)
-    return t
+GAP = 2  # spaces between a table's columns
+MIN_WRAP = 24  # a wrapping column is not made narrower than this while a column can go instead
+
+
+@dataclass(frozen=True, slots=True)
+class Grid:
+    """A pane's table laid out for a width: the columns that fit (the first ones: a narrow pane
+    leaves the last out, never cuts a word), each one's width, and the columns left out."""
+
+    columns: tuple[int, ...]
+    widths: tuple[int, ...]
+    left_out: tuple[str, ...]
+
+
+def layout(columns: tuple[str, ...], rows: Sequence[tuple[str, ...]], wrap: tuple[str, ...], width: int) -> Grid:
+    """Natural widths (the widest cell or heading); a wrapping column gives up its width first
+    (down to ``MIN_WRAP``), then columns go from the right until the rest fit."""
+    natural = [max([cell_len(c), *(cell_len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
+    floor = [min(n, MIN_WRAP) if c in wrap else n for c, n in zip(columns, natural)]
+    keep = list(range(len(columns)))
+    while len(keep) > 1 and sum(floor[i] for i in keep) + GAP * (len(keep) - 1) > width:
+        keep.pop()
+    widths = [natural[i] for i in keep]
+    over = sum(widths) + GAP * (len(keep) - 1) - width
+    for k, i in enumerate(keep):
+        if over > 0 and columns[i] in wrap:
+            cut = min(over, widths[k] - floor[i])
+            widths[k] -= cut
+            over -= cut
+    if over > 0:  # one column alone wider than the pane: it wraps
+        widths[0] = max(1, widths[0] - over)
+    return Grid(tuple(keep), tuple(widths), tuple(columns[i] for i in range(len(columns)) if i not in keep))
+
+
+def _cell_lines(text: str, width: int) -> list[str]:
+    """A cell's lines at ``width``: wrapped at spaces, a word longer than the width split."""
+    return [piece for line in textwrap.wrap(text, width, break_on_hyphens=False) or [""]
+            for piece in ([line] if cell_len(line) <= width else textwrap.wrap(line, width, break_long_words=True))]
+
+
+def grid_lines(grid: Grid, cells: Sequence[str], style: Style | None = None) -> list[list[Segment]]:
+    """One table row as lines of segments, each column padded to its width."""
+    parts = [_cell_lines(cells[i], w) for i, w in zip(grid.columns, grid.widths)]
+    out = []
+    for k in range(max(len(p) for p in parts)):
+        line: list[Segment] = []
+        for n, (p, w) in enumerate(zip(parts, grid.widths)):
+            text = p[k] if k < len(p) else ""
+            last = n == len(parts) - 1
+            line.append(Segment(text + ("" if last else " " * (w - cell_len(text) + GAP)), style))
+        out.append(line)
+    return out
 
 
 class Fitted:
-    """The most rows that fit the height rich gives this pane, then "+ N more ..." (never a cut row)."""
+    """The most rows that fit the height rich gives this pane, then "+ N more ..." (never a cut
+    row), rendered in one pass: each row (or the table of the rows that could fit) is rendered
+    once and the lines that fit are kept, never re-rendered to find what fits (#33: bisecting
+    re-rendered the alert table several times a frame, ~40 % of a demo's CPU)."""
 
-    def __init__(self, build: Callable[[int], RenderableType], total: int, noun: str) -> None:
-        self.build, self.total, self.noun = build, total, noun
+    def __init__(self, rows: Sequence[Any], columns: tuple[str, ...], wrap: tuple[str, ...], noun: str,
+                 lead: tuple[str, ...] = ()) -> None:
+        self.rows, self.columns, self.wrap, self.noun, self.lead = rows, columns, wrap, noun, lead
+
+    def need(self) -> int:
+        """The lines it would take to show every row (a wrapped row's extra lines not counted)."""
+        per_row = 2 if not self.columns else 1  # an alert: its line and its summary's
+        return len(self.lead) + (2 + len(self.rows) if self.columns and self.rows else per_row * len(self.rows) or 1)
+
+    def least(self) -> int:
+        """The lines that show one row (and "+ N more" when there are others)."""
+        more = 1 if len(self.rows) > 1 else 0
+        return len(self.lead) + (2 + 1 + more if self.columns and self.rows else 2 + more if self.rows else 1)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        if self.total == 0:
-            yield Text("none", style="dim")
-            return
         height = options.height or console.height
         free = options.update(height=None)
+        lines: list[list[Segment]] = []
+        for note in self.lead:
+            lines += console.render_lines(Text(note, style="dim"), free, pad=False)
+        lines = lines[:height - (1 if self.rows else 0)]  # a line left for the rows, or "+ N more"
+        if not self.rows:
+            lines.append([Segment("none", Style(dim=True))])
+        else:
+            room = height - len(lines)
+            kept, shown = (self._table if self.columns else self._group)(console, free, room)
+            lines += kept
+            if shown < len(self.rows):
+                lines.append([Segment(f"+ {len(self.rows) - shown} more {self.noun}", Style(dim=True, italic=True))])
+        for k, line in enumerate(lines[:height]):
+            if k:
+                yield Segment.line()
+            yield from line
 
-        def fits(k: int) -> bool:
-            more = 1 if k < self.total else 0
-            return len(console.render_lines(self.build(k), free, pad=False)) + more <= height
+    def _group(self, console: Console, options: ConsoleOptions, room: int) -> tuple[list[list[Segment]], int]:
+        """Rows rendered one by one until the next would not fit (with a line left for "+ N more")."""
+        kept: list[list[Segment]] = []
+        for i, row in enumerate(self.rows):
+            more = 1 if i + 1 < len(self.rows) else 0
+            rendered = console.render_lines(row, options, pad=False)
+            if len(kept) + len(rendered) + more > room:
+                return kept, i
+            kept += rendered
+        return kept, len(self.rows)
 
-        lo, hi = 0, self.total  # the largest k that fits, by bisection (rows only add lines)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
-        parts: list[RenderableType] = [self.build(lo)] if lo else []
-        if lo < self.total:
-            parts.append(Text(f"+ {self.total - lo} more {self.noun}", style="dim italic"))
-        yield Group(*parts)
+    def _table(self, console: Console, options: ConsoleOptions, room: int) -> tuple[list[list[Segment]], int]:
+        """The rows that could fit (each takes a line at least) laid out under their headings, each
+        row's lines made once, until the next would not fit; the headings only above a row."""
+        candidates = self.rows[:max(0, room - 2)]
+        grid = layout(self.columns, candidates, self.wrap, options.max_width)
+        kept = grid_lines(grid, self.columns, Style(bold=True))
+        kept.append([Segment("─" * options.max_width, Style(dim=True))])
+        shown, budget = 0, room - (1 if grid.left_out else 0)
+        for i, row in enumerate(candidates):
+            more = 1 if i + 1 < len(self.rows) else 0
+            lines = grid_lines(grid, row)
+            if len(kept) + len(lines) + more > budget:
+                break
+            kept += lines
+            shown = i + 1
+        if shown and grid.left_out:
+            kept.append([Segment(f"(too narrow for: {', '.join(grid.left_out)})", Style(dim=True))])
+        return (kept if shown else []), shown
 
 
 def alert_rows(frame: Frame) -> list[RenderableType]:
@@ -168,7 +262,7 @@ def task_rows(frame: Frame) -> list[tuple[str, ...]]:
 
 PANES: list[Pane] = [
     Pane("Open alerts", alert_rows, "alerts: see gpuwarden web", ratio=3),
-    Pane("GPUs", gpu_rows, "GPUs", ratio=2,
+    Pane("GPUs", gpu_rows, "GPUs", ratio=2, caption=lambda frame: fleet_words(frame.nodes, names=False),
          columns=("node", "gpu", "util %", "mem GiB", "temp °C", "power W", "task", "user")),
     Pane("Tasks and class baselines", task_rows, "tasks", ratio=2,
          columns=("node", "task", "class", "GPUs", "class util % (band)"), wrap=("class util % (band)",)),
@@ -176,7 +270,7 @@ PANES: list[Pane] = [
          columns=SERVICE_COLUMNS, wrap=("budget left",), optional=True),
     # the scheduler stage (#19): left out while no cluster was heard from
     Pane("Scheduler queues", lambda frame: queue_rows(frame.engine), "partitions", ratio=1,
-         columns=QUEUE_COLUMNS, wrap=("cluster notes",), optional=True),
+         columns=QUEUE_COLUMNS, optional=True, lead=lambda frame: queue_notes(frame.engine)),
     Pane("Allocated vs used (scheduler jobs)", lambda frame: allocation_rows(frame.engine), "jobs", ratio=1,
          columns=ALLOCATION_COLUMNS, optional=True),
 ]
@@ -228,29 +322,84 @@ class Screen:
         yield from console.render(self.layout, options.update(height=height))
 
 
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """A pane as the body places it: its panel, the lines it would like, the least that shows a
+    row, its share of the rest."""
+
+    panel: Panel
+    need: int
+    least: int
+    ratio: int
+
+
+COMPACT = 3  # a pane too short for a row: its border and its "+ N more" line
+
+
+def _shares(panes: Sequence[Placed], total: int) -> list[int]:
+    """Each pane what it needs while that is less than its share (by ratio), the rest by ratio."""
+    out = [0] * len(panes)
+    left, open_ = total, list(range(len(panes)))
+    while open_:
+        ratios = sum(panes[i].ratio for i in open_)
+        small = [i for i in open_ if panes[i].need <= left * panes[i].ratio // ratios]
+        if not small:
+            for i in open_:
+                out[i] = left * panes[i].ratio // ratios
+            out[open_[0]] += left - sum(out[i] for i in open_)  # the rounding's lines to the first
+            break
+        for i in small:
+            out[i] = panes[i].need
+            left -= panes[i].need
+            open_.remove(i)
+    return out
+
+
+def heights(panes: Sequence[Placed], total: int) -> list[int]:
+    """Each pane's height in ``total`` lines: no pane gets lines it leaves blank while another
+    says "+ N more"; one that could not show a single row is drawn compact (its "+ N more"
+    line) and its lines go to the others."""
+    out = _shares(panes, total)
+    compact = {i for i, h in enumerate(out) if h < panes[i].least}
+    if not compact or len(compact) == len(panes):
+        return out
+    rest = [i for i in range(len(panes)) if i not in compact]
+    for i, h in zip(rest, _shares([panes[i] for i in rest], max(0, total - COMPACT * len(compact)))):
+        out[i] = h
+    for i in compact:
+        out[i] = COMPACT
+    return out
+
+
 class Body:
     """The panes, laid out at draw time: two columns (alerts left) on a wide terminal, one otherwise."""
 
-    def __init__(self, panes: list[Layout]) -> None:
+    def __init__(self, panes: list[Placed]) -> None:
         self.panes = panes
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        height = options.height or console.height
+
+        def column(panes: Sequence[Placed]) -> list[Layout]:
+            return [Layout(p.panel, size=h) for p, h in zip(panes, heights(panes, height)) if h]
+
         grid = Layout()
         if options.max_width >= WIDE:
             side = Layout(name="side")
-            side.split_column(*self.panes[1:])
-            grid.split_row(Layout(self.panes[0].renderable, name="alerts"), side)
+            side.split_column(*column(self.panes[1:]))
+            grid.split_row(Layout(self.panes[0].panel, name="alerts"), side)
         else:
-            grid.split_column(*self.panes)
+            grid.split_column(*column(self.panes))
         yield from console.render(grid, options)
 
 
 def render(engine: Engine, now: float, status: Status | None = None) -> Screen:
     """One frame, built from the engine's read-only views, so it shows exactly what the rules see."""
     frame = frame_of(engine, now, status or Status())
-    built = [(p, p.build(frame)) for p in PANES]
-    panes = [Layout(Panel(Fitted(*b, p.noun), title=p.title, title_align="left", box=box.ROUNDED),
-                    name=p.title, ratio=p.ratio) for p, b in built if b[1] or not p.optional]
+    built = [(p, p.fitted(frame)) for p in PANES]
+    panes = [Placed(Panel(f, title=p.title + (f" · {p.caption(frame)}" if p.caption else ""), title_align="left",
+                          box=box.ROUNDED), f.need() + 2, f.least() + 2, p.ratio)
+             for p, f in built if f.rows or not p.optional]
     root = Layout()
     root.split_column(Layout(header(frame), name="header", size=2), Layout(Body(panes), name="body"))
     return Screen(root)

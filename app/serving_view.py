@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from gpuwarden.streams.engine import Engine
 
-SERVICE_COLUMNS = ("node", "service", "model", "engine", "TTFT p99", "ITL p99", "tokens/s", "budget left", "alerts")
+#: The model and engine last: a narrow pane leaves them out first.
+SERVICE_COLUMNS = ("node", "service", "TTFT p99", "ITL p99", "tokens/s", "budget left", "alerts", "model", "engine")
 
 
 def service_rows(engine: Engine) -> list[tuple[str, ...]]:
@@ -15,6 +16,6 @@ def service_rows(engine: Engine) -> list[tuple[str, ...]]:
     for v in engine.inference.views():
         left = engine.services.budgets(v.service)
         budget = ", ".join(f"{k} {max(x, 0.0):.1%}" for k, x in sorted(left.items())) or "no SLO"
-        rows.append((v.node, v.service, v.model, v.engine, v.ttft_p99, v.itl_p99, f"{v.tokens_per_s:,.0f}", budget,
-                     str(len(v.firing)) if v.firing else ""))
+        rows.append((v.node, v.service, v.ttft_p99, v.itl_p99, f"{v.tokens_per_s:,.0f}", budget,
+                     str(len(v.firing)) if v.firing else "", v.model, v.engine))
     return rows

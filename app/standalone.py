@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 import time
@@ -22,6 +23,7 @@ from dataclasses import replace
 from typing import Any, TextIO
 
 from gpuwarden.app.live_view import Status, render
+from gpuwarden.app.run_summary import Fired, summary, where_to_look
 from gpuwarden.app.settings import Settings
 from gpuwarden.contract import AlertTransition, Topics, batch_task_metrics, encode, record_key, unbatch
 from gpuwarden.humantime import moment, span
@@ -41,6 +43,8 @@ from gpuwarden.streams.rules import RulesError, load_rules
 from gpuwarden.units import parse_time
 
 STATE_NS = "engine"
+SAVED_AT = ":saved-at"
+"""Beside a state key: the wall time ``gpuwarden run`` last saved it (at its end, when it ended)."""
 LIVE_STATE, SIM_STATE = "state", "sim-state"
 """Live sampling and simulations keep separate engine state, so a demo never disturbs a lab's baselines."""
 SIMULATED_LOCAL = ("simulated GPUs (sim-* nodes): alerts are shown here and kept in the spool, and sent "
@@ -120,6 +124,7 @@ class Runner:
         self.now = 0.0
         self.saved_at = time.monotonic()
         self.transitions = 0
+        self.fired = Fired()  # for the closing summary
 
     async def batch(self, records: list[Record]) -> None:
         rows = []
@@ -143,6 +148,7 @@ class Runner:
     async def emit(self, transitions: list[AlertTransition]) -> None:
         for t in transitions:
             self.transitions += 1
+            self.fired.add(t)
             if self.json_out is not None:
                 self.json_out.write(encode(t).decode() + "\n")
             if self.notifier is not None:
@@ -153,9 +159,13 @@ class Runner:
             await self.notifier.tick(self.now)
 
     def save(self) -> None:
+        """The engine's state with its event time and the wall time it was saved at (the console's
+        "state as of"); records past the spool's limits go (nothing else evicts a run's spool)."""
         self.saved_at = time.monotonic()
         self.spool.kv_put(STATE_NS, self.state_key, self.engine.dump_all())
         self.spool.kv_put(STATE_NS, self.state_key + ":until", repr(self.now).encode())
+        self.spool.kv_put(STATE_NS, self.state_key + SAVED_AT, repr(time.time()).encode())
+        self.spool.evict(self.now)
 
     def restore(self, start_ts: float) -> None:
         """Continue from the saved state, unless it runs past this run's start: then every
@@ -202,6 +212,8 @@ async def _run(args: argparse.Namespace, settings: Settings, engine: Engine, sou
                         json_out=sys.stdout if args.json else None, record=record, notifier=None,
                         state_key=SIM_STATE if simulated else LIVE_STATE)
         started = source.ts if simulated else time.time()
+        if (said := appending(spool)) is not None:
+            print(f"gpuwarden run: {said}", file=sys.stderr)
         runner.restore(started)
         status = Status(started=started, duration=args.duration, zone=settings.notify.timezone,
                         receivers=tuple(r.name for r in settings.notify.receivers))
@@ -211,9 +223,9 @@ async def _run(args: argparse.Namespace, settings: Settings, engine: Engine, sou
             status = replace(status, notice=SIMULATED_LOCAL)
             print(f"gpuwarden run: {SIMULATED_LOCAL}", file=sys.stderr)
         live = None
-        if not args.json:
-            live = stack.enter_context(Live(console=Console(stderr=False), auto_refresh=False,
-                                            vertical_overflow="crop"))
+        console = Console(stderr=False)
+        if not args.json and console.is_terminal:  # without one the closing summary says it all
+            live = stack.enter_context(Live(console=console, auto_refresh=False, vertical_overflow="crop"))
         shown = 0.0
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -240,7 +252,22 @@ async def _run(args: argparse.Namespace, settings: Settings, engine: Engine, sou
     counters = engine.counters()
     print(f"gpuwarden run: {runner.transitions} alert transitions; {counters['late']} late and "
           f"{counters['duplicates']} duplicate records dropped", file=sys.stderr)
+    ran = (source.ts if simulated else time.time()) - started
+    closing = summary(engine, runner.fired, ran, where_to_look(getattr(args, "config", None)))
+    print("\n".join(closing), file=sys.stderr if args.json else sys.stdout, flush=True)
     return 0
+
+
+def appending(spool: Spool) -> str | None:
+    """What a run into a spool that holds an earlier run's records does with them (None: a new spool)."""
+    if spool.kv_get(STATE_NS, LIVE_STATE) is None and spool.kv_get(STATE_NS, SIM_STATE) is None:
+        return None
+    def mb(n: float) -> str:
+        return f"{n / 1e6:.{0 if n >= 1e7 else 1}f} MB"
+
+    return (f"appending to {spool.path} ({mb(os.path.getsize(spool.path))} on disk from earlier runs); its limits "
+            f"(spool.max_bytes {mb(spool.max_bytes)}, spool.max_age {span(spool.max_age_s)}) drop the "
+            "oldest records past them. Remove the file to start empty (gpuwarden demo always does)")
 
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:

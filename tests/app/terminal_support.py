@@ -31,9 +31,14 @@ def _tmux(socket: str, *args: str) -> str:
 
 
 def last_frame(cmd: str, width: int, height: int, cwd: Path, timeout_s: float = 900) -> list[str]:
-    """Run ``cmd`` (a shell line) in a ``width``×``height`` pseudo-terminal until it exits; the lines
-    of the last frame it drew (from its last "event time" line). ``timeout_s`` only catches a hang
-    (#33: the 90 s it was failed on a busy box)."""
+    """The lines of the last frame ``cmd`` drew (:func:`screen`)."""
+    return screen(cmd, width, height, cwd, timeout_s)[0]
+
+
+def screen(cmd: str, width: int, height: int, cwd: Path, timeout_s: float = 900) -> tuple[list[str], list[str]]:
+    """Run ``cmd`` (a shell line) in a ``width``×``height`` pseudo-terminal until it exits; (the lines
+    of the last frame it drew: from its last "event time" line, one short of the terminal, the
+    lines printed after it). ``timeout_s`` only catches a hang (#33: the 90 s it was failed on a busy box)."""
     socket = f"gw-test-{os.getpid()}-{time.monotonic_ns()}"
     _tmux(socket, "new-session", "-d", "-s", "run", "-x", str(width), "-y", str(height), "-c", str(cwd),
           f"unset LINES COLUMNS; {cmd}; echo RUN-ENDED; sleep 60")  # tmux may set them for a client without a tty
@@ -46,7 +51,8 @@ def last_frame(cmd: str, width: int, height: int, cwd: Path, timeout_s: float = 
         subprocess.run([_binary(), "-L", socket, "kill-server"], capture_output=True, timeout=30)
     lines = shown.splitlines()
     lines = lines[: next(i for i, line in enumerate(lines) if "RUN-ENDED" in line)]
-    return lines[max(i for i, line in enumerate(lines) if line.startswith("event time ")):]
+    start = max(i for i, line in enumerate(lines) if line.startswith("event time "))
+    return lines[start:start + height - 1], lines[start + height - 1:]
 
 
 def pane(lines: list[str], title: str) -> str:
