@@ -9,6 +9,7 @@ the task classes start from the state saved in that spool (``gpuwarden baseline 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -31,6 +32,7 @@ from gpuwarden.history.sources import (
     spool_path,
     time_range,
 )
+from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.engine import Engine
 from gpuwarden.streams.rules import RulesError, load_rules
 
@@ -52,14 +54,16 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
         rejected.append(where)
         print(f"{where}: skipped ({reason})", file=sys.stderr)
 
-    engine = Engine(packs[-1], settings.engine, settings.limits.max_past_skew)
     try:
         classes = saved_classes(args.baselines) if args.baselines else {}
-        load_classes(engine, classes)
-        if classes:
-            print(f"gpuwarden replay: {len(classes)} task classes start from the saved baselines", file=sys.stderr)
         since, until = time_range(args.since, args.until, time.time())
-        with _source(args, settings, since, until, reject) as records:
+        with _source(args, settings, since, until, reject) as source:
+            records, config = _config_for(settings, source)
+            engine = Engine(packs[-1], config, settings.limits.max_past_skew)
+            load_classes(engine, classes)
+            if classes:
+                print(f"gpuwarden replay: {len(classes)} task classes start from the saved baselines",
+                      file=sys.stderr)
             if args.report or len(packs) == 2:
                 records = list(records)
             if len(packs) == 2:
@@ -94,6 +98,19 @@ def _source(args: argparse.Namespace, settings: Settings, since: float | None, u
                              on_reject=reject)
     else:
         yield _from_kafka(settings, args.kafka, since, until, reject)
+
+
+def _config_for(settings: Settings, records: Iterable[InputRecord]) -> tuple[Iterable[InputRecord], EngineConfig]:
+    """``records`` (unchanged) and the engine config their live run had: a recording of a
+    simulation (its first record says so) judges the simulated services by the simulator's SLOs
+    and max batch, as ``gpuwarden run --simulate`` did (without it a replay missed their alerts)."""
+    from gpuwarden.app.standalone import engine_config
+
+    it = iter(records)
+    first = next(it, None)
+    if first is None:
+        return [], settings.engine
+    return itertools.chain([first], it), engine_config(settings, getattr(first, "simulated", False))
 
 
 def saved_classes(location: str | Path) -> dict[str, bytes]:
@@ -151,7 +168,6 @@ def retro_html(settings: Settings, since: float, until: float) -> str:
     """The retro report of the records in ``[since, until)`` (the spool's, or the input topics'
     with ``web.source: kafka``), replayed with the config's rules (the web console's report
     links); ReplayError when the source cannot be read or has nothing then."""
-    engine = Engine(load_rules(settings.engine.rules), settings.engine, settings.limits.max_past_skew)
     if settings.web.source == "kafka":
         from aiokafka.errors import KafkaError
 
@@ -170,6 +186,8 @@ def retro_html(settings: Settings, since: float, until: float) -> str:
             records = list(read_spool(spool, since, until, topic_prefix=settings.kafka.topic_prefix))
     if not records:
         raise ReplayError(f"no records in the {where} from {moment(since)} to {moment(until)}")
+    _, config = _config_for(settings, records)
+    engine = Engine(load_rules(settings.engine.rules), config, settings.limits.max_past_skew)
     transitions = engine.process_many(records) + engine.flush()
     return _report(engine, records, transitions, source)
 
@@ -180,7 +198,7 @@ def _compare(args: argparse.Namespace, settings: Settings, records: list[InputRe
     the comparison, returns B's transitions."""
     from gpuwarden.streams.compare import replay_both
 
-    first = Engine(load_rules(paths[0]), settings.engine, settings.limits.max_past_skew)
+    first = Engine(load_rules(paths[0]), engine.config, settings.limits.max_past_skew)
     load_classes(first, classes)
     comparison, _, b = replay_both(records, first, engine, str(paths[0]), str(paths[1]))
     sys.stdout.write(comparison.to_json() + "\n" if args.json else comparison.to_text())

@@ -81,6 +81,12 @@ def _source(args: argparse.Namespace, settings: Settings) -> tuple[Source, list[
     return sim, simulated_extras(settings.agent, sim, live=args.duration is None)
 
 
+def engine_config(settings: Settings, simulated: bool) -> EngineConfig:
+    """The engine's config for a run (or a replay of a recording) whose records come from the
+    simulator or not: one place, so a replay judges a simulation's services as its live run did."""
+    return with_simulated_services(settings.engine) if simulated else settings.engine
+
+
 def with_simulated_services(cfg: EngineConfig) -> EngineConfig:
     """A simulation's vLLM services are judged by the simulator's SLO and max batch unless the
     config declares its own for them (so ``--simulate serving-errors`` shows its burn alerts)."""
@@ -288,8 +294,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     except NoGpus as e:
         print(f"gpuwarden run: {e}", file=sys.stderr)
         return 1
-    config = with_simulated_services(settings.engine) if isinstance(source, Simulator) else settings.engine
-    engine = Engine(rules, config, settings.limits.max_past_skew)
+    engine = Engine(rules, engine_config(settings, isinstance(source, Simulator)), settings.limits.max_past_skew)
     try:
         return asyncio.run(_run(args, settings, engine, source, extras))
     finally:

@@ -108,10 +108,12 @@ async def produce_records(records: Iterable[Any], client_kw: dict[str, Any], top
 
     from gpuwarden.contract import Topics, batch_task_metrics, encode, record_key
 
-    from gpuwarden.topics import data_topics
+    from gpuwarden.topics import CONTROL, data_topics
 
     topics, n = Topics(topic_prefix), 0
-    await ensure_topics(client_kw, data_topics(topics), partitions=partitions, replication_factor=replication_factor)
+    # control too: an imported history holds silences and acks (never left to auto-creation)
+    await ensure_topics(client_kw, {**data_topics(topics), topics.control: CONTROL}, partitions=partitions,
+                        replication_factor=replication_factor)
     producer = AIOKafkaProducer(**client_kw, acks="all", enable_idempotence=True, linger_ms=20)
     await start_client(producer, client_kw)
     try:

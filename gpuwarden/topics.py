@@ -32,6 +32,11 @@ def data_topics(topics: Topics) -> dict[str, TopicSpec]:
     return {t: TopicSpec() for t in topics.all() if t != topics.control}
 
 
+#: The notifier's silences, acks and on-call overrides: one partition (one order for all of them),
+#: compacted to the latest of each key.
+CONTROL = TopicSpec(partitions=1, config={"cleanup.policy": "compact"})
+
+
 def partition_mismatch(counts: Mapping[str, int], groups: Iterable[Iterable[str]]) -> list[str]:
     """A line per group of co-partitioned topics whose partition counts differ, naming each count."""
     out = []

@@ -11,6 +11,7 @@ from aiokafka.errors import TopicAlreadyExistsError
 from gpuwarden.config import KafkaConfig
 from gpuwarden.contract import ContractError, Topics, encode, record_key
 from gpuwarden.kafka import kafka_kwargs
+from gpuwarden.topics import CONTROL
 from gpuwarden.notifiers.control import ControlRecord, ControlState, warn_each
 
 READ_TIMEOUT_S = 15.0
@@ -25,8 +26,8 @@ async def ensure_control_topic(kafka: KafkaConfig) -> list[TopicPartition]:
     try:
         try:
             await admin.create_topics([NewTopic(
-                topic, num_partitions=1, replication_factor=kafka.replication_factor,
-                topic_configs={"cleanup.policy": "compact"})])
+                topic, num_partitions=CONTROL.partitions, replication_factor=kafka.replication_factor,
+                topic_configs=dict(CONTROL.config))])
         except TopicAlreadyExistsError:
             pass
         for _ in range(50):

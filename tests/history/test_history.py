@@ -22,7 +22,7 @@ from gpuwarden.streams.engine import Engine
 from gpuwarden.history.sources import read_file
 from tests.history.builders import config, gw
 from tests.history.test_accounting import T0, scenario
-from tests.kafka_support import consume_all, unique_topic
+from tests.kafka_support import consume_all, topic_config, unique_topic
 
 ENGINE_STATE = {"class:llm": b'{"util_gpu":{"median":71.5}}', "node:n1": b"\x00\x01binary"}
 
@@ -148,6 +148,10 @@ def test_import_into_kafka(tmp_path, kafka_bootstrap):
     assert {m.key for m in got} == {b"n1", b"n2"}
     alerts = asyncio.run(consume_all(kafka_bootstrap, topics.alerts, expected=1))
     assert json.loads(alerts[0].value)["fingerprint"] == "fp1" and alerts[0].key == b"fp1"
+    # its silences and acks went to a control topic the import created as the notifier would
+    # (compacted), not one the broker auto-created on the first produce (which on a fresh broker
+    # could stay without metadata for a minute)
+    assert asyncio.run(topic_config(kafka_bootstrap, topics.control))["cleanup.policy"] == "compact"
 
 
 def test_baselines_survive_the_move(recorded, tmp_path):

@@ -36,16 +36,19 @@ def test_replay_of_a_recorded_run_gives_exactly_the_live_transitions(recorded):
     assert r.stdout.splitlines() == recorded["live"]
 
 
-@pytest.mark.xfail(strict=True, reason="a known bug, not fixed yet: from this start the live run fires "
-                   "inference-batch-full (05:14:00) and the replay of its own recording does not")
-def test_replay_of_the_hour_from_a_start_where_they_differ(tmp_path):
-    from tests.history.conftest import BAD_START
+def test_a_simulation_replays_with_its_services_judged_as_live(tmp_path):
+    """From this start the live run fires inference-batch-full, judged against the simulated
+    server's max batch: the replay of its recording must judge it the same (it once did not)."""
+    from tests.history.conftest import BATCH_FULL_START
     cfg, rec = config(tmp_path), tmp_path / "run.jsonl"
     live = gw("run", "--config", cfg, "--simulate", "mixed", "--nodes", "2", "--gpus", "4", "--duration", "1h",
-              "--start", str(BAD_START), "--json", "--record", str(rec))
+              "--start", str(BATCH_FULL_START), "--json", "--record", str(rec))
     assert live.returncode == 0, live.stderr
+    assert "inference-batch-full" in {json.loads(x)["rule"] for x in live.stdout.splitlines()}
     replay = gw("replay", "--config", cfg, "--from-file", str(rec), "--json")
     assert replay.stdout.splitlines() == live.stdout.splitlines()
+    spooled = gw("replay", "--config", cfg, "--spool", str(tmp_path / "spool"), "--json")
+    assert spooled.stdout.splitlines() == live.stdout.splitlines()
 
 
 def test_replay_from_the_spool_of_that_run(recorded):
