@@ -35,6 +35,8 @@ from gpuwarden.producers.servingsim import SERVICES as SIM_SERVICES
 from gpuwarden.producers.servingsim import SLO as SIM_SLO
 from gpuwarden.producers.simulator import SCENARIOS, Simulator, scenario_list, tick_for
 from gpuwarden.producers.source import Record, Source, paced
+from gpuwarden.remediation.act import Remediator, SpoolAudit, backend_for
+from gpuwarden.remediation.backends import BackendError
 from gpuwarden.spool import Spool
 from gpuwarden.streams.config import EngineConfig, ServiceServing
 from gpuwarden.streams.engine import Engine
@@ -130,6 +132,7 @@ class Runner:
         self.now = 0.0
         self.saved_at = time.monotonic()
         self.transitions = 0
+        self.remediator: Remediator | None = None  # the operator's auto policy, where turned on
         self.fired = Fired()  # for the closing summary
 
     async def batch(self, records: list[Record]) -> None:
@@ -161,6 +164,9 @@ class Runner:
                 await self.notifier.handle(t)
         if self.json_out is not None and transitions:
             self.json_out.flush()
+        if self.remediator is not None:
+            for t in transitions:  # scontrol or the API server in a thread: the loop keeps going
+                await asyncio.to_thread(self.remediator.on_transition, t)
         if self.notifier is not None:
             await self.notifier.tick(self.now)
 
@@ -225,6 +231,12 @@ async def _run(args: argparse.Namespace, settings: Settings, engine: Engine, sou
                         receivers=tuple(r.name for r in settings.notify.receivers))
         # The router runs on the records' time; delivery (signatures, limits, Retry-After) on the wall clock.
         notifier = runner.notifier = Notifier(settings, spool=spool, clock=lambda: runner.now)
+        if settings.remediation.auto and not simulated:
+            try:
+                runner.remediator = Remediator(backend_for(settings.remediation), settings.remediation,
+                                               SpoolAudit(spool, runner.topics))
+            except BackendError as e:
+                print(f"gpuwarden run: remediation.auto is not applied: {e}", file=sys.stderr)
         if simulated and notifier.nowhere is None and not any(r.accept_simulated for r in settings.notify.receivers):
             status = replace(status, notice=SIMULATED_LOCAL)
             print(f"gpuwarden run: {SIMULATED_LOCAL}", file=sys.stderr)

@@ -34,6 +34,34 @@ class HwEvent:
     pci_bus_id: str | None = None
     count: int = 1
     message: str = ""
+    recovery_action: str | None = None
+
+
+# --------------------------------------------------------------------------- XID 154: the GPU's recovery action
+
+XID_RECOVERY = 154
+#: ``nvmlDeviceGpuRecoveryAction_t`` (nvml.h, R575+) by value, for a binding that lacks the names
+#: and for the kernel log's "changed from 0x.. to 0x.." text.
+RECOVERY_ACTIONS = {0: "NONE", 1: "GPU_RESET", 2: "NODE_REBOOT", 3: "DRAIN_P2P", 4: "DRAIN_AND_RESET",
+                    5: "RECOVER_IMEX_DOMAIN", 6: "BUS_RESET", 7: "SYSTEM_REBOOT"}
+_RECOVERY_TO = re.compile(r"\bto (0x[0-9A-Fa-f]+)")
+
+
+def recovery_action_name(value: int, nvml=None) -> str:
+    """The name of a recovery action value: the binding's ``NVML_GPU_RECOVERY_ACTION_*`` where it
+    has one, else nvml.h's, else ``UNKNOWN_<n>``."""
+    prefix = "NVML_GPU_RECOVERY_ACTION_"
+    for name in dir(nvml) if nvml is not None else ():
+        if name.startswith(prefix) and getattr(nvml, name) == value:
+            return name.removeprefix(prefix)
+    return RECOVERY_ACTIONS.get(value, f"UNKNOWN_{value}")
+
+
+def recovery_from_message(message: str) -> str | None:
+    """The action an XID 154 line changed to ("GPU recovery action changed from 0x0 (None) to
+    0x1 (Reset Required)"), or None when the line does not say."""
+    m = _RECOVERY_TO.search(message)
+    return recovery_action_name(int(m.group(1), 16)) if m else None
 
 
 # --------------------------------------------------------------------------- kernel log
@@ -75,7 +103,8 @@ def parse_kmsg_line(line: str, ts: float) -> HwEvent | None:
     if m := _XID.search(text):
         code = int(m.group(2))
         return HwEvent(EventKind.XID, "kmsg", ts, code=code, pci_bus_id=normalize_bus_id(m.group(1)),
-                       message=text[m.start():][:4096])
+                       message=text[m.start():][:4096],
+                       recovery_action=recovery_from_message(m.group(3)) if code == XID_RECOVERY else None)
     if m := _SXID.search(text):
         return HwEvent(EventKind.SXID, "kmsg", ts, code=int(m.group(2)),
                        pci_bus_id=normalize_bus_id(m.group(1)), message=text[m.start():][:4096])
@@ -151,7 +180,8 @@ class KmsgWatcher:
 # --------------------------------------------------------------------------- NVML event sets
 
 EV_SBE, EV_DBE, EV_PSTATE, EV_XID, EV_CLOCK = 0x1, 0x2, 0x4, 0x8, 0x10
-WANTED = EV_SBE | EV_DBE | EV_XID | EV_CLOCK
+EV_RECOVERY = 0x8000  # nvmlEventTypeGpuRecoveryAction (R575+): the action changed; read it from field 230
+WANTED = EV_SBE | EV_DBE | EV_XID | EV_CLOCK | EV_RECOVERY
 
 
 def nvml_event(event_type: int, data: int, gpu_index: int, uuid: str | None, ts: float) -> HwEvent | None:
@@ -159,6 +189,9 @@ def nvml_event(event_type: int, data: int, gpu_index: int, uuid: str | None, ts:
     if event_type == EV_XID:
         return HwEvent(EventKind.XID, "nvml", ts, code=int(data), gpu_index=gpu_index, gpu_uuid=uuid,
                        message=f"NVML XID critical error {data}")
+    if event_type == EV_RECOVERY:  # the XID 154 the driver also logs; EventLog reads the action
+        return HwEvent(EventKind.XID, "nvml", ts, code=XID_RECOVERY, gpu_index=gpu_index, gpu_uuid=uuid,
+                       message="NVML GPU recovery action event")
     if event_type == EV_DBE:
         return HwEvent(EventKind.ECC_DBE, "nvml", ts, gpu_index=gpu_index, gpu_uuid=uuid,
                        message="double-bit ECC error (NVML event)")
@@ -279,9 +312,11 @@ class EventLog:
     """
 
     def __init__(self, node: str, boot_id: str, bus_ids: dict[str, int] | None = None,
-                 window_s: float = 10.0) -> None:
+                 window_s: float = 10.0, recovery_reader: Callable[[int], str | None] | None = None) -> None:
         self.node, self.boot_id, self.window_s = node, boot_id, window_s
         self.bus_ids = bus_ids or {}
+        self.recovery_reader = recovery_reader
+        """GPU index → its recovery action now (the NVML collector's field read), for XID 154."""
         self.seq = 0
         self._seen: dict[tuple, float] = {}
         self._pending: list[GpuEvent] = []
@@ -292,6 +327,9 @@ class EventLog:
             ev.gpu_index = self.bus_ids.get(ev.pci_bus_id)
         gpu = ev.gpu_index if ev.gpu_index is not None else ev.pci_bus_id
         key = (ev.kind, gpu, ev.code)
+        recovery = ev.recovery_action
+        if ev.kind == EventKind.XID and ev.code == XID_RECOVERY and ev.gpu_index is not None and self.recovery_reader:
+            recovery = self.recovery_reader(ev.gpu_index) or recovery  # NVML's answer now, else the log's text
         with self._lock:
             last = self._seen.get(key)
             if last is not None and abs(ev.ts - last) < self.window_s:
@@ -303,12 +341,14 @@ class EventLog:
             catalogue = None
             if ev.kind == EventKind.XID and ev.code is not None:
                 catalogue = lookup(ev.code)
+                if ev.code == XID_RECOVERY and recovery:  # the catalogue's XID_154: "read the action"
+                    catalogue = catalogue.model_copy(update={"action": recovery})
             elif ev.kind == EventKind.SXID and ev.code is not None:
                 catalogue = lookup_sxid(ev.code)
             rec = GpuEvent(ts=ev.ts, node=self.node, seq=self.seq, boot_id=self.boot_id, kind=ev.kind,
                            source=ev.source, gpu_index=ev.gpu_index, gpu_uuid=ev.gpu_uuid,
                            pci_bus_id=ev.pci_bus_id, code=ev.code, count=ev.count,
-                           message=ev.message, catalogue=catalogue)
+                           message=ev.message, catalogue=catalogue, recovery_action=recovery)
             self.seq += 1
             self._pending.append(rec)
             return rec

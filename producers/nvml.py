@@ -26,7 +26,7 @@ from typing import Any
 from gpuwarden.contract import EventKind, GpuProcess, GpuSample, NodeSnapshot
 from gpuwarden.producers import clocks
 from gpuwarden.producers.attrib import Attributor
-from gpuwarden.producers.events import EventLog, HwEvent, counter_events, normalize_bus_id
+from gpuwarden.producers.events import EventLog, HwEvent, counter_events, normalize_bus_id, recovery_action_name
 
 log = logging.getLogger(__name__)
 AGENT_VERSION = "gpuwarden-agent/0.1"
@@ -88,6 +88,8 @@ class NvmlCollector:
             self._read_static(g)
         self.events = events or EventLog(self.node, self.boot_id,
                                          {g.bus_id: g.index for g in self.gpus if g.bus_id})
+        if self.events.recovery_reader is None:
+            self.events.recovery_reader = self.recovery_action
         self._slow_lock = threading.Lock()
         self._stop = threading.Event()
         self._slow_thread: threading.Thread | None = None
@@ -125,6 +127,24 @@ class NvmlCollector:
             g.gpm_supported = bool(getattr(support, "isSupportedDevice", 0))
         except GpuLost:
             self._mark_lost(g, self.clock())
+
+    def recovery_action(self, index: int) -> str | None:
+        """What the driver asks for on GPU ``index`` now (``GPU_RESET``, ``NODE_REBOOT``, ...; XID
+        154), read as field ``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`` where the binding offers it
+        (nvidia-ml-py 12.575+); None where it does not, where the driver (before R575) answers
+        NotSupported, or where the GPU is gone. Called from the event threads, on XID 154 only."""
+        nv = self.nv
+        field_id = getattr(nv, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)
+        if field_id is None or not 0 <= index < len(self.gpus):
+            return None
+        try:
+            fields = self._safe(nv.nvmlDeviceGetFieldValues, self.gpus[index].handle, [field_id])
+        except GpuLost:
+            return None
+        if not fields or getattr(fields[0], "nvmlReturn", 1) != 0:
+            return None
+        value = _field_value(fields[0])
+        return None if value is None else recovery_action_name(int(value), nv)
 
     # ------------------------------------------------------------------ slow set
 

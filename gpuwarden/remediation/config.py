@@ -13,8 +13,8 @@ from gpuwarden.units import Duration
 #: Rules that offer a drain by default: hardware alerts whose XID catalogue action is a reset,
 #: reboot or RMA (xid-hardware selects those actions), the GPU's own recovery action (XID 154),
 #: faults that need a reset to clear, and a node that repeats faults.
-DEFAULT_OFFERS = ("xid-hardware", "xid-node-repeated", "gpu-recovery-action", "gpu-lost", "row-remap",
-                  "ecc-double-bit", "repeat-offender")
+DEFAULT_OFFERS = ("xid-hardware", "xid-node-repeated", "gpu-recovery-reset", "gpu-recovery-reboot",
+                  "gpu-recovery-drain-p2p", "gpu-lost", "row-remap", "ecc-double-bit")
 
 
 class SlurmBackendConfig(Section):

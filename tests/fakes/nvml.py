@@ -24,6 +24,11 @@ NVML_CLOCK_SM, NVML_CLOCK_MEM = 1, 2
 NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 0, 1
 NVML_VOLATILE_ECC, NVML_AGGREGATE_ECC = 0, 1
 NVML_FI_DEV_MEMORY_TEMP = 82
+NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230  # nvml.h (R575+): a nvmlDeviceGpuRecoveryAction_t, unsigned int
+NVML_VALUE_TYPE_UNSIGNED_INT = 1
+NVML_GPU_RECOVERY_ACTION_NONE, NVML_GPU_RECOVERY_ACTION_GPU_RESET = 0, 1
+NVML_GPU_RECOVERY_ACTION_NODE_REBOOT, NVML_GPU_RECOVERY_ACTION_DRAIN_P2P = 2, 3
+NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET = 4
 NVML_GPM_METRIC_SM_UTIL, NVML_GPM_METRIC_SM_OCCUPANCY = 2, 3
 NVML_GPM_METRIC_ANY_TENSOR_UTIL, NVML_GPM_METRIC_DRAM_BW_UTIL = 5, 10
 NVML_GPM_METRIC_GRAPHICS_UTIL, NVML_GPM_METRIC_PCIE_TX_PER_SEC, NVML_GPM_METRIC_PCIE_RX_PER_SEC = 1, 20, 21
@@ -98,6 +103,8 @@ class FakeGpu:
     unsupported: set = field(default_factory=lambda: {"nvmlDeviceGetFanSpeed", "nvmlDeviceGetNvLinkState"})
     lost: bool = False
     gpm: bool = True
+    recovery_action: int | None = None
+    """Field 230's value; None: the driver predates it (the field answers NOT_SUPPORTED)."""
 
     def __post_init__(self) -> None:
         self.uuid = self.uuid or f"GPU-{self.index:08x}-0000-0000-0000-000000000000"
@@ -197,8 +204,15 @@ class FakeNvml:
         return [SimpleNamespace(pid=p, usedGpuMemory=m) for p, m in g.processes]
     def _nvmlDeviceGetGraphicsRunningProcesses(self, g): return []
     def _nvmlDeviceGetFieldValues(self, g, ids):
-        return [SimpleNamespace(fieldId=i, nvmlReturn=0, valueType=1,
-                                value=SimpleNamespace(uiVal=g.temp + 6, ullVal=g.temp + 6)) for i in ids]
+        """nvmlFieldValue_t per id (its ``value`` a union: uiVal for unsigned ints); an unknown
+        field fails in its own ``nvmlReturn``, not the call (nvml.h)."""
+        def one(i):
+            value = {NVML_FI_DEV_MEMORY_TEMP: g.temp + 6, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: g.recovery_action}.get(i)
+            if value is None:
+                return SimpleNamespace(fieldId=i, nvmlReturn=NVML_ERROR_NOT_SUPPORTED, valueType=0, value=None)
+            return SimpleNamespace(fieldId=i, nvmlReturn=NVML_SUCCESS, valueType=NVML_VALUE_TYPE_UNSIGNED_INT,
+                                   value=SimpleNamespace(uiVal=value, ullVal=value))
+        return [one(i) for i in ids]
 
     # ----------------------------------------------------------------- GPM
     def _nvmlGpmQueryDeviceSupport(self, g):

@@ -18,7 +18,7 @@ from gpuwarden.streams.rules import load_rules
 T0 = 1_700_000_000.0
 
 #: The default rules that one event decides alone (docs/rules.md lists them).
-ON_ARRIVAL = ["xid-hardware", "xid-application", "xid-other", "ecc-double-bit", "row-remap", "gpu-lost",
+ON_ARRIVAL = ["xid-hardware", "gpu-recovery-reset", "gpu-recovery-reboot", "gpu-recovery-drain-p2p", "xid-application", "xid-other", "ecc-double-bit", "row-remap", "gpu-lost",
               "driver-error"]
 
 
