@@ -15,7 +15,7 @@ from pathlib import Path
 from gpuwarden.app.settings import Settings
 from gpuwarden.contract import AlertTransition, ContractError, RemediationOutcome, RemediationRecord, Topics, decode
 from gpuwarden.notifiers.control_cli import open_alerts, who
-from gpuwarden.remediation.act import Remediator, SpoolAudit, Target, audit_trail, backend_for
+from gpuwarden.remediation.act import Action, Remediator, SpoolAudit, Target, audit_trail, backend_for
 from gpuwarden.remediation.backends import BackendError
 from gpuwarden.spool import Spool
 
@@ -34,10 +34,13 @@ def last_transitions(spool: Spool, topics: Topics) -> dict[str, AlertTransition]
     return latest
 
 
-def find_target(spool: Spool, settings: Settings, fp: str, action: str) -> Target | str:
-    """The alert ``fp`` (or a unique prefix) names, or why there is none."""
+def find_target(spool: Spool, settings: Settings, fp: str, action: str,
+                firing: dict[str, AlertTransition] | None = None) -> Target | str:
+    """The alert ``fp`` (or a unique prefix) names, or why there is none; ``firing``: the open
+    alerts as the caller knows them (the console's view), else as the spool does."""
     topics = Topics(settings.kafka.topic_prefix)
-    firing = open_alerts(settings, spool) or {}
+    if firing is None:
+        firing = open_alerts(settings, spool) or {}
     known: dict[str, Target] = {f: Target.of(t, firing=False) for f, t in last_transitions(spool, topics).items()}
     if action == "resume":  # a drain it made names the node even where the alert is gone
         for rec in audit_trail(spool, topics):
@@ -58,25 +61,40 @@ def describe(rec: RemediationRecord) -> str:
         f" - {rec.detail}" if rec.detail else "")
 
 
-def cmd_act(args: argparse.Namespace, settings: Settings) -> int:
-    """Confirm an alert's action; exit 0 when done or already so, 1 when refused or failed."""
+def act_on(settings: Settings, fp: str, action: Action, by: str,
+           firing: dict[str, AlertTransition] | None = None) -> RemediationRecord | str:
+    """Do ``action`` for the alert ``fp`` as ``by``: its audit record, or why nothing was tried
+    (no such alert, no spool to find it in, a backend without its configuration)."""
     path = Path(settings.spool.path)
-    if not path.exists():
-        print(f"gpuwarden act: no spool at {path}, so no alert {args.fingerprint!r} (is --config the one "
-              "gpuwarden run or notify uses?)", file=sys.stderr)
-        return EXIT_FAIL
+    if firing is None and not path.exists():
+        return f"no spool at {path}, so no alert {fp!r} (is --config the one gpuwarden run or notify uses?)"
     try:
         backend = backend_for(settings.remediation)
     except BackendError as e:
-        print(f"gpuwarden act: {e}", file=sys.stderr)
-        return EXIT_FAIL
+        return str(e)
     with Spool(path, settings.spool.max_bytes, settings.spool.max_age) as spool:
-        target = find_target(spool, settings, args.fingerprint, args.action)
+        target = find_target(spool, settings, fp, action, firing)
         if isinstance(target, str):
-            print(f"gpuwarden act: {target}", file=sys.stderr)
-            return EXIT_FAIL
-        audit = SpoolAudit(spool, Topics(settings.kafka.topic_prefix))
-        rec = Remediator(backend, settings.remediation, audit).act(target, args.action, who(args))
+            return target
+        return Remediator(backend, settings.remediation, SpoolAudit(spool, Topics(settings.kafka.topic_prefix))).act(
+            target, action, by)
+
+
+def trail(settings: Settings, fp: str) -> list[RemediationRecord]:
+    """The alert's audit records, oldest first (none without a spool)."""
+    path = Path(settings.spool.path)
+    if not path.exists():
+        return []
+    with Spool(path, settings.spool.max_bytes, settings.spool.max_age) as spool:
+        return list(audit_trail(spool, Topics(settings.kafka.topic_prefix), fp))
+
+
+def cmd_act(args: argparse.Namespace, settings: Settings) -> int:
+    """Confirm an alert's action; exit 0 when done or already so, 1 when refused or failed."""
+    rec = act_on(settings, args.fingerprint, args.action, who(args))
+    if isinstance(rec, str):
+        print(f"gpuwarden act: {rec}", file=sys.stderr)
+        return EXIT_FAIL
     ok = rec.outcome in (RemediationOutcome.DONE, RemediationOutcome.ALREADY)
     print(describe(rec), file=sys.stdout if ok else sys.stderr)
     return EXIT_OK if ok else EXIT_FAIL

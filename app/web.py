@@ -42,6 +42,8 @@ from gpuwarden.notifiers.am_server import ListenError, authorized, listen, read_
 from gpuwarden.notifiers.control import ControlRecord, ControlState
 from gpuwarden.notifiers.control_cli import expired, new_silence, open_alerts, read_state, write_record
 from gpuwarden.notifiers.verdict import authorization
+from gpuwarden.app.remediate import act_on, describe, trail
+from gpuwarden.remediation.act import offer
 from gpuwarden.streams.inferencestage import VIEW_METRICS, VIEW_QUANTILES
 from gpuwarden.units import parse_duration, parse_time
 
@@ -122,6 +124,7 @@ def build_app(settings: Settings) -> Starlette:
     env.filters["matchers"] = lambda ms: " ".join(f"{m.label}{m.op}{m.value}" for m in ms)
     env.filters["relative"] = relative
     env.filters["span"] = lambda s: "—" if s is None else span(s)
+    env.globals["remediation_offer"] = lambda a: offer(settings.remediation, a)
 
     def page(request: Request, name: str, status: int = 200, **context: object) -> Response:
         if not guard.may_read(request):
@@ -240,6 +243,26 @@ def build_app(settings: Settings) -> Starlette:
                                          comment=form.get("comment", "")))
         return RedirectResponse(f"/alerts#alert-{fp}", 303)
 
+    async def remediation(request: Request) -> Response:
+        """An alert's drain or resume (docs/remediation.md): what it offers and its audit trail;
+        a signed-in POST acts, as ``gpuwarden act`` does, and the page says what came of it."""
+        fp = request.path_params["fp"]
+        if request.method == "POST":
+            if (refused := refuse_write(request)) is not None:
+                return refused
+            form = _form(await read_body(request, FORM_LIMIT))
+            if form.get("action") not in ("drain", "resume"):
+                return PlainTextResponse("expected action=drain or action=resume\n", 400)
+            got = await asyncio.to_thread(act_on, settings, fp, form["action"], form.get("by", "").strip() or "web",
+                                          await firing())
+            said = got if isinstance(got, str) else describe(got)
+            return RedirectResponse(f"/alerts/{fp}/remediation?said={quote(said)}", 303)
+        alert = (await firing()).get(fp)
+        return page(request, "remediation.html", fp=fp, alert=alert, now=time.time(),
+                    offered=offer(settings.remediation, alert) if alert else None,
+                    backend=settings.remediation.backend, said=request.query_params.get("said", ""),
+                    records=await asyncio.to_thread(trail, settings, fp))
+
     async def retro(request: Request) -> Response:
         q = request.query_params
         if "since" not in q:
@@ -302,6 +325,7 @@ def build_app(settings: Settings) -> Starlette:
         Route("/silences", silences), Route("/silences", add_silence, methods=["POST"]),
         Route("/silences/{sid}/expire", expire_silence, methods=["POST"]),
         Route("/alerts/{fp}/ack", ack, methods=["POST"]), Route("/retro", retro),
+        Route("/alerts/{fp}/remediation", remediation, methods=["GET", "POST"]),
         Route("/login", login, methods=["GET", "POST"]), Route("/logout", logout, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ])

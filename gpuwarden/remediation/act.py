@@ -59,6 +59,16 @@ class Target:
         return f"{REASON_PREFIX} {self.rule} {self.fingerprint}"
 
 
+def offer(cfg: RemediationConfig, t: AlertTransition) -> Offer | None:
+    """The drain a firing alert offers, if remediation is on, its rule offers one, it names a
+    node and it was not raised from simulated records."""
+    node = t.labels.get("node")
+    if (cfg.backend == "off" or t.state is not AlertState.FIRING or t.rule not in cfg.offer or not node
+            or is_simulated(t.labels)):
+        return None
+    return Offer(t.fingerprint, t.rule, node)
+
+
 def backend_for(cfg: RemediationConfig) -> Backend | None:
     """The configured backend, or None when remediation is off. Builds no connection for
     Slurm and commands; Kubernetes loads its configuration (BackendError when it has none)."""
@@ -82,13 +92,7 @@ class Remediator:
         self.backend, self.config, self.audit, self.clock = backend, config, audit, clock
 
     def offer(self, t: AlertTransition) -> Offer | None:
-        """The drain a firing alert offers, if remediation is on, its rule offers one, it names a
-        node and it was not raised from simulated records."""
-        node = t.labels.get("node")
-        if (self.backend is None or t.state is not AlertState.FIRING or t.rule not in self.config.offer
-                or not node or is_simulated(t.labels)):
-            return None
-        return Offer(t.fingerprint, t.rule, node)
+        return offer(self.config, t) if self.backend is not None else None
 
     def on_transition(self, t: AlertTransition) -> RemediationRecord | None:
         """The auto policy: a firing alert of a rule the operator listed in ``auto`` is drained

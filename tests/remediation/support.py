@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+import time
 from pathlib import Path
 
 import yaml
 
 from gpuwarden.contract import AlertState, AlertTransition, Tier, Topics, encode, simulated_labels
 from gpuwarden.spool import Spool
+from tests.slurm_support import LocalSlurm
 
 T0 = 1_764_000_000.0
 
@@ -32,3 +35,21 @@ def config(tmp: Path, **remediation: object) -> Path:
     path = tmp / "gpuwarden.yaml"
     path.write_text(yaml.safe_dump({"spool": {"path": str(tmp / "spool.db")}, "remediation": remediation}))
     return path
+
+
+def node_state(slurm: LocalSlurm, name: str) -> tuple[str, str]:
+    """(State, Reason) as ``scontrol show node`` prints them."""
+    line = slurm.run("scontrol", "show", "node", "-o", name)
+    state = re.search(r"\bState=(\S+)", line).group(1)
+    reason = m.group(1).split(" [")[0] if (m := re.search(r" Reason=(.*)", line)) else ""
+    return state, reason
+
+
+def settled(slurm: LocalSlurm, name: str) -> tuple[str, str]:
+    """(State, Reason) once the controller heard from the node: a resume marks it NOT_RESPONDING
+    until its slurmd answers the ping the resume sends (slurmctld's update_node)."""
+    deadline = time.monotonic() + 60
+    while "NOT_RESPONDING" in (got := node_state(slurm, name))[0]:
+        assert time.monotonic() < deadline, f"{name} not responding 60 s after a resume"
+        time.sleep(0.3)
+    return got

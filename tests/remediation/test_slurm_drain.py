@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import tarfile
-import time
 from pathlib import Path
 
 import pytest
@@ -20,43 +19,10 @@ from gpuwarden.remediation.act import Remediator, SpoolAudit, audit_trail
 from gpuwarden.remediation.backends import SlurmBackend, parse_scontrol_node
 from gpuwarden.remediation.config import RemediationConfig
 from gpuwarden.spool import Spool
-from tests.remediation.support import alert, config, spool_alerts
+from tests.remediation.support import alert, config, node_state, settled, spool_alerts
 from tests.slurm_support import LocalSlurm
 
 pytestmark = pytest.mark.slurm
-
-
-def _node(slurm: LocalSlurm, name: str) -> tuple[str, str]:
-    """(State, Reason) as ``scontrol show node`` prints them."""
-    line = slurm.run("scontrol", "show", "node", "-o", name)
-    state = re.search(r"\bState=(\S+)", line).group(1)
-    reason = m.group(1).split(" [")[0] if (m := re.search(r" Reason=(.*)", line)) else ""
-    return state, reason
-
-
-def _settled(slurm: LocalSlurm, name: str) -> tuple[str, str]:
-    """(State, Reason) once the controller heard from the node: a resume marks it NOT_RESPONDING
-    until its slurmd answers the ping the resume sends (slurmctld's update_node)."""
-    deadline = time.monotonic() + 60
-    while "NOT_RESPONDING" in (got := _node(slurm, name))[0]:
-        assert time.monotonic() < deadline, f"{name} not responding 60 s after a resume"
-        time.sleep(0.3)
-    return got
-
-
-@pytest.fixture
-def clean(slurm: LocalSlurm):
-    """Both nodes back in service before and after (a failed test must not leave one drained)."""
-    def resume_all() -> None:
-        for n in ("gn1", "gn2"):
-            if "DRAIN" in _node(slurm, n)[0]:
-                slurm.run("scontrol", "update", f"nodename={n}", "state=resume")
-    slurm.cancel_all()
-    resume_all()
-    for n in ("gn1", "gn2"):
-        _settled(slurm, n)
-    yield slurm
-    resume_all()
 
 
 def _records(tmp_path: Path) -> list:
@@ -70,17 +36,17 @@ def test_drain_then_resume_through_the_cli(clean: LocalSlurm, tmp_path: Path, ca
     cfg = str(config(tmp_path, backend="slurm", slurm={"conf": clean.conf}))
 
     assert main(["act", a.fingerprint[:12], "drain", "--config", cfg, "--by", "alice"]) == 0
-    state, reason = _node(clean, "gn1")
+    state, reason = node_state(clean, "gn1")
     assert "DRAIN" in state.split("+") or state.startswith("DRAIN"), state
     assert reason == f"gpuwarden: xid-hardware {a.fingerprint}"
     assert "drain gn1 (slurm): done by alice" in capsys.readouterr().out
 
     assert main(["act", a.fingerprint, "drain", "--config", cfg, "--by", "bob"]) == 0  # idempotent
     assert "already drained by gpuwarden" in capsys.readouterr().out
-    assert _node(clean, "gn1")[1] == f"gpuwarden: xid-hardware {a.fingerprint}"
+    assert node_state(clean, "gn1")[1] == f"gpuwarden: xid-hardware {a.fingerprint}"
 
     assert main(["act", a.fingerprint, "resume", "--config", cfg, "--by", "alice"]) == 0
-    assert _settled(clean, "gn1") == ("IDLE", "")
+    assert settled(clean, "gn1") == ("IDLE", "")
     assert main(["act", a.fingerprint, "resume", "--config", cfg]) == 0  # nothing left to undo
     assert "is not drained" in capsys.readouterr().out
 
@@ -106,7 +72,7 @@ def test_an_operators_drain_is_kept_and_not_resumed(clean: LocalSlurm, tmp_path:
     assert "already drained by someone else" in capsys.readouterr().out
     assert main(["act", a.fingerprint, "resume", "--config", cfg]) == 1
     assert "drained by someone else (PSU swap ticket 4411)" in capsys.readouterr().err
-    assert _node(clean, "gn2")[1] == "PSU swap ticket 4411"
+    assert node_state(clean, "gn2")[1] == "PSU swap ticket 4411"
 
 
 def test_resolved_and_simulated_alerts_drain_nothing(clean: LocalSlurm, tmp_path: Path, capsys) -> None:
@@ -118,7 +84,7 @@ def test_resolved_and_simulated_alerts_drain_nothing(clean: LocalSlurm, tmp_path
     assert "the alert has resolved" in capsys.readouterr().err
     assert main(["act", "simulated-fp", "drain", "--config", cfg]) == 1
     assert "simulated alert" in capsys.readouterr().err
-    assert _node(clean, "gn1") == ("IDLE", "")
+    assert node_state(clean, "gn1") == ("IDLE", "")
     assert [r.outcome for r in _records(tmp_path)] == [RemediationOutcome.REFUSED] * 2
 
 
@@ -132,7 +98,7 @@ def test_an_unreachable_controller_fails_and_changes_nothing(clean: LocalSlurm, 
     assert main(["act", a.fingerprint, "drain", "--config", cfg]) == 1
     err = capsys.readouterr().err
     assert "failed" in err and "scontrol show node: exit 1" in err
-    assert _node(clean, "gn1") == ("IDLE", "")
+    assert node_state(clean, "gn1") == ("IDLE", "")
     assert [r.outcome for r in _records(tmp_path)] == [RemediationOutcome.FAILED]
 
 
@@ -142,10 +108,10 @@ def test_the_auto_policy_drains_only_the_rules_the_operator_named(clean: LocalSl
         r = Remediator(SlurmBackend(conf=clean.conf), cfg, SpoolAudit(spool, Topics()))
         assert r.on_transition(alert("gn2", "xid-hardware")) is None  # offered, not auto: waits for a person
         assert r.on_transition(alert("gn2", "xid-node-repeated", simulated=True)) is None
-        assert _node(clean, "gn2") == ("IDLE", "")
+        assert node_state(clean, "gn2") == ("IDLE", "")
         rec = r.on_transition(alert("gn2", "xid-node-repeated"))
         assert rec is not None and rec.outcome is RemediationOutcome.DONE and rec.by == "auto:xid-node-repeated"
-        assert _node(clean, "gn2")[1] == f"gpuwarden: xid-node-repeated {rec.fingerprint}"
+        assert node_state(clean, "gn2")[1] == f"gpuwarden: xid-node-repeated {rec.fingerprint}"
         resolved = alert("gn2", "xid-node-repeated", state=AlertState.RESOLVED)
         assert r.on_transition(resolved) is None  # the policy drains; a person resumes
     off = Remediator(SlurmBackend(conf=clean.conf), RemediationConfig(backend="slurm"), lambda rec: None)
