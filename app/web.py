@@ -1,8 +1,9 @@
 """``gpuwarden web``: the console (Starlette, Jinja2 templates, uPlot charts) over the notifier's state.
 
-Pages are rendered on the server from :func:`gpuwarden.app.webstate.read_fleet` (the spool)
-or, with ``web.source: kafka``, from :class:`gpuwarden.app.webcluster.ClusterView` (the topics
-the notifier reads); the only script draws the charts. Reading needs the credentials when ``web.token`` or
+Pages are rendered on the server from :func:`gpuwarden.app.webspool.read_fleet` over a
+:class:`gpuwarden.app.webspool.SpoolReader` (the spool, each page reading what it shows) or, with
+``web.source: kafka``, from :class:`gpuwarden.app.webcluster.ClusterView` (the topics the
+notifier reads); the only script draws the charts. Reading needs the credentials when ``web.token`` or
 ``web.basic_auth`` is set (it must be off loopback); writing (silences, acks) always needs
 them, so a console nobody configured cannot change what pages whom. A browser signs in once
 (the sign-in page sets a cookie derived from the credentials, never the credentials
@@ -16,9 +17,11 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import logging
 import signal
 import sys
 import time
+from dataclasses import replace
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -34,16 +37,18 @@ from starlette.templating import Jinja2Templates
 from gpuwarden.app.settings import Settings
 from gpuwarden.app.webconfig import WebConfig
 from gpuwarden.app.webcluster import ClusterView
-from gpuwarden.app.webstate import Chart, Fleet, open_spool, read_fleet
+from gpuwarden.app.webspool import SpoolReader, read_fleet
+from gpuwarden.app.webstate import AlertPage, Chart, Fleet, paginate
 from gpuwarden.config import validate
 from gpuwarden.contract import Ack, AlertTransition, Silence, record_key
 from gpuwarden.humantime import moment, relative, span
 from gpuwarden.notifiers.am_server import ListenError, authorized, listen, read_body, serve
-from gpuwarden.notifiers.control import ControlRecord, ControlState
-from gpuwarden.notifiers.control_cli import expired, new_silence, open_alerts, read_state, write_record
+from gpuwarden.notifiers.control import ControlRecord, ControlState, warn_each
+from gpuwarden.notifiers.control_cli import expired, new_silence, read_state, write_record
 from gpuwarden.notifiers.verdict import authorization
 from gpuwarden.app.remediate import act_on, describe, trail
 from gpuwarden.remediation.act import offer
+from gpuwarden.spool import Spool
 from gpuwarden.streams.inferencestage import VIEW_METRICS, VIEW_QUANTILES
 from gpuwarden.units import parse_duration, parse_time
 
@@ -52,6 +57,7 @@ COOKIE = "gpuwarden_session"
 FORM_LIMIT = 16 * 1024
 PAGES = (("/", "Fleet"), ("/alerts", "Alerts"), ("/classes", "Task classes"), ("/services", "Inference SLOs"),
          ("/scheduler", "Scheduler"), ("/silences", "Silences"), ("/retro", "Retro reports"))
+log = logging.getLogger("gpuwarden.web")
 METRIC_NAMES = {"ttft": "time to first token", "itl": "inter-token latency", "e2e": "end to end"}
 
 
@@ -116,6 +122,7 @@ def _chart_data(c: Chart) -> dict[str, object]:
 def build_app(settings: Settings) -> Starlette:
     guard = Guard(settings.web)
     view = ClusterView(settings) if settings.web.source == "kafka" else None
+    reader = SpoolReader(settings) if view is None else None
     zone = settings.notify.timezone
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     env = templates.env
@@ -135,47 +142,76 @@ def build_app(settings: Settings) -> Starlette:
 
     async def control_state() -> ControlState:
         """Silences and acks: the view's copy of the control topic in cluster mode with
-        ``notify.control: kafka``, else where ``notify.control`` keeps them."""
+        ``notify.control: kafka``, else where ``notify.control`` keeps them (the console's
+        open spool for ``spool``)."""
+        if reader is not None and settings.notify.control == "spool":
+            state, problems = await asyncio.to_thread(reader.control)
+            warn_each(problems)
+            return state
         if view is None or settings.notify.control != "kafka":
             return await read_state(settings)
         return view.replica.control if view.replica is not None else ControlState()
 
-    async def current() -> Fleet:
+    async def current(engine: bool = True) -> Fleet:
+        """The pages' state; ``engine``: with the engine's tables (nodes, classes, services)."""
         if view is not None:
             return view.fleet(time.time(), await control_state())
-        return await asyncio.to_thread(read_fleet, settings, await read_state(settings), time.time())
+        assert reader is not None
+        return await asyncio.to_thread(read_fleet, reader, await control_state(), time.time(), engine=engine)
 
     async def firing() -> dict[str, AlertTransition]:
         if view is not None:
             return view.replica.firing if view.replica is not None else {}
-        with open_spool(settings) as spool:
-            return open_alerts(settings, spool) or {}
+        assert reader is not None
+        return await asyncio.to_thread(reader.firing)
 
     async def write(record: ControlRecord) -> None:
         """Written where ``notify.control`` says; in cluster mode the page that follows waits
         (a few seconds at most) for the view to have read it back from the topic."""
-        await write_record(settings, record)
+        if reader is not None and settings.notify.control == "spool":
+            await asyncio.to_thread(reader.write, record)
+        else:
+            await write_record(settings, record)
         if view is not None and settings.notify.control == "kafka":
             key = record_key(record)
             await view.has(lambda r: r.control.records.get(key) == record)
 
-    async def fleet_page(request: Request, name: str, **context: object) -> Response:
-        fleet = await current()
+    async def fleet_page(request: Request, name: str, engine: bool = False, fleet: Fleet | None = None,
+                         **context: object) -> Response:
+        """A page from the fleet's state (``fleet``, else read now: with the engine's tables for ``engine``)."""
+        if not guard.may_read(request):
+            return RedirectResponse(f"/login?next={quote(request.url.path)}", 303)
+        fleet = fleet or await current(engine)
         shown = {c.alert.fingerprint: c.alert for _, cards in fleet.groups for c in cards}
         return page(request, name, fleet=fleet, now=time.time(), cluster=view is not None, open_alerts=shown, **context)
 
     async def overview(request: Request) -> Response:
-        return await fleet_page(request, "fleet.html")
+        return await fleet_page(request, "fleet.html", engine=True)
 
     async def alerts(request: Request) -> Response:
-        return await fleet_page(request, "alerts.html")
+        """One page of the open alerts (``?page=N``, or ``?alert=FP`` for the page holding it),
+        the charts of those shown alone read."""
+        if not guard.may_read(request):
+            return RedirectResponse(f"/login?next={quote(request.url.path)}", 303)
+        q = request.query_params
+        fleet, listed = await listing(int(q["page"]) if q.get("page", "").isdigit() else 1, q.get("alert", ""))
+        return await fleet_page(request, "alerts.html", fleet=fleet, alert_page=listed)
+
+    async def listing(number: int, fingerprint: str) -> tuple[Fleet, AlertPage]:
+        fleet = await current(engine=False)
+        listed = paginate(fleet.groups, number, fingerprint=fingerprint)
+        if reader is not None:
+            charts = await asyncio.to_thread(reader.charts, [c.alert for c in listed.cards()], fleet.as_of)
+            listed = replace(listed, groups=[(labels, [replace(c, chart=charts.get(c.alert.fingerprint)) for c in cards],
+                                              n) for labels, cards, n in listed.groups])
+        return fleet, listed
 
     async def classes(request: Request) -> Response:
-        return await fleet_page(request, "classes.html")
+        return await fleet_page(request, "classes.html", engine=True)
 
     async def services(request: Request) -> Response:
-        return await fleet_page(request, "services.html", quantiles=VIEW_QUANTILES, metrics=VIEW_METRICS,
-                                metric_names=METRIC_NAMES)
+        return await fleet_page(request, "services.html", engine=True, quantiles=VIEW_QUANTILES,
+                                metrics=VIEW_METRICS, metric_names=METRIC_NAMES)
 
     async def scheduler(request: Request) -> Response:
         """Queue waits, retries and GPU-hours per partition (``report scheduler``'s), the last week
@@ -187,9 +223,12 @@ def build_app(settings: Settings) -> Starlette:
             since = parse_time(request.query_params.get("since") or "7d", now) or 0.0
         except ValueError as e:
             return await fleet_page(request, "scheduler.html", report=None, error=str(e), since=now)
-        with open_spool(settings) as spool:
-            report = await asyncio.to_thread(from_spool, spool, by="partition", since=since, until=now,
-                                             topic_prefix=settings.kafka.topic_prefix)
+        if reader is not None:
+            report = await asyncio.to_thread(reader.scheduler, by="partition", since=since, until=now)
+        else:
+            with Spool(settings.spool.path, settings.spool.max_bytes, settings.spool.max_age) as spool:
+                report = await asyncio.to_thread(from_spool, spool, by="partition", since=since, until=now,
+                                                 topic_prefix=settings.kafka.topic_prefix)
         return await fleet_page(request, "scheduler.html", report=report, error="", since=since)
 
     async def silences(request: Request) -> Response:
@@ -241,7 +280,7 @@ def build_app(settings: Settings) -> Starlette:
         form = _form(await read_body(request, FORM_LIMIT))
         await write(Ack(fingerprint=fp, by=form.get("by", "").strip() or "web", at=time.time(),
                                          comment=form.get("comment", "")))
-        return RedirectResponse(f"/alerts#alert-{fp}", 303)
+        return RedirectResponse(f"/alerts?alert={fp}#alert-{fp}", 303)
 
     async def remediation(request: Request) -> Response:
         """An alert's drain or resume (docs/remediation.md): what it offers and its audit trail;
@@ -306,12 +345,29 @@ def build_app(settings: Settings) -> Starlette:
         resp.delete_cookie(COOKIE)
         return resp
 
+    async def warm() -> None:
+        """The spool's indexes, the engine state and the first page of alerts' charts, read once at
+        start so that the first pages asked for need not (a failure here, the page says)."""
+        assert reader is not None
+        try:
+            await asyncio.to_thread(reader.warm)
+            await listing(1, "")
+        except Exception as e:  # noqa: BLE001 - the pages report what is wrong when asked
+            log.warning("gpuwarden web: reading the spool at start: %s", e)
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        """In cluster mode the topics are followed for as long as the console serves."""
-        if view is None:
-            yield
+        """In cluster mode the topics are followed for as long as the console serves; over a spool,
+        its indexes are built and the engine state loaded while the first page is asked for."""
+        if reader is not None:
+            warming = asyncio.create_task(warm())
+            try:
+                yield
+            finally:
+                await warming
+                reader.close()
             return
+        assert view is not None
         stop = asyncio.Event()
         task = asyncio.create_task(view.run(stop))
         try:

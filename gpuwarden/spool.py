@@ -161,6 +161,14 @@ class Spool:
         for r in rows:
             yield self._row(r)
 
+    def last_id(self) -> int:
+        """The id of the newest record ever appended (0 for none; AUTOINCREMENT's counter, so eviction
+        does not lower it): a reader that follows the spool with ``read(after_id=...)`` knows from one
+        lookup that nothing was appended since it last read (the web console)."""
+        with self._lock:
+            row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name='records'").fetchone()
+        return int(row[0]) if row else 0
+
     def topics(self) -> dict[str, int]:
         with self._lock:
             return dict(self._db.execute("SELECT topic, COUNT(*) FROM records GROUP BY topic"))

@@ -23,7 +23,7 @@ import json
 import sys
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpuwarden.config import CommonSettings
@@ -73,7 +73,7 @@ def _percentile(values: list[float], q: float) -> float | None:
 class _Job:
     first: SchedulerJob
     attempts: dict[int, SchedulerJob]
-    waited_in_period: bool = False  # a record of it not started has ``ts`` in [since, until)
+    waits: list[float] = field(default_factory=list)  # ``ts`` of its records not started, in record order
 
 
 @dataclass(frozen=True)
@@ -92,18 +92,40 @@ class _Period:
             return None
         return max(start, self.since), min(end, self.until)
 
+    def waited(self, j: _Job) -> bool:
+        """A record of it not started is stamped inside the period (a job that waited)."""
+        return any(self.since <= ts < self.until for ts in j.waits)
 
-def _jobs(records: Iterable[SchedulerJob], period: _Period) -> list[_Job]:
-    jobs: dict[tuple[str, str], _Job] = {}
-    for r in records:
-        j = jobs.get((r.cluster, r.job_id))
+
+class JobIndex:
+    """Each job's first record, its newest record per attempt and when it was seen waiting: all
+    a report of any period needs, so a reader that follows the spool adds only the new records
+    (the console) instead of reading the topic again for each report."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[tuple[str, str], _Job] = {}
+
+    def add(self, r: SchedulerJob) -> None:
+        j = self.jobs.get((r.cluster, r.job_id))
         if j is None:
-            j = jobs[r.cluster, r.job_id] = _Job(r, {})
-        j.waited_in_period |= r.start_time is None and period.since <= r.ts < period.until
+            j = self.jobs[r.cluster, r.job_id] = _Job(r, {})
+        if r.start_time is None:
+            j.waits.append(r.ts)
         last = j.attempts.get(r.restarts)
         if last is None or r.ts >= last.ts:
             j.attempts[r.restarts] = r
-    return [j for j in jobs.values() if j.waited_in_period or any(map(period.span, j.attempts.values()))]
+
+    def report(self, *, by: str, since: float, until: float) -> QueueReport:
+        """The report of the period's jobs (see :func:`compute`)."""
+        period = _Period(since, until)
+        jobs = [j for j in self.jobs.values() if period.waited(j) or any(map(period.span, j.attempts.values()))]
+        key = BY[by]
+        groups: dict[str, list[_Job]] = {}
+        for j in jobs:
+            groups.setdefault(key(j.first), []).append(j)
+        order = sorted(groups, key=lambda k: (int(k), k) if by == "gpus" and k.isdigit() else (0, k))
+        return QueueReport(by, since, until, [_row(k, groups[k], period) for k in order],
+                           _row("total", jobs, period))
 
 
 def _row(key: str, jobs: list[_Job], period: _Period) -> QueueRow:
@@ -124,14 +146,10 @@ def _row(key: str, jobs: list[_Job], period: _Period) -> QueueRow:
 
 def compute(records: Iterable[SchedulerJob], *, by: str, since: float, until: float) -> QueueReport:
     """The report of the period's jobs, from records of any time (see :func:`from_spool`)."""
-    period = _Period(since, until)
-    jobs = _jobs(records, period)
-    key = BY[by]
-    groups: dict[str, list[_Job]] = {}
-    for j in jobs:
-        groups.setdefault(key(j.first), []).append(j)
-    order = sorted(groups, key=lambda k: (int(k), k) if by == "gpus" and k.isdigit() else (0, k))
-    return QueueReport(by, since, until, [_row(k, groups[k], period) for k in order], _row("total", jobs, period))
+    index = JobIndex()
+    for r in records:
+        index.add(r)
+    return index.report(by=by, since=since, until=until)
 
 
 def from_spool(spool: Spool, *, by: str, since: float, until: float, topic_prefix: str = "") -> QueueReport:

@@ -105,18 +105,20 @@ def collect(records: Iterable[Any], transitions: list[AlertTransition]) -> Incid
     times: list[float] = []
     for r in records:
         times.append(r.ts)
-        if isinstance(r, NodeSnapshot):
-            owners = {p.gpu_index: p.task for p in r.processes.rows() if p.task}
-            for g in r.gpus.rows():
-                s = series[(r.node, g.index)]
+        if isinstance(r, NodeSnapshot):  # read by column: a row object per GPU costs more than the rest
+            procs, g = r.processes, r.gpus
+            owners = {i: task for i, task in zip(procs.gpu_index, procs.task) if task}
+            for index, mem, util, temp, power, clock in zip(g.index, g.mem_used_bytes, g.util_gpu, g.temp_gpu_c,
+                                                            g.power_w, g.clock_sm_mhz):
+                s = series[(r.node, index)]
                 s.ts.append(r.ts)
-                s.mem_gib.append(None if g.mem_used_bytes is None else g.mem_used_bytes / GIB)
-                s.util.append(g.util_gpu)
-                s.temp.append(g.temp_gpu_c)
-                s.power.append(g.power_w)
-                s.clock.append(None if g.clock_sm_mhz is None else float(g.clock_sm_mhz))
-                if g.index in owners:
-                    s.tasks[owners[g.index]] += 1
+                s.mem_gib.append(None if mem is None else mem / GIB)
+                s.util.append(util)
+                s.temp.append(temp)
+                s.power.append(power)
+                s.clock.append(None if clock is None else float(clock))
+                if index in owners:
+                    s.tasks[owners[index]] += 1
         elif isinstance(r, GpuEvent):
             events.append(r)
         elif isinstance(r, TaskMetric):

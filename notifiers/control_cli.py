@@ -12,8 +12,9 @@ import time
 import uuid
 from pathlib import Path
 
-from gpuwarden.contract import Ack, AlertState, AlertTransition, ContractError, Silence, Topics, decode
+from gpuwarden.contract import Ack, AlertTransition, Silence, Topics
 from gpuwarden.spool import Spool
+from gpuwarden.notifiers.alertlog import AlertLog
 from gpuwarden.notifiers.config import parse_matcher
 from gpuwarden.notifiers.control import ControlRecord, ControlState, load_spool, warn_each, write_spool
 from gpuwarden.notifiers.kafka import read_control, write_control
@@ -110,18 +111,17 @@ def expired(state: ControlState, silence_id: str, now: float) -> Silence:
     return found.model_copy(update={"ends_at": now})
 
 
-def open_alerts(settings: NotifierSettings, spool: Spool) -> dict[str, AlertTransition] | None:
+def open_alerts(settings: NotifierSettings, spool: Spool,
+                log: AlertLog | None = None) -> dict[str, AlertTransition] | None:
     """Firing alerts by fingerprint, as this spool knows them: the alert history ``gpuwarden run``
-    keeps, else the router state a ``gpuwarden notify`` on this host saves; None when it has neither."""
-    latest: dict[str, AlertTransition] = {}
-    for rec in spool.read(Topics(settings.kafka.topic_prefix).alerts):
-        try:
-            t = decode(rec.value, AlertTransition)
-        except ContractError:
-            continue
-        latest[t.fingerprint] = t
-    if latest:
-        return {fp: t for fp, t in latest.items() if t.state == AlertState.FIRING}
+    keeps, else the router state a ``gpuwarden notify`` on this host saves; None when it has neither.
+    ``log``: that history as a caller keeps it current (the console), else it is read here."""
+    if log is None:
+        log = AlertLog()
+        for rec in spool.read(Topics(settings.kafka.topic_prefix).alerts):
+            log.add(rec.value)
+    if log.latest:
+        return log.firing()
     state = spool.kv_get(STATE_NS, STATE_KEY)
     return None if state is None else firing_in_state(state)
 

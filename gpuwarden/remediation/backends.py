@@ -151,8 +151,9 @@ class KubernetesBackend:
         spec = doc.get("spec") or {}
         ours = [t for t in spec.get("taints") or [] if t.get("key") == self.taint_key]
         cordoned = bool(spec.get("unschedulable"))
-        return NodeStatus(drained=cordoned, reason=(ours[0].get("value") or REASON_PREFIX) if ours and cordoned else "",
-                          state="cordoned" if cordoned else "schedulable")
+        # Our taint key is the mark of our cordon (its value is the reason made a label value).
+        reason = f"{REASON_PREFIX} {ours[0].get('value', '')}" if ours and cordoned else ""
+        return NodeStatus(drained=cordoned, reason=reason, state="cordoned" if cordoned else "schedulable")
 
     def _patch(self, node: str, unschedulable: bool, taints: list[dict], version: str | None) -> str:
         body = {"metadata": {"resourceVersion": version} if version else {},

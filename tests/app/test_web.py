@@ -97,11 +97,13 @@ def test_console_in_chromium(console) -> None:
         _submit(d, d.find_element(By.CSS_SELECTOR, "#login button"))
         assert d.current_url.endswith("/alerts")
 
-        # open alerts, each with its evidence; charts drawn by uPlot
+        # open alerts, each on its page of the list with its evidence; charts drawn by uPlot
         for fp, t in run.firing.items():
+            d.get(f"{url}/alerts?alert={fp}")
             card = d.find_element(By.ID, f"alert-{fp}")
             assert t["rule"] in card.text
             assert card.find_elements(By.CSS_SELECTOR, ".evidence li"), f"{fp}: no evidence"
+        d.get(url + "/alerts")
         drawn = d.find_elements(By.CSS_SELECTOR, "figure.chart[data-drawn] canvas")
         assert drawn, "no alert chart was drawn"
         assert TOKEN not in d.page_source
@@ -116,7 +118,7 @@ def test_console_in_chromium(console) -> None:
         slo_alerts = {fp: t for fp, t in run.firing.items() if t["rule"].startswith("slo-")}
         assert slo_alerts, "the simulated run left no SLO alert open"
         fp, t = next(iter(slo_alerts.items()))
-        d.get(url + "/alerts")
+        d.get(f"{url}/alerts?alert={fp}")
         d.find_element(By.CSS_SELECTOR, f"#alert-{fp} .slo-link a").click()
         service = d.find_element(By.ID, f"service-{t['labels']['service']}")
         ttft = service.find_element(By.CSS_SELECTOR, "tr[id$=-ttft]").text
