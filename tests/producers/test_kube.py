@@ -22,6 +22,7 @@ import pytest
 
 from gpuwarden.contract import JobState, decode, encode
 from gpuwarden.producers.kube import KubeApi
+from tests.fakes.kubeconfig import loopback_kubeconfig
 
 CREATED = "2026-12-01T10:00:00Z"
 
@@ -98,12 +99,7 @@ def kubeconfig(tmp_path: Path) -> Iterator[tuple[Path, list[str]]]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Api)
     server.requests = []  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    cfg = tmp_path / "kubeconfig"
-    cfg.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "loop",
-        "clusters": [{"name": "loop", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}],
-        "users": [{"name": "u", "user": {"token": "not-a-secret"}}],
-        "contexts": [{"name": "loop", "context": {"cluster": "loop", "user": "u"}}]}))
+    cfg = loopback_kubeconfig(tmp_path / "kubeconfig", server.server_port)
     try:
         yield cfg, server.requests  # type: ignore[attr-defined]
     finally:

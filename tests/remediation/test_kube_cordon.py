@@ -25,6 +25,7 @@ from gpuwarden.remediation.act import Remediator, Target, audit_trail
 from gpuwarden.remediation.backends import KubernetesBackend
 from gpuwarden.remediation.config import RemediationConfig
 from gpuwarden.spool import Spool
+from tests.fakes.kubeconfig import loopback_kubeconfig
 from tests.remediation.support import alert, config, spool_alerts
 
 TAINT = "gpuwarden.io/remediation"
@@ -110,12 +111,7 @@ def api(tmp_path: Path) -> Iterator[tuple[ThreadingHTTPServer, Path]]:
     server.nodes = {"gpu-a": _node("gpu-a"), "gpu-b": _node("gpu-b", unschedulable=True)}  # type: ignore[attr-defined]
     server.patches, server.lock, server.race = [], threading.Lock(), False  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    cfg = tmp_path / "kubeconfig"
-    cfg.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "loop",
-        "clusters": [{"name": "loop", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}],
-        "users": [{"name": "u", "user": {"token": "not-a-secret"}}],
-        "contexts": [{"name": "loop", "context": {"cluster": "loop", "user": "u"}}]}))
+    cfg = loopback_kubeconfig(tmp_path / "kubeconfig", server.server_port)
     try:
         yield server, cfg
     finally:
