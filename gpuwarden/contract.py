@@ -317,7 +317,7 @@ class GpuEvent(_TimedRecord):
     recovery_action: Label | None = None
     """What the driver asks for (NVML's ``NVML_GPU_RECOVERY_ACTION_*`` name without the prefix:
     ``GPU_RESET``, ``NODE_REBOOT``, ``DRAIN_P2P``, ``DRAIN_AND_RESET``, ...), read with XID 154 on
-    drivers that report it (R575+); None where unknown. Optional within gpu_event/1: older readers ignore it."""
+    drivers that report it (R610+ per NVIDIA's XID catalogue); None where unknown. Optional within gpu_event/1: older readers ignore it."""
 
 
 # --------------------------------------------------------------------------- task.metrics

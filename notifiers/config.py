@@ -220,6 +220,20 @@ class AlertmanagerWebhookConfig(Section):
         return self
 
 
+#: The default pack's rules that say a part is failing (not the application, not a slowdown).
+HARDWARE_RULES = ("xid-hardware", "xid-repeated", "xid-node-repeated", "gpu-recovery-reset", "gpu-recovery-reboot",
+                  "gpu-recovery-drain-p2p", "ecc-double-bit", "row-remap", "gpu-lost", "driver-error")
+
+
+class RepeatOffenderConfig(Section):
+    """``notify.repeat_offenders``."""
+
+    enabled: bool = True
+    window: Duration = Field(default=14 * 86400.0, gt=0, description="how far back hardware alerts count (event time)")
+    at_least: int = Field(default=3, ge=2, description="hardware alerts of one GPU or node within the window")
+    rules: list[str] = Field(default_factory=lambda: list(HARDWARE_RULES))
+
+
 class NotifyConfig(MetricsEndpoint):
     language: Literal["en", "zh-CN"] | None = None
     timezone: str = "UTC"
@@ -244,6 +258,8 @@ class NotifyConfig(MetricsEndpoint):
     drain_on_exit: Duration = 30.0
     """Wall time ``gpuwarden run`` waits at its end for the receivers' queues to empty (a signal cuts
     it short); what is left stays in the spool and goes out at the next start."""
+    repeat_offenders: RepeatOffenderConfig = Field(default_factory=RepeatOffenderConfig)
+    """One "replace or inspect" attention per GPU or node whose hardware alerts recur (notifiers/repeat.py)."""
 
     @field_validator("timezone")
     @classmethod

@@ -26,11 +26,13 @@ from gpuwarden.spool import Spool
 from gpuwarden.notifiers.control import ControlState, load_spool, warn_each
 from gpuwarden.notifiers.delivery import Delivery
 from gpuwarden.notifiers.message import Notification
+from gpuwarden.notifiers.repeat import RepeatOffenders
 from gpuwarden.notifiers.router import Router
 from gpuwarden.notifiers.settings import NotifierSettings
 
 log = logging.getLogger("gpuwarden.notify")
 STATE_NS, STATE_KEY = "notify", "router"
+REPEAT_KEY = "repeat-offenders"
 
 
 #: A config without receivers: every alert is recorded, none is sent (a typo'd section used to
@@ -55,6 +57,7 @@ class Notifier:
         self._maintained_at = float("-inf")
         self._reload_control()
         self.router = Router(self.config, self.control)
+        self.repeats = RepeatOffenders(self.config.repeat_offenders)
         self._dirty = False
         """Router state changed since it was last saved."""
         self._restore_state()
@@ -70,10 +73,14 @@ class Notifier:
         """Notifications handed to delivery."""
 
     async def handle(self, transition: AlertTransition) -> None:
-        if self.record_history:
-            self.record(transition)
-        self._dirty = True
-        self._submit(self.router.on_transition(transition, self.clock()))
+        self._route(self.repeats.observe(transition))
+
+    def _route(self, transitions: list[AlertTransition]) -> None:
+        for t in transitions:
+            if self.record_history:
+                self.record(t)
+            self._dirty = True
+            self._submit(self.router.on_transition(t, self.clock()))
 
     def record(self, transition: AlertTransition) -> None:
         """Append to the spool's ``alerts`` log: the history that ``gpuwarden ack``, export and retros read."""
@@ -87,6 +94,7 @@ class Notifier:
             self._maintained_at = now
             self._reload_control()
             self.delivery.drain()
+        self._route(self.repeats.tick(now))
         due = self.router.next_deadline()
         notes = self.router.tick(now)
         self._dirty = self._dirty or bool(notes) or (due is not None and due <= now)
@@ -98,6 +106,7 @@ class Notifier:
         """Write the router state to the spool if it changed (each tick_interval, before an offset commit, at close)."""
         if self._dirty and self.spool is not None:
             self.spool.kv_put(STATE_NS, STATE_KEY, self.router.dump())
+            self.spool.kv_put(STATE_NS, REPEAT_KEY, self.repeats.dump())
             self._dirty = False
 
     def next_deadline(self) -> float | None:
@@ -118,6 +127,12 @@ class Notifier:
         await self.delivery.aclose()
 
     def _restore_state(self) -> None:
+        repeats = self.spool.kv_get(STATE_NS, REPEAT_KEY) if self.spool is not None else None
+        if repeats is not None:
+            try:
+                self.repeats.load(repeats)
+            except (ValueError, KeyError, TypeError) as e:
+                log.warning("repeat offenders' state unreadable (%s): counting afresh", e)
         data = self.spool.kv_get(STATE_NS, STATE_KEY) if self.spool is not None else None
         if data is None:
             return

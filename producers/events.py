@@ -40,7 +40,7 @@ class HwEvent:
 # --------------------------------------------------------------------------- XID 154: the GPU's recovery action
 
 XID_RECOVERY = 154
-#: ``nvmlDeviceGpuRecoveryAction_t`` (nvml.h, R575+) by value, for a binding that lacks the names
+#: ``nvmlDeviceGpuRecoveryAction_t`` (nvml.h) by value, for a binding that lacks the names
 #: and for the kernel log's "changed from 0x.. to 0x.." text.
 RECOVERY_ACTIONS = {0: "NONE", 1: "GPU_RESET", 2: "NODE_REBOOT", 3: "DRAIN_P2P", 4: "DRAIN_AND_RESET",
                     5: "RECOVER_IMEX_DOMAIN", 6: "BUS_RESET", 7: "SYSTEM_REBOOT"}
@@ -180,7 +180,7 @@ class KmsgWatcher:
 # --------------------------------------------------------------------------- NVML event sets
 
 EV_SBE, EV_DBE, EV_PSTATE, EV_XID, EV_CLOCK = 0x1, 0x2, 0x4, 0x8, 0x10
-EV_RECOVERY = 0x8000  # nvmlEventTypeGpuRecoveryAction (R575+): the action changed; read it from field 230
+EV_RECOVERY = 0x8000  # nvmlEventTypeGpuRecoveryAction: the action changed; read it from field 230
 WANTED = EV_SBE | EV_DBE | EV_XID | EV_CLOCK | EV_RECOVERY
 
 

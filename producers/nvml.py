@@ -131,8 +131,8 @@ class NvmlCollector:
     def recovery_action(self, index: int) -> str | None:
         """What the driver asks for on GPU ``index`` now (``GPU_RESET``, ``NODE_REBOOT``, ...; XID
         154), read as field ``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`` where the binding offers it
-        (nvidia-ml-py 12.575+); None where it does not, where the driver (before R575) answers
-        NotSupported, or where the GPU is gone. Called from the event threads, on XID 154 only."""
+        (the installed nvidia-ml-py 13.615 does); None where it does not, where an older driver
+        answers NotSupported, or where the GPU is gone. Called from the event threads, on XID 154 only."""
         nv = self.nv
         field_id = getattr(nv, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)
         if field_id is None or not 0 <= index < len(self.gpus):

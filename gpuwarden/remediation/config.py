@@ -14,7 +14,8 @@ from gpuwarden.units import Duration
 #: reboot or RMA (xid-hardware selects those actions), the GPU's own recovery action (XID 154),
 #: faults that need a reset to clear, and a node that repeats faults.
 DEFAULT_OFFERS = ("xid-hardware", "xid-node-repeated", "gpu-recovery-reset", "gpu-recovery-reboot",
-                  "gpu-recovery-drain-p2p", "gpu-lost", "row-remap", "ecc-double-bit")
+                  "gpu-recovery-drain-p2p", "gpu-lost", "row-remap", "ecc-double-bit", "repeat-offender-gpu",
+                  "repeat-offender-node")
 
 
 class SlurmBackendConfig(Section):

@@ -16,6 +16,7 @@ from gpuwarden.spool import Spool
 from gpuwarden.notifiers.delivery import Delivery
 from gpuwarden.notifiers.localise import catalogue
 from gpuwarden.notifiers.pipeline import Notifier
+from gpuwarden.notifiers.repeat import SUMMARY as REPEAT_SUMMARY
 from gpuwarden.producers.simulator import Simulator
 from gpuwarden.streams.engine import Engine
 from gpuwarden.streams.rules import DEFAULT_RULES, load_rule_file
@@ -36,7 +37,10 @@ def placeholders(template: str) -> set[str]:
 def test_every_default_rule_has_a_zh_cn_summary_and_action_with_the_same_placeholders() -> None:
     zh = catalogue("zh-CN")
     rules = load_rule_file(DEFAULT_RULES).rules
-    assert set(zh) == {rule.name for rule in rules} | set(SERVING_TEXT) | set(SCHED_TEXT)
+    assert set(zh) == {rule.name for rule in rules} | set(SERVING_TEXT) | set(SCHED_TEXT) | set(REPEAT_SUMMARY)
+    for name, summary in REPEAT_SUMMARY.items():  # the repeat-offender attentions, written by the notifier
+        assert zh[name]["en"] == summary and CJK.search(zh[name]["summary"]) and CJK.search(zh[name]["action"])
+        assert placeholders(zh[name]["summary"]) == placeholders(summary), name
     for name, text in SERVING_TEXT.items():  # the inference rules' built-in templates
         assert zh[name]["en"] == text.summary, name
         assert placeholders(zh[name]["summary"]) == placeholders(text.summary), name

@@ -18,7 +18,7 @@ from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.engine import Engine
 from tests.fakes.nvml import FakeGpu, FakeNvml
 
-#: Lines as drivers R575+ print them (seen in public bug reports and gpud's tests).
+#: Lines as drivers that report XID 154 print them (seen in public bug reports and gpud's tests).
 RESET = "NVRM: Xid (PCI:0000:18:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
 REBOOT = "NVRM: Xid (PCI:0000:28:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"
 
