@@ -1,0 +1,67 @@
+"""The command backend (an operator's own drain/resume/status programs, run without a shell) and
+the auto policy inside ``gpuwarden run``'s runner: a firing alert of a rule the operator listed
+is drained as the engine emits it, recorded as ``auto:<rule>``; one not listed waits for a person."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from gpuwarden.app.standalone import Runner
+from gpuwarden.contract import RemediationOutcome, Topics
+from gpuwarden.remediation.act import Remediator, SpoolAudit, Target, audit_trail, backend_for
+from gpuwarden.remediation.config import RemediationConfig
+from gpuwarden.spool import Spool
+from gpuwarden.streams.config import EngineConfig
+from gpuwarden.streams.engine import Engine
+from tests.remediation.support import alert
+
+#: A stand-in for a site's drain tooling: keeps each node's drain reason in a file of its own.
+TOOL = '''import pathlib, sys
+verb, node, *reason = sys.argv[1:]
+state = pathlib.Path(sys.argv[0]).with_name(node + ".drained")
+if verb == "drain":
+    state.write_text(" ".join(reason))
+elif verb == "resume":
+    state.unlink(missing_ok=True)
+else:
+    print(f"drained {state.read_text()}" if state.exists() else "available")
+'''
+
+
+def _config(tmp: Path, status: bool = True, **kw: object) -> RemediationConfig:
+    tool = tmp / "tool.py"
+    tool.write_text(TOOL)
+    run = [sys.executable, str(tool)]
+    return RemediationConfig(backend="command", command={
+        "drain": [*run, "drain", "{node}", "{reason}"], "resume": [*run, "resume", "{node}"],
+        "status": [*run, "status", "{node}"] if status else []}, **kw)
+
+
+def test_the_command_backend_drains_once_and_resumes(tmp_path: Path) -> None:
+    records: list = []
+    cfg = _config(tmp_path)
+    r = Remediator(backend_for(cfg), cfg, records.append)
+    t = Target("fp1", "row-remap", "gn7", firing=True)
+    assert r.act(t, "drain", "frank").outcome is RemediationOutcome.DONE
+    assert (tmp_path / "gn7.drained").read_text() == "gpuwarden: row-remap fp1"
+    assert r.act(t, "drain", "frank").outcome is RemediationOutcome.ALREADY
+    assert r.act(t, "resume", "frank").outcome is RemediationOutcome.DONE and not (tmp_path / "gn7.drained").exists()
+    blind_cfg = _config(tmp_path, status=False)
+    blind = Remediator(backend_for(blind_cfg), blind_cfg, records.append)
+    assert blind.act(t, "drain", "frank").outcome is RemediationOutcome.DONE  # no status: it cannot tell, so it runs
+    assert blind.act(t, "drain", "frank").outcome is RemediationOutcome.DONE
+
+
+async def test_gpuwarden_run_applies_the_auto_policy_as_alerts_fire(tmp_path: Path) -> None:
+    cfg = _config(tmp_path, auto=["xid-node-repeated"])
+    with Spool(tmp_path / "spool.db") as spool:
+        runner = Runner(Engine(config=EngineConfig()), spool, Topics(), json_out=None, record=None, notifier=None,
+                        state_key="t")
+        runner.remediator = Remediator(backend_for(cfg), cfg, SpoolAudit(spool, Topics()))
+        await runner.emit([alert("gn1", "xid-hardware"), alert("gn2", "xid-node-repeated"),
+                           alert("gn3", "xid-node-repeated", simulated=True)])
+        trail = list(audit_trail(spool, Topics()))
+    assert [(r.node, r.outcome, r.by) for r in trail] == [("gn2", RemediationOutcome.DONE, "auto:xid-node-repeated")]
+    assert (tmp_path / "gn2.drained").exists() and not (tmp_path / "gn1.drained").exists()
+    assert not (tmp_path / "gn3.drained").exists()
