@@ -7,6 +7,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+from pydantic import ValidationError
+
 from gpuwarden.app.standalone import Runner
 from gpuwarden.contract import RemediationOutcome, Topics
 from gpuwarden.remediation.act import Remediator, SpoolAudit, Target, audit_trail, backend_for
@@ -65,3 +68,11 @@ async def test_gpuwarden_run_applies_the_auto_policy_as_alerts_fire(tmp_path: Pa
     assert [(r.node, r.outcome, r.by) for r in trail] == [("gn2", RemediationOutcome.DONE, "auto:xid-node-repeated")]
     assert (tmp_path / "gn2.drained").exists() and not (tmp_path / "gn1.drained").exists()
     assert not (tmp_path / "gn3.drained").exists()
+
+
+def test_auto_must_name_offered_rules_and_a_command_backend_needs_its_programs() -> None:
+    with pytest.raises(ValidationError, match="auto names rules that offer no drain"):
+        RemediationConfig(backend="slurm", auto=["mem-leak"])
+    with pytest.raises(ValidationError, match="needs command.drain and command.resume"):
+        RemediationConfig(backend="command")
+    assert RemediationConfig().backend == "off" and RemediationConfig().auto == []  # off unless turned on
