@@ -12,6 +12,7 @@ import string
 from collections.abc import Callable
 from typing import Any
 
+from gpuwarden.contract import AlertState, AlertTransition
 from gpuwarden.humantime import span
 
 LIKELY_CAUSE = " Likely cause: "
@@ -28,6 +29,12 @@ class _Unknown:
 class _Vars(dict):
     def __missing__(self, key: str) -> _Unknown:
         return _Unknown()
+
+
+def is_update(t: AlertTransition) -> bool:
+    """Whether ``t`` re-sends an open alert with a new likely cause (``streams/evaluate.py``): a
+    firing of an episode that began before it. Counts of alerts raised skip these."""
+    return t.state == AlertState.FIRING and t.ts > t.started_at
 
 
 def fill(template: str, values: dict[str, Any]) -> str:

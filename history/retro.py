@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuwarden.alert_text import is_update
 from gpuwarden.contract import (
     AlertState,
     AlertTransition,
@@ -349,7 +350,7 @@ def plot_timeline(inc: Incident) -> str:
 
     for t in sorted(inc.transitions, key=lambda t: t.ts):
         if t.state == AlertState.FIRING:
-            opened[t.fingerprint] = t
+            opened.setdefault(t.fingerprint, t)  # an update leaves the span where the episode began
         elif (f := opened.pop(t.fingerprint, None)) is not None:
             span(f, t.ts)
     for f in opened.values():
@@ -466,7 +467,8 @@ def render_report(records: Iterable[Any], transitions: list[AlertTransition], he
     """The whole report as one HTML string (``slos``: the services' objectives, for their budgets)."""
     inc = collect(records, transitions)
     keys = focus(inc)
-    tiers = Counter(t.tier.value for t in transitions if t.state == AlertState.FIRING)
+    tiers = Counter(t.tier.value for t in transitions
+                    if t.state == AlertState.FIRING and not is_update(t))
     nodes = sorted({k[0] for k in inc.series} | {e.node for e in inc.events})
     overview = (
         "<dl>"

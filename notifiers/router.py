@@ -94,6 +94,8 @@ class Group:
     alerts: dict[str, AlertTransition] = field(default_factory=dict)
     sent_firing: set[str] = field(default_factory=set)
     last_sent: float | None = None
+    changed: set[str] = field(default_factory=set)
+    """Alerts sent firing whose episode was updated since (a new likely cause): sent again, as an update."""
 
 
 @dataclass(slots=True)
@@ -143,7 +145,9 @@ class Router:
         closes: list[Notification] = []
         if t.tier == Tier.CRITICAL and self.config.escalation:
             if firing:
-                self.pages.setdefault(t.fingerprint, Page(t, now))
+                p = self.pages.setdefault(t.fingerprint, Page(t, now))
+                if p.alert.started_at == t.started_at:
+                    p.alert = t  # an update: escalation tells its words, never pages anew
             elif (p := self.pages.pop(t.fingerprint, None)) is not None:
                 closes = self._close_escalations(p, t, now)
         for route in match_routes(self.tree, labels):
@@ -164,7 +168,8 @@ class Router:
             "groups": [{"key": g.key, "receiver": g.receiver, "route": g.route.id, "mention": g.mention,
                         "next_flush": g.next_flush, "last_sent": g.last_sent,
                         "alerts": [_alert_json(g.alerts[fp]) for fp in sorted(g.alerts)],
-                        "sent_firing": sorted(g.sent_firing)} for _, g in sorted(self.groups.items())],
+                        "sent_firing": sorted(g.sent_firing), "changed": sorted(g.changed)}
+                       for _, g in sorted(self.groups.items())],
             "pages": [{"alert": _alert_json(p.alert), "paged_at": p.paged_at, "level": p.level, "held": p.held,
                        "receivers": sorted(p.receivers)} for _, p in sorted(self.pages.items())],
             "last": [[fp, *v] for fp, v in sorted(self._last.items())],
@@ -191,7 +196,7 @@ class Router:
                     continue
                 groups[g["key"]] = Group(g["key"], g["receiver"], routes[g["route"]], g["mention"], g["next_flush"],
                                          {a.fingerprint: a for a in map(_alert, g["alerts"])},
-                                         set(g["sent_firing"]), g["last_sent"])
+                                         set(g["sent_firing"]), g["last_sent"], set(g.get("changed", ())))
             pages = {p["alert"]["fingerprint"]: Page(_alert(p["alert"]), p["paged_at"], p["level"], p["held"],
                                                      set(p["receivers"])) for p in st["pages"]}
             last = {fp: (started, rank, ts) for fp, started, rank, ts in st["last"]}
@@ -218,10 +223,11 @@ class Router:
     # ------------------------------------------------------------------ policy pieces
 
     def _is_new(self, t: AlertTransition) -> bool:
-        """At-least-once input: an episode moves firing → resolved once; anything else is a repeat."""
+        """At-least-once input: an episode moves firing → resolved once, its firing updated on the
+        way (same ``started_at``, a later ``ts``: a new likely cause); anything else is a repeat."""
         rank = 0 if t.state == AlertState.FIRING else 1
         last = self._last.get(t.fingerprint)
-        if last is not None and (t.started_at, rank) <= last[:2]:
+        if last is not None and (t.started_at, rank, t.ts) <= last:
             return False
         self._last[t.fingerprint] = (t.started_at, rank, t.ts)
         return True
@@ -238,6 +244,8 @@ class Router:
                     g = self.groups[key] = Group(key, receiver, route, route.mention_oncall or token == ONCALL,
                                                  now + route.group_wait)
                     heapq.heappush(self._due, (g.next_flush, key))
+                if t.state == AlertState.FIRING and t.fingerprint in g.sent_firing:
+                    g.changed.add(t.fingerprint)
                 g.alerts[t.fingerprint] = t
 
     def _takes(self, receiver: str, t: AlertTransition) -> bool:
@@ -308,7 +316,8 @@ class Router:
         firing = [a for a in g.alerts.values() if a.state == AlertState.FIRING and not self._muted(a, now)]
         # Muting stops new notifications, never the close of one already sent: a resolve always goes out.
         resolved = [a for a in g.alerts.values() if a.state == AlertState.RESOLVED and a.fingerprint in g.sent_firing]
-        new = [a for a in firing if a.fingerprint not in g.sent_firing]
+        new = [a for a in firing if a.fingerprint not in g.sent_firing or a.fingerprint in g.changed]
+        g.changed.clear()
         for fp in [fp for fp, a in g.alerts.items() if a.state == AlertState.RESOLVED]:
             del g.alerts[fp]
             g.sent_firing.discard(fp)

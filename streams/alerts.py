@@ -21,10 +21,12 @@ def fingerprint(rule: str, identity: dict[str, str]) -> str:
 
 @state
 class AlertSlot:
-    """One rule on one entity: pending since, firing since, last time the condition held."""
+    """One rule on one entity: pending since, firing since, last time the condition held; what the
+    alert says (``cause``: the index of the likely cause stated, -1 none; ``described_at``: when)."""
 
     __slots__ = ("rule", "pending_since", "firing_since", "last_true", "labels", "evidence",
-                 "summary", "action", "tier")
+                 "summary", "action", "tier", "cause", "described_at")
+    ADDED = {"cause": lambda: None, "described_at": lambda: None}  # state written before causes were re-judged
 
     def __init__(self, rule: str) -> None:
         self.rule = rule
@@ -36,6 +38,8 @@ class AlertSlot:
         self.summary = ""
         self.action = ""
         self.tier = ""
+        self.cause: int | None = None
+        self.described_at: float | None = None
 
 
 def step(slot: AlertSlot, now: float, holds: bool, for_s: float, keep_s: float) -> str | None:

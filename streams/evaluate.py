@@ -15,6 +15,11 @@ from gpuwarden.streams.alerts import AlertSlot, fingerprint, step, transition
 from gpuwarden.streams.growth import Minima
 from gpuwarden.streams.rules import Rule
 
+#: A firing alert's likely cause is judged again at each evaluation while its condition holds, and
+#: a changed one goes out as an update (a firing transition of the same episode, ``started_at``
+#: unchanged, a later ``ts``), at most once per this long (event time) per alert.
+REJUDGE_S = 120.0
+
 
 class Context:
     """What a compiled condition may ask; evidence accumulates in ``ev``."""
@@ -78,6 +83,15 @@ def _fp(rule: str, identity: dict[str, str], ident: tuple) -> str:
     return fp
 
 
+def _judge(rule: Rule, ctx: Context, now: float) -> int:
+    """The index of the first likely cause that holds at ``now`` (its figures left in ``ctx``), -1 none."""
+    for i, (check, _) in enumerate(rule.causes):
+        ctx.reset(now)
+        if check(ctx):
+            return i
+    return -1
+
+
 def _describe(rule: Rule, slot: AlertSlot, ctx: Context, labels: dict[str, str], now: float,
               held_s: float) -> None:
     """Evidence, summary and action from what the rule measures at ``now`` (``ctx`` holds it)."""
@@ -91,18 +105,36 @@ def _describe(rule: Rule, slot: AlertSlot, ctx: Context, labels: dict[str, str],
         for k, v in ctx.ev["values"].items():
             ev["values"].setdefault(k, v)  # what the condition judged stands
     action, cause_text = spec.action, ""
-    for check, cause in rule.causes:
-        ctx.reset(now)
-        if check(ctx):
-            cause_text, action = cause.summary, cause.action or action
-            ev["values"].update(ctx.ev["values"])
-            break
+    slot.cause, slot.described_at = _judge(rule, ctx, now), now
+    if slot.cause >= 0:
+        cause = rule.causes[slot.cause][1]
+        cause_text, action = cause.summary, cause.action or action
+        ev["values"].update(ctx.ev["values"])
     names = template_names(labels, ev)
     summary = fill(spec.summary, names)
     if cause_text:
         summary += LIKELY_CAUSE + fill(cause_text, names)
         ev["note"] = fill(cause_text, names)
     slot.evidence, slot.summary, slot.action = ev, summary, fill(action, names)
+
+
+def _rejudged(rule: Rule, slot: AlertSlot, ctx: Context, now: float) -> bool:
+    """Whether a firing alert whose condition still holds now shows a likely cause other than the
+    one its last notice stated (judged on the same windows as at firing); then it is described
+    again. A cause said is kept at least ``REJUDGE_S``, so one hovering at its threshold cannot
+    flap, and is not withdrawn for none: that happens as the window leaves the phase that showed
+    it, and the resolve says the figures then."""
+    if now - (slot.described_at or slot.firing_since or now) < REJUDGE_S:
+        return False
+    cause = _judge(rule, ctx, now)
+    if slot.cause is None:  # restored from state written before causes were re-judged
+        slot.cause = cause
+    if cause < 0 or cause == slot.cause:
+        return False
+    ctx.reset(now)
+    rule.check(ctx)  # the condition's figures now, as at firing
+    _describe(rule, slot, ctx, slot.labels, now, now - (slot.pending_since or now))
+    return True
 
 
 def _fire(rule: Rule, slot: AlertSlot, ctx: Context, labels: dict[str, str], now: float) -> None:
@@ -150,6 +182,8 @@ def evaluate(rules: list[Rule], ctx: Context, now: float, identity: dict[str, st
         elif change == "resolved":
             _resolve(rule, slot, ctx, now, started or now)
             out.append(transition(rule.name, fp, slot, "resolved", now, started or now))
+        elif holds and rule.causes and started is not None and _rejudged(rule, slot, ctx, now):
+            out.append(transition(rule.name, fp, slot, "firing", now, started))
         if slot.firing_since is None and slot.pending_since is None:
             del alerts[fp]
     return out

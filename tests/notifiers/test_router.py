@@ -146,6 +146,29 @@ def test_a_redelivered_transition_changes_no_page_source_group_or_notification()
     assert r.on_transition(resolved, T0 + 2001) == [] and r.dump() == state  # no group re-opened
 
 
+def test_an_updated_firing_is_sent_once_as_an_update_never_as_a_new_page() -> None:
+    """An open alert sent again with a new likely cause (same episode, a later ts: streams/evaluate.py
+    re-judges causes): the groups that had it get one ``update`` notification with the new words;
+    the page stays the one paged (no new page, escalation keeps its times but tells the new words);
+    a redelivery of the firing or of the update is a repeat."""
+    r = Router(config())
+    fire = alert("x", tier="critical")
+    assert sorted(sent(r.on_transition(fire, T0))) == [("pager", "new", ["x:firing"]), ("team-chat", "new", ["x:firing"])]
+    update = fire.model_copy(update={"ts": T0 + 30, "summary": "mem_leak on node-01. Likely cause: a new one."})
+    assert r.on_transition(update, T0 + 30) == []  # waits for the groups' interval, like any change
+    state = r.dump()
+    for redelivered in (fire, update):
+        assert r.on_transition(redelivered, T0 + 40) == [] and r.dump() == state
+    out = r.tick(T0 + 60)
+    assert sorted(sent(out)) == [("pager", "update", ["x:firing"]), ("team-chat", "update", ["x:firing"])]
+    assert all(n.alerts[0].summary.endswith("Likely cause: a new one.") for n in out)
+    assert r.tick(T0 + 120) == []  # sent once
+    assert r.pages["x"].paged_at == T0 and r.pages["x"].alert.ts == T0 + 30
+    lvl1 = r.tick(T0 + 900)
+    assert [(n.reason, n.escalation_level) for n in lvl1] == [("escalation", 1), ("escalation", 1)]
+    assert lvl1[0].alerts[0].summary.endswith("Likely cause: a new one.")
+
+
 def test_silence_mutes_until_it_expires() -> None:
     control = ControlState()
     control.apply(Silence(id="s1", matchers=[parse_matcher("node=node-01"), parse_matcher("rule=~mem.*")],

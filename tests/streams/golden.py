@@ -17,7 +17,9 @@ the reorder buffer carry ``model_mode`` (issue #34), and the allocation note nam
 issue #30, idle while allocated: idle-allocated-gpu counts idleness under the GPU's task and fires at
 7.5 min (640 s, was 1900), with idle-allocated-job (attention) beside it, job-gpus-unused's
 ``unused_for`` is 7.5 min (670 s, was 2020), and GPU windows no longer keep 30 min of
-``idle_allocated``, so every stage-1 state digest changed). A change meant to alter
+``idle_allocated``, so every stage-1 state digest changed; issue #30, causes re-judged: alert slots
+hold the cause stated and when, so the digests of states with a slot changed, and clock-capped's power
+is its 10-min mean like its other figures, not a 5-min one). A change meant to alter
 them re-records it:
 
     .venv/bin/python tests/streams/golden.py > tests/fixtures/engine_golden.jsonl

@@ -114,3 +114,34 @@ def as_task(recs: list[Any], *, util_scale: float = 0.25, checkpoints: tuple[tup
         out.append(NodeSnapshot.of(ts=t, node=r.node, seq=r.seq, boot_id=r.boot_id, agent_version=r.agent_version,
                                    interval_s=r.interval_s, gpus=[gpu], processes=procs))
     return out
+
+
+# ------------------------------------------------------------------ a power-heavy phase, built from the agent's recording
+
+#: Seconds into the agent's recording (undilated) where its load begins and ends (the 0x4 samples).
+HEAVY_FROM_S, HEAVY_TO_S = 7.0, 56.5
+#: What issue #30 measured in a real power-heavy phase of an H200: 683 of 700 W drawn, the SM clock
+#: 25 % below its 1,980 MHz maximum (issue #18's phase: 1,575 MHz at 691 W).
+HEAVY_POWER_W, HEAVY_CLOCK_LOSS_MHZ = 683.0, 480
+
+
+def power_heavy(recs: list[Any]) -> list[Any]:
+    """The agent's recording with its load made power-heavy (no real recording has one): the idle
+    start and the exit as recorded; during the load each sample's power is ``HEAVY_POWER_W`` plus a
+    quarter of its recorded deviation from the load's mean (the real jitter, ±7 W), its SM clock the
+    recorded one less ``HEAVY_CLOCK_LOSS_MHZ``, its utilization 100 less the recorded (93-100 %), its
+    clock-event bits as recorded (0x4 in 47 of the 50 samples)."""
+    snaps = [r for r in recs if isinstance(r, NodeSnapshot)]
+    t0 = snaps[0].ts
+    heavy = [r for r in snaps if HEAVY_FROM_S <= r.ts - t0 <= HEAVY_TO_S]
+    mean = sum(r.gpus.rows()[0].power_w or 0.0 for r in heavy) / len(heavy)
+    out: list[Any] = []
+    for r in snaps:
+        g = r.gpus.rows()[0]
+        if HEAVY_FROM_S <= r.ts - t0 <= HEAVY_TO_S:
+            g = g.model_copy(update={"power_w": round(HEAVY_POWER_W + ((g.power_w or 0.0) - mean) / 4, 3),
+                                     "clock_sm_mhz": (g.clock_sm_mhz or 0) - HEAVY_CLOCK_LOSS_MHZ,
+                                     "util_gpu": 100.0 - (g.util_gpu or 0.0)})
+        out.append(NodeSnapshot.of(ts=r.ts, node=r.node, seq=r.seq, boot_id=r.boot_id, agent_version=r.agent_version,
+                                   interval_s=r.interval_s, gpus=[g], processes=r.processes.rows()))
+    return out

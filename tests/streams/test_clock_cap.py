@@ -53,7 +53,7 @@ def test_the_real_heavy_phase_at_the_default_limit_is_an_info_alert_with_the_clo
     assert t.ts - T0 <= 10 * 60  # the 10-minute window 75 % covered (7.5 min), then held 2 min
     assert t.summary.startswith("n1 GPU 0 SM clock 20% below its 1,980 MHz maximum under a power or thermal cap "
                                 "(capped 100% of the last 10 min) at 691/700 W.")
-    assert t.summary.endswith("Likely cause: at its power limit under load (99% of 700 W).")
+    assert t.summary.endswith("Likely cause: at its power limit under load: at its 700 W limit, 691 W drawn.")
     assert t.evidence.values["cap_clock_loss_avg"] == pytest.approx(1 - 1575 / 1980, abs=1e-3)
 
 
@@ -79,7 +79,7 @@ def test_neighbours_capped_at_once_below_their_limits_point_at_the_node() -> Non
 
 def test_gpus_at_their_limit_together_are_each_at_their_limit_not_a_node_fault() -> None:
     t, = _capped(_run([{}, {}]))
-    assert t.summary.endswith("Likely cause: at its power limit under load (99% of 700 W).")
+    assert t.summary.endswith("Likely cause: at its power limit under load: at its 700 W limit, 691 W drawn.")
 
 
 @pytest.mark.parametrize("gpu", [
@@ -146,3 +146,36 @@ def test_the_job_stat_is_its_most_capped_gpu() -> None:
         stage.process(NodeSnapshot.of(ts=T0 + 5 * k, node="n1", seq=k, boot_id="b", agent_version="t",
                                       gpus=rows, processes=procs), out=out)
     assert out.summaries and out.summaries[0].stats["cap_clock_loss"] == pytest.approx(1 - 1575 / 1980, abs=1e-5)
+
+
+# ------------------------------------------------------------------ the cause judged again while the alert is open
+
+@pytest.mark.parametrize("k", [20, 60])
+def test_a_power_heavy_phase_after_idle_says_it_is_at_its_limit_once_the_window_shows_it(k: float) -> None:
+    """Issue #30, point 4: the phase begins with the idle start in the 10-minute window, so at
+    firing its figures straddle the change (capped 70-76 %, 505-538 W) and no cause holds; while the
+    alert is open the cause is judged again, and once the window is the phase the alert is sent
+    again (same episode, a later ts) at its limit with the figures, all from the same 10 min.
+    Built from the agent's real H200 recording (``real_recordings.power_heavy``): no recording of
+    the project has a power-heavy phase."""
+    from tests.streams.real_recordings import AGENT, HEAVY_FROM_S, dilate, power_heavy, records, run
+
+    recs = dilate(power_heavy(records(AGENT)), k)
+    onset = min(r.ts for r in recs) + k * HEAVY_FROM_S
+    got = [t for t in run(recs) if t.rule == "clock-capped"]
+    assert [t.state for t in got] == ["firing", "firing"]
+    first, update = got
+    assert "Likely cause" not in first.summary and first.evidence.values["power_w_avg"] < 0.9 * 700
+    assert update.started_at == first.started_at == first.ts < update.ts
+    assert update.ts - onset <= 600  # the window is the phase's within 10 min of its start
+    assert update.evidence.window_s == 600
+    assert update.summary.endswith(f"at {update.evidence.values['power_w_avg']:.0f}/700 W. Likely cause: at its "
+                                   f"power limit under load: at its 700 W limit, "
+                                   f"{update.evidence.values['power_w_avg']:.0f} W drawn.")
+    assert update.evidence.values["power_w_avg"] >= 640
+
+
+def test_a_cause_is_sent_again_only_when_it_changes() -> None:
+    """An alert whose cause stays the same for an hour is sent once (no update per evaluation)."""
+    got = [t for t in _run([{}], minutes=60) if t.rule == "clock-capped"]
+    assert [t.state for t in got] == ["firing"]
