@@ -148,8 +148,8 @@ class Runner:
             for item in unbatch((rec,)):
                 out.extend(self.engine.process(item))
                 self.now = max(self.now, item.ts)
-        if rows:
-            self.spool.append_many(rows)
+        if rows:  # the spool is where they go: history, nothing publishes them
+            self.spool.append_many(rows, published=True)
         await self.emit(out)
         if time.monotonic() - self.saved_at >= SAVE_EVERY_S:
             self.save()

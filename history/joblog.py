@@ -137,7 +137,7 @@ def cmd_import_jobs(args: argparse.Namespace, settings: CommonSettings) -> int:
         print(f"gpuwarden import-jobs: {e}", file=sys.stderr)
         return 1
     with Spool(settings.spool.path) as spool:
-        spool.append_many((topic, r.cluster, r.ts, encode(r)) for r in records)
+        spool.append_many(((topic, r.cluster, r.ts, encode(r)) for r in records), published=True)
     jobs = len({r.job_id for r in records})
     print(f"imported {jobs} jobs ({len(records)} records) into spool {settings.spool.path}", file=sys.stderr)
     warn_eviction(min((r.ts for r in records), default=None), settings.spool.max_age)

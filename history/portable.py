@@ -235,7 +235,8 @@ def import_to_spool(hf: HistoryFile, spool: Spool, topic_prefix: str = "") -> in
     """Append every record (under this site's topic prefix) and restore the state; returns the count."""
     topics, n = Topics(topic_prefix), 0
     for batch in _batches(hf.records()):
-        spool.append_many((topics.for_record(r), record_key(r), record_time(r), encode(r)) for r in batch)
+        spool.append_many(((topics.for_record(r), record_key(r), record_time(r), encode(r)) for r in batch),
+                          published=True)
         n += len(batch)
     restore_state(hf, spool)
     return n

@@ -3,8 +3,8 @@
 ``gpuwarden -vv run --simulate mixed --duration 2h`` in a subprocess, receivers'
 URLs (with their tokens) and signing secrets from environment variables, pointed
 at the loopback fakes. Searched: every stdout/stderr line (debug logging on),
-every record and key/value entry in the spool, and the delivery log as printed by
-``gpuwarden notify --log``.
+every row, record (read back from the compressed blocks too) and key/value entry in
+the spool, and the delivery log as printed by ``gpuwarden notify --log``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from gpuwarden.spool import Spool
 from tests.fakes.http import FakeDingTalk, FakeFeishu
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,7 +42,11 @@ def test_full_run_leaks_no_secret(tmp_path):
     db = sqlite3.connect(tmp_path / "spool.db")
     tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
     rows = [repr(row) for t in tables for row in db.execute(f"SELECT * FROM {t}")]  # noqa: S608 - our own tables
+    namespaces = [ns for (ns,) in db.execute("SELECT DISTINCT ns FROM kv")]
     db.close()
+    with Spool(tmp_path / "spool.db") as spool:  # history's blocks and big state are compressed: read back
+        rows += [repr(r) for r in spool.read()]
+        rows += [repr(item) for ns in namespaces for item in spool.kv_items(ns)]
     haystack = "\n".join([run.stdout, run.stderr, log.stdout, log.stderr, *rows])
     assert run.stdout.count("\n") > 5 and delivered > 0, "the run must have alerted and delivered"
     assert "DEBUG" in run.stderr and len(rows) > 1000  # there was plenty to search
