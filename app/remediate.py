@@ -15,6 +15,7 @@ from pathlib import Path
 from gpuwarden.app.settings import Settings
 from gpuwarden.contract import AlertTransition, ContractError, RemediationOutcome, RemediationRecord, Topics, decode
 from gpuwarden.notifiers.control_cli import open_alerts, who
+from gpuwarden.notifiers.followup import TOLD, follow_up, remediation_note
 from gpuwarden.remediation.act import Action, Remediator, SpoolAudit, Target, audit_trail, backend_for
 from gpuwarden.remediation.backends import BackendError
 from gpuwarden.spool import Spool
@@ -76,8 +77,14 @@ def act_on(settings: Settings, fp: str, action: Action, by: str,
         target = find_target(spool, settings, fp, action, firing)
         if isinstance(target, str):
             return target
-        return Remediator(backend, settings.remediation, SpoolAudit(spool, Topics(settings.kafka.topic_prefix))).act(
+        rec = Remediator(backend, settings.remediation, SpoolAudit(spool, Topics(settings.kafka.topic_prefix))).act(
             target, action, by)
+        alert = (firing or {}).get(target.fingerprint) or last_transitions(
+            spool, Topics(settings.kafka.topic_prefix)).get(target.fingerprint)
+        if alert is not None and rec.outcome in TOLD:  # in the alert's own conversation too
+            language = settings.notify.language or settings.language
+            follow_up(spool, alert, remediation_note(rec, language), rec.ts, language)
+        return rec
 
 
 def trail(settings: Settings, fp: str) -> list[RemediationRecord]:

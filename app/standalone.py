@@ -28,6 +28,7 @@ from gpuwarden.app.settings import Settings
 from gpuwarden.contract import AlertTransition, Topics, batch_task_metrics, encode, record_key, unbatch
 from gpuwarden.humantime import moment, span
 from gpuwarden.notifiers.delivery import reread_on_sighup
+from gpuwarden.notifiers.followup import TOLD, follow_up, remediation_note
 from gpuwarden.notifiers.pipeline import Notifier
 from gpuwarden.producers.agent import build_source, simulated_extras, step_with_extras, stop_extras
 from gpuwarden.producers.servingsim import MAX_BATCH as SIM_MAX_BATCH
@@ -133,6 +134,7 @@ class Runner:
         self.saved_at = time.monotonic()
         self.transitions = 0
         self.remediator: Remediator | None = None  # the operator's auto policy, where turned on
+        self.language = "en"  # of the notes that tell an alert's receivers what the policy did
         self.fired = Fired()  # for the closing summary
 
     async def batch(self, records: list[Record]) -> None:
@@ -166,7 +168,10 @@ class Runner:
             self.json_out.flush()
         if self.remediator is not None:
             for t in transitions:  # scontrol or the API server in a thread: the loop keeps going
-                await asyncio.to_thread(self.remediator.on_transition, t)
+                rec = await asyncio.to_thread(self.remediator.on_transition, t)
+                if rec is not None and rec.outcome in TOLD and self.notifier is not None:
+                    self.notifier.save_state()  # the router's groups name the receivers to tell
+                    follow_up(self.spool, t, remediation_note(rec, self.language), rec.ts, self.language)
         if self.notifier is not None:
             await self.notifier.tick(self.now)
 
@@ -235,6 +240,7 @@ async def _run(args: argparse.Namespace, settings: Settings, engine: Engine, sou
             try:
                 runner.remediator = Remediator(backend_for(settings.remediation), settings.remediation,
                                                SpoolAudit(spool, runner.topics))
+                runner.language = settings.notify.language or settings.language
             except BackendError as e:
                 print(f"gpuwarden run: remediation.auto is not applied: {e}", file=sys.stderr)
         if simulated and notifier.nowhere is None and not any(r.accept_simulated for r in settings.notify.receivers):
