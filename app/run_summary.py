@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from gpuwarden.app.display import fleet_words
+from gpuwarden.alert_text import is_update
 from gpuwarden.contract import AlertState, AlertTransition
 from gpuwarden.humantime import span
 from gpuwarden.streams.engine import Engine
@@ -29,7 +30,7 @@ class Fired:
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     def add(self, t: AlertTransition) -> None:
-        if t.state == AlertState.FIRING:
+        if t.state == AlertState.FIRING and not is_update(t):  # an update is no new alert
             self.counts[(t.tier.value, t.rule)] += 1
 
 
