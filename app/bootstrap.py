@@ -24,6 +24,7 @@ from typing import Any
 from gpuwarden.app.settings import Settings
 from gpuwarden.app.standalone import LIVE_STATE, STATE_NS, Runner
 from gpuwarden.contract import TaskSummary, Topics
+from gpuwarden.humantime import span
 from gpuwarden.history.prometheus import PromClient, PrometheusError, summaries
 from gpuwarden.history.sources import ReplayError, read_file, read_spool, spool_path, time_range
 from gpuwarden.spool import Spool
@@ -46,19 +47,19 @@ def _report(engine: Engine, sums: list[TaskSummary], interval: float) -> str:
     for s in sums:
         windows[s.task].add(s.ts)
     cfg = engine.config
-    lines = [f"{len(sums)} task summaries ({interval:g} s windows) for {len(windows)} task classes:"]
+    lines = [f"{len(sums)} task summaries ({span(interval)} windows) for {len(windows)} task classes:"]
     for cls in sorted(windows):
         ends = sorted(windows[cls])
-        hours = len(ends) * interval / 3600.0
+        covered = len(ends) * interval
         util = engine.classes.baseline(cls).get("util_gpu")
         if util is not None:
             state = f"baseline util {util.median:.0f} % ({util.low:.0f}-{util.high:.0f})"
         elif ends[-1] - ends[0] < cfg.observation_period:
-            state = (f"still learning: {(ends[-1] - ends[0]) / 86400:.1f} d of history, the observation "
-                     f"period is {cfg.observation_period / 86400:g} d")
+            state = (f"still learning: {span(ends[-1] - ends[0])} of history, the observation "
+                     f"period is {span(cfg.observation_period)}")
         else:
             state = f"still learning: fewer than {cfg.baseline_min_samples} summaries without an alert"
-        lines.append(f"  {cls}: {hours:.1f} h; {state}")
+        lines.append(f"  {cls}: {span(covered)}; {state}")
     return "\n".join(lines) + "\n"
 
 

@@ -23,12 +23,12 @@ from dataclasses import replace
 from typing import Any, TextIO
 
 from gpuwarden.app.live_view import Status, render
+from gpuwarden.app.remediate import AutoPolicy
 from gpuwarden.app.run_summary import Fired, summary, where_to_look
 from gpuwarden.app.settings import Settings
 from gpuwarden.contract import AlertTransition, Topics, batch_task_metrics, encode, record_key, unbatch
 from gpuwarden.humantime import moment, span
 from gpuwarden.notifiers.delivery import reread_on_sighup
-from gpuwarden.notifiers.followup import TOLD, follow_up, remediation_note
 from gpuwarden.notifiers.pipeline import Notifier
 from gpuwarden.producers.agent import build_source, simulated_extras, step_with_extras, stop_extras
 from gpuwarden.producers.servingsim import MAX_BATCH as SIM_MAX_BATCH
@@ -36,8 +36,6 @@ from gpuwarden.producers.servingsim import SERVICES as SIM_SERVICES
 from gpuwarden.producers.servingsim import SLO as SIM_SLO
 from gpuwarden.producers.simulator import SCENARIOS, Simulator, scenario_list, tick_for
 from gpuwarden.producers.source import Record, Source, paced
-from gpuwarden.remediation.act import Remediator, SpoolAudit, backend_for
-from gpuwarden.remediation.backends import BackendError
 from gpuwarden.spool import Spool
 from gpuwarden.streams.config import EngineConfig, ServiceServing
 from gpuwarden.streams.engine import Engine
@@ -133,8 +131,6 @@ class Runner:
         self.now = 0.0
         self.saved_at = time.monotonic()
         self.transitions = 0
-        self.remediator: Remediator | None = None  # the operator's auto policy, where turned on
-        self.language = "en"  # of the notes that tell an alert's receivers what the policy did
         self.fired = Fired()  # for the closing summary
 
     async def batch(self, records: list[Record]) -> None:
@@ -166,12 +162,6 @@ class Runner:
                 await self.notifier.handle(t)
         if self.json_out is not None and transitions:
             self.json_out.flush()
-        if self.remediator is not None:
-            for t in transitions:  # scontrol or the API server in a thread: the loop keeps going
-                rec = await asyncio.to_thread(self.remediator.on_transition, t)
-                if rec is not None and rec.outcome in TOLD and self.notifier is not None:
-                    self.notifier.save_state()  # the router's groups name the receivers to tell
-                    follow_up(self.spool, t, remediation_note(rec, self.language), rec.ts, self.language)
         if self.notifier is not None:
             await self.notifier.tick(self.now)
 
@@ -235,14 +225,8 @@ async def _run(args: argparse.Namespace, settings: Settings, engine: Engine, sou
         status = Status(started=started, duration=args.duration, zone=settings.notify.timezone,
                         receivers=tuple(r.name for r in settings.notify.receivers))
         # The router runs on the records' time; delivery (signatures, limits, Retry-After) on the wall clock.
-        notifier = runner.notifier = Notifier(settings, spool=spool, clock=lambda: runner.now)
-        if settings.remediation.auto and not simulated:
-            try:
-                runner.remediator = Remediator(backend_for(settings.remediation), settings.remediation,
-                                               SpoolAudit(spool, runner.topics))
-                runner.language = settings.notify.language or settings.language
-            except BackendError as e:
-                print(f"gpuwarden run: remediation.auto is not applied: {e}", file=sys.stderr)
+        notifier = runner.notifier = Notifier(settings, spool=spool, clock=lambda: runner.now,
+                                              on_routed=None if simulated else AutoPolicy.of(settings))
         if simulated and notifier.nowhere is None and not any(r.accept_simulated for r in settings.notify.receivers):
             status = replace(status, notice=SIMULATED_LOCAL)
             print(f"gpuwarden run: {SIMULATED_LOCAL}", file=sys.stderr)

@@ -10,6 +10,7 @@ from aiokafka.errors import TopicAlreadyExistsError
 
 from gpuwarden.config import KafkaConfig
 from gpuwarden.contract import ContractError, Topics, encode, record_key
+from gpuwarden.humantime import span
 from gpuwarden.kafka import kafka_kwargs
 from gpuwarden.topics import CONTROL
 from gpuwarden.notifiers.control import ControlRecord, ControlState, warn_each
@@ -74,7 +75,7 @@ async def catch_up(consumer: AIOKafkaConsumer, parts: list[TopicPartition], stat
     problems: list[str] = []
     while [p for p in parts if await consumer.position(p) < ends[p]]:
         if loop.time() > deadline:
-            raise TimeoutError(f"reading {parts[0].topic} took over {READ_TIMEOUT_S:.0f} s")
+            raise TimeoutError(f"reading {parts[0].topic} took over {span(READ_TIMEOUT_S)}")
         problems += poll(await consumer.getmany(timeout_ms=200), state)
     return problems
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 
 from gpuwarden.contract import AlertState, AlertTransition, Evidence, Tier
-from gpuwarden.humantime import span
+from gpuwarden.humantime import UNITS, span
 from gpuwarden.notifiers.markup import PLAIN, Dialect, Line, Mark, Marked, Span, own
 from gpuwarden.notifiers.message import Notification
 
@@ -114,11 +114,9 @@ def metric_words(key: str, language: str) -> str:
 
 
 def _dur(s: float, language: str) -> str:
-    """``15m00s`` in English (as the engine's own text); ``1 小时 5 分钟`` where the language has words."""
-    if (units := _DURATION_UNITS.get(language)) is not None:
-        return span(s, units)
-    s = int(s)
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+    """``15 min``, ``1 h 5 min`` (humantime's one style, as the alert summaries and the console
+    say it; #33: the evidence said ``0m00s`` beside them); ``1 小时 5 分钟`` where the language has words."""
+    return span(s, _DURATION_UNITS.get(language, UNITS))
 
 
 def _num(v: float) -> str:

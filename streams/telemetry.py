@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gpuwarden.humantime import span
 from gpuwarden.streams.stageseries import StageSeries
 
 #: Seconds between two refreshes of the lag gauges and carried-over counts.
@@ -95,7 +96,7 @@ class StreamMetrics:
         else the topics behind (lag > 0) with nothing applied for over :data:`STALLED_S`. Read
         from the HTTP thread: a worker whose loop stopped goes unready too, as its last lags age."""
         now = self.clock()
-        stuck = [f"{t} (lag {n}, nothing applied for {now - self._moved.get(t, now):.0f} s)"
+        stuck = [f"{t} (lag {n}, nothing applied for {span(now - self._moved.get(t, now))})"
                  for t, n in sorted(self._behind.items()) if n > 0 and now - self._moved.get(t, now) > STALLED_S]
         return "inputs not progressing: " + ", ".join(stuck) if stuck else None
 

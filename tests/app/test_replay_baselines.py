@@ -52,7 +52,7 @@ def test_replay_judges_against_bootstrapped_baselines(tmp_path: Path) -> None:
     boot.write_text(f"spool:\n  path: {tmp_path / 'boot' / 'spool.db'}\n{ENGINE}")
     done = gw("baseline", "--config", str(boot), "bootstrap", "--from-file", str(healthy), "--since", str(START),
               "--until", str(START + 7200))
-    assert done.returncode == 0 and "sd-finetune: 2.0 h; baseline util" in done.stdout, done.stderr
+    assert done.returncode == 0 and "sd-finetune: 1 h 59 min; baseline util" in done.stdout, done.stderr
 
     # Without the bootstrap every class is still learning (45 min observation period, 40 min replayed).
     plain = gw("replay", "--config", str(boot), "--from-file", str(starved), "--json")

@@ -21,7 +21,7 @@ def many(receiver: str, k: int) -> Notification:
 def test_render_has_evidence_and_action_in_both_languages():
     title, body = render_text(note("x", 1, tier=Tier.CRITICAL), Locale("en"))
     assert title.startswith("[CRITICAL]") and "Recommended action: Check the training loop" in body
-    assert "mem_used_gib=61.5" in body and "slope 0.8 GiB/h" in body and "held for 15m00s" in body
+    assert "mem_used_gib=61.5" in body and "slope 0.8 GiB/h" in body and "held for 15 min" in body
     title, body = render_text(note("x", 1, tier=Tier.CRITICAL), Locale("zh-CN"))
     assert title.startswith("[严重]") and "建议操作" in body and "证据" in body
     _, body = render_text(note("x", 1, state=AlertState.RESOLVED), Locale("en"))
