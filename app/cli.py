@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve only Alertmanager's webhook (notify.alertmanager_webhook), no Kafka")
     p.add_argument("--metrics-port", type=int, default=None,
                    help="serve Prometheus /metrics on this port (default: notify.metrics_port; off when unset)")
-    p.set_defaults(handler="gpuwarden.notifiers.worker:cmd_notify")
+    p.set_defaults(handler="gpuwarden.app.remediate:cmd_notify")  # the worker, with remediation.auto
 
     p = sub.add_parser("replay", help="feed recorded records through the engine (incident retros)")
     _add_config(p)

@@ -9,6 +9,7 @@ left the notifier's state.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from pathlib import Path
 
@@ -16,8 +17,9 @@ from gpuwarden.app.settings import Settings
 from gpuwarden.contract import AlertTransition, ContractError, RemediationOutcome, RemediationRecord, Topics, decode
 from gpuwarden.notifiers.control_cli import open_alerts, who
 from gpuwarden.notifiers.followup import TOLD, follow_up, remediation_note
+from gpuwarden.notifiers.pipeline import Notifier
 from gpuwarden.remediation.act import Action, Remediator, SpoolAudit, Target, audit_trail, backend_for
-from gpuwarden.remediation.backends import BackendError
+from gpuwarden.remediation.backends import Backend, BackendError
 from gpuwarden.spool import Spool
 
 EXIT_OK, EXIT_FAIL = 0, 1
@@ -105,3 +107,43 @@ def cmd_act(args: argparse.Namespace, settings: Settings) -> int:
     ok = rec.outcome in (RemediationOutcome.DONE, RemediationOutcome.ALREADY)
     print(describe(rec), file=sys.stdout if ok else sys.stderr)
     return EXIT_OK if ok else EXIT_FAIL
+
+
+class AutoPolicy:
+    """``remediation.auto``, applied as the notifier routes each transition (``gpuwarden run`` and
+    ``gpuwarden notify``): the listed rules' firing alerts are drained at once, the audit record
+    in the notifier's spool and the outcome told to the alert's receivers."""
+
+    def __init__(self, settings: Settings, backend: Backend) -> None:
+        self.settings, self.backend = settings, backend
+        self.language = settings.notify.language or settings.language
+
+    @classmethod
+    def of(cls, settings: Settings) -> AutoPolicy | None:
+        """The policy, or None when no rule is listed; a backend without its configuration says so
+        and is left out (alerts then wait for a person)."""
+        if not settings.remediation.auto:
+            return None
+        try:
+            backend = backend_for(settings.remediation)
+        except BackendError as e:
+            print(f"gpuwarden: remediation.auto is not applied: {e}", file=sys.stderr)
+            return None
+        return None if backend is None else cls(settings, backend)
+
+    async def __call__(self, notifier: Notifier, t: AlertTransition) -> None:
+        if t.rule not in self.settings.remediation.auto or notifier.spool is None:
+            return
+        spool = notifier.spool
+        r = Remediator(self.backend, self.settings.remediation, SpoolAudit(spool, Topics(self.settings.kafka.topic_prefix)))
+        rec = await asyncio.to_thread(r.on_transition, t)  # scontrol or the API server: the loop keeps going
+        if rec is not None and rec.outcome in TOLD:
+            notifier.save_state()  # the router's groups name the receivers to tell
+            follow_up(spool, t, remediation_note(rec, self.language), rec.ts, self.language)
+
+
+def cmd_notify(args: argparse.Namespace, settings: Settings) -> int:
+    """``gpuwarden notify`` with the remediation auto policy where the operator turned it on."""
+    from gpuwarden.notifiers.worker import cmd_notify as worker  # Kafka's client: only for this command
+
+    return worker(args, settings, on_routed=AutoPolicy.of(settings))

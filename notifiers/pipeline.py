@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from gpuwarden.contract import AlertTransition, Topics, encode
 from gpuwarden.spool import Spool
@@ -33,6 +33,8 @@ from gpuwarden.notifiers.settings import NotifierSettings
 log = logging.getLogger("gpuwarden.notify")
 STATE_NS, STATE_KEY = "notify", "router"
 REPEAT_KEY = "repeat-offenders"
+#: What a Notifier calls with each transition once routed (``on_routed``).
+OnRouted = Callable[["Notifier", AlertTransition], Awaitable[None]]
 
 
 #: A config without receivers: every alert is recorded, none is sent (a typo'd section used to
@@ -44,9 +46,12 @@ class Notifier:
     """Record, route, deliver; ``tick`` runs the timers (group flushes, repeats, escalation, spool drain)."""
 
     def __init__(self, settings: NotifierSettings, *, spool: Spool | None, clock: Callable[[], float] = time.time,
-                 delivery: Delivery | None = None, record_history: bool = True) -> None:
+                 delivery: Delivery | None = None, record_history: bool = True,
+                 on_routed: OnRouted | None = None) -> None:
         """``record_history``: append each transition to the spool's ``alerts`` log (standalone);
-        the Kafka worker passes False, the ``alerts`` topic being the history there."""
+        the Kafka worker passes False, the ``alerts`` topic being the history there. ``on_routed``:
+        called with each transition once routed (the composition root's remediation auto policy)."""
+        self.on_routed = on_routed
         self.config = settings.notify
         self.spool = spool
         self.clock = clock
@@ -74,6 +79,8 @@ class Notifier:
 
     async def handle(self, transition: AlertTransition) -> None:
         self._route(self.repeats.observe(transition))
+        if self.on_routed is not None:
+            await self.on_routed(self, transition)
 
     def _route(self, transitions: list[AlertTransition]) -> None:
         for t in transitions:

@@ -37,7 +37,7 @@ from gpuwarden.notifiers.delivery import CHANNELS, Delivery, reread_on_sighup
 from gpuwarden.notifiers.kafka import assign_from_beginning, catch_up, ensure_control_topic, poll
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.outbox import DeliveryLog
-from gpuwarden.notifiers.pipeline import Notifier
+from gpuwarden.notifiers.pipeline import Notifier, OnRouted
 from gpuwarden.notifiers.settings import NotifierSettings
 from gpuwarden.notifiers.telemetry import WorkerCounts, notifier_ready
 
@@ -58,13 +58,14 @@ class Stats:
 
 
 async def run_notify(settings: NotifierSettings, *, stop: asyncio.Event, delivery: Delivery | None = None,
-                     stats: Stats | None = None, kafka: bool = True, metrics_port: int | None = None) -> Stats:
+                     stats: Stats | None = None, kafka: bool = True, metrics_port: int | None = None,
+                     on_routed: OnRouted | None = None) -> Stats:
     """Consume until ``stop`` is set, and serve Alertmanager's webhook when ``notify.alertmanager_webhook``
     is set; ``kafka=False``: the webhook only. ``delivery`` may be injected (tests, benchmarks).
     Prometheus metrics on ``metrics_port`` (else ``notify.metrics_port``) when one is set."""
     stats = stats or Stats()
     spool = Spool(settings.spool.path, settings.spool.max_bytes, settings.spool.max_age)
-    notifier = Notifier(settings, spool=spool, delivery=delivery, record_history=False)
+    notifier = Notifier(settings, spool=spool, delivery=delivery, record_history=False, on_routed=on_routed)
     hangup = reread_on_sighup(notifier.delivery.reread_secrets)
     registry = notifier.delivery.metrics.registry
     registry.register(WorkerCounts(stats))
@@ -205,9 +206,10 @@ async def _one(r: ConsumerRecord, notifier: Notifier, producer: AIOKafkaProducer
     await notifier.handle(t)
 
 
-def cmd_notify(args: argparse.Namespace, settings: NotifierSettings) -> int:
+def cmd_notify(args: argparse.Namespace, settings: NotifierSettings, on_routed: OnRouted | None = None) -> int:
     """Run the notifier worker until SIGINT/SIGTERM; ``--log N`` prints the delivery log instead;
-    ``--no-kafka`` serves only Alertmanager's webhook (a bridge for sites without gpuwarden's pipeline)."""
+    ``--no-kafka`` serves only Alertmanager's webhook (a bridge for sites without gpuwarden's pipeline).
+    ``on_routed``: see :class:`Notifier` (the composition root passes the remediation auto policy)."""
     if getattr(args, "log", None) is not None:
         return _print_log(settings, args.log)
     kafka = not getattr(args, "no_kafka", False)
@@ -215,7 +217,7 @@ def cmd_notify(args: argparse.Namespace, settings: NotifierSettings) -> int:
         print(f"gpuwarden notify --no-kafka: {problem}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(_main(settings, kafka, getattr(args, "metrics_port", None)))
+        return asyncio.run(_main(settings, kafka, getattr(args, "metrics_port", None), on_routed))
     except am_server.ListenError as e:
         print(f"gpuwarden notify: {e.strerror}", file=sys.stderr)
         return 1
@@ -232,12 +234,12 @@ def _webhook_only_problem(cfg: NotifyConfig) -> str | None:
     return None
 
 
-async def _main(settings: NotifierSettings, kafka: bool, metrics_port: int | None) -> int:
+async def _main(settings: NotifierSettings, kafka: bool, metrics_port: int | None, on_routed: OnRouted | None) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    stats = await run_notify(settings, stop=stop, kafka=kafka, metrics_port=metrics_port)
+    stats = await run_notify(settings, stop=stop, kafka=kafka, metrics_port=metrics_port, on_routed=on_routed)
     print(f"consumed {stats.consumed} alert records, {stats.dead_letters} to the dead-letter topic, "
           f"{stats.stale} older than notify.max_backlog skipped; "
           f"{stats.from_alertmanager} alerts from Alertmanager's webhook",

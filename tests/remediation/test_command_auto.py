@@ -1,6 +1,5 @@
 """The command backend (an operator's own drain/resume/status programs, run without a shell) and
-the auto policy inside ``gpuwarden run``'s runner: a firing alert of a rule the operator listed
-is drained as the engine emits it, recorded as ``auto:<rule>``; one not listed waits for a person."""
+the remediation section's checks."""
 
 from __future__ import annotations
 
@@ -10,14 +9,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from gpuwarden.app.standalone import Runner
-from gpuwarden.contract import RemediationOutcome, Topics
-from gpuwarden.remediation.act import Remediator, SpoolAudit, Target, audit_trail, backend_for
+from gpuwarden.contract import RemediationOutcome
+from gpuwarden.remediation.act import Remediator, Target, backend_for
 from gpuwarden.remediation.config import RemediationConfig
-from gpuwarden.spool import Spool
-from gpuwarden.streams.config import EngineConfig
-from gpuwarden.streams.engine import Engine
-from tests.remediation.support import alert
 
 #: A stand-in for a site's drain tooling: keeps each node's drain reason in a file of its own.
 TOOL = '''import pathlib, sys
@@ -54,20 +48,6 @@ def test_the_command_backend_drains_once_and_resumes(tmp_path: Path) -> None:
     blind = Remediator(backend_for(blind_cfg), blind_cfg, records.append)
     assert blind.act(t, "drain", "frank").outcome is RemediationOutcome.DONE  # no status: it cannot tell, so it runs
     assert blind.act(t, "drain", "frank").outcome is RemediationOutcome.DONE
-
-
-async def test_gpuwarden_run_applies_the_auto_policy_as_alerts_fire(tmp_path: Path) -> None:
-    cfg = _config(tmp_path, auto=["xid-node-repeated"])
-    with Spool(tmp_path / "spool.db") as spool:
-        runner = Runner(Engine(config=EngineConfig()), spool, Topics(), json_out=None, record=None, notifier=None,
-                        state_key="t")
-        runner.remediator = Remediator(backend_for(cfg), cfg, SpoolAudit(spool, Topics()))
-        await runner.emit([alert("gn1", "xid-hardware"), alert("gn2", "xid-node-repeated"),
-                           alert("gn3", "xid-node-repeated", simulated=True)])
-        trail = list(audit_trail(spool, Topics()))
-    assert [(r.node, r.outcome, r.by) for r in trail] == [("gn2", RemediationOutcome.DONE, "auto:xid-node-repeated")]
-    assert (tmp_path / "gn2.drained").exists() and not (tmp_path / "gn1.drained").exists()
-    assert not (tmp_path / "gn3.drained").exists()
 
 
 def test_auto_must_name_offered_rules_and_a_command_backend_needs_its_programs() -> None:

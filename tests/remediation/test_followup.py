@@ -8,16 +8,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gpuwarden.app.remediate import act_on
+from gpuwarden.app.remediate import AutoPolicy, act_on
 from gpuwarden.app.settings import validate_settings
-from gpuwarden.app.standalone import Runner
 from gpuwarden.contract import Topics
 from gpuwarden.notifiers.outbox import decode_notification, outbox_topic
 from gpuwarden.notifiers.pipeline import Notifier
-from gpuwarden.remediation.act import Remediator, SpoolAudit, backend_for
+from gpuwarden.remediation.act import audit_trail
 from gpuwarden.spool import Spool
-from gpuwarden.streams.config import EngineConfig
-from gpuwarden.streams.engine import Engine
 from tests.notifiers.test_pipeline import EventClock, Recorder
 from tests.notifiers.test_router import receivers
 from tests.remediation.support import T0, alert, spool_alerts
@@ -73,13 +70,20 @@ async def test_the_note_speaks_the_notifiers_language(tmp_path: Path) -> None:
     assert note.alerts[0].summary.endswith("——下线（drain） gn1（command）：已完成，操作人 alice")
 
 
-async def test_gpuwarden_runs_auto_policy_tells_it_too(tmp_path: Path) -> None:
-    s = _settings(tmp_path)
-    cfg = s.remediation.model_copy(update={"auto": ["xid-hardware"]})
+async def test_the_auto_policy_drains_as_the_notifier_routes_and_tells_it(tmp_path: Path) -> None:
+    """As ``gpuwarden run`` and ``gpuwarden notify`` wire it: the notifier calls the policy with each
+    transition it routed; a listed rule's firing alert is drained, recorded as auto:<rule> and told;
+    an unlisted rule's waits for a person; a simulated one is never acted on."""
+    base = _settings(tmp_path)
+    s = base.model_copy(update={"remediation": base.remediation.model_copy(update={"auto": ["xid-node-repeated"]})})
     with Spool(s.spool.path) as spool:
-        runner = Runner(Engine(config=EngineConfig()), spool, Topics(), json_out=None, record=None,
-                        notifier=Notifier(s, spool=spool, clock=EventClock(T0), delivery=Recorder()), state_key="t")
-        runner.remediator = Remediator(backend_for(cfg), cfg, SpoolAudit(spool, Topics()))
-        await runner.emit([alert("gn4")])
+        n = Notifier(s, spool=spool, clock=EventClock(T0), delivery=Recorder(), on_routed=AutoPolicy.of(s))
+        for t in (alert("gn1", "xid-hardware"), alert("gn2", "xid-node-repeated"),
+                  alert("gn3", "xid-node-repeated", simulated=True)):
+            await n.handle(t)
+        trail = list(audit_trail(spool, Topics()))
+    assert [(r.node, r.outcome.value, r.by) for r in trail] == [("gn2", "done", "auto:xid-node-repeated")]
+    assert sorted(p.name for p in tmp_path.glob("*.drained")) == ["gn2.drained"]
     (note,) = _outbox(s, "team-chat")
-    assert note.alerts[0].summary.endswith("— drain gn4 through command: done, by auto:xid-hardware")
+    assert note.alerts[0].summary.endswith("— drain gn2 through command: done, by auto:xid-node-repeated")
+    assert AutoPolicy.of(base) is None  # auto is off unless the operator lists rules
