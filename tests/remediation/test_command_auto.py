@@ -1,5 +1,5 @@
 """The command backend (an operator's own drain/resume/status programs, run without a shell) and
-the remediation section's checks."""
+the remediation section's checks; audit records through export and import."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from gpuwarden.contract import RemediationOutcome
-from gpuwarden.remediation.act import Remediator, Target, backend_for
+from gpuwarden.contract import RemediationOutcome, Topics
+from gpuwarden.history.portable import HistoryFile, export_history, import_to_spool
+from gpuwarden.remediation.act import Remediator, SpoolAudit, Target, audit_trail, backend_for
 from gpuwarden.remediation.config import RemediationConfig
+from gpuwarden.spool import Spool
 
 #: A stand-in for a site's drain tooling: keeps each node's drain reason in a file of its own.
 TOOL = '''import pathlib, sys
@@ -56,3 +58,16 @@ def test_auto_must_name_offered_rules_and_a_command_backend_needs_its_programs()
     with pytest.raises(ValidationError, match="needs command.drain and command.resume"):
         RemediationConfig(backend="command")
     assert RemediationConfig().backend == "off" and RemediationConfig().auto == []  # off unless turned on
+
+
+def test_audit_records_travel_through_export_and_import(tmp_path: Path) -> None:
+    cfg = _config(tmp_path)
+    with Spool(tmp_path / "a.db") as spool:
+        r = Remediator(backend_for(cfg), cfg, SpoolAudit(spool, Topics()))
+        t = Target("fp1", "row-remap", "gn7", firing=True)
+        done = [r.act(t, "drain", "gina"), r.act(t, "resume", "gina")]
+        export_history(spool, tmp_path / "h.tar")
+    with HistoryFile(tmp_path / "h.tar") as hf, Spool(tmp_path / "b.db") as other:
+        hf.verify()
+        import_to_spool(hf, other)
+        assert list(audit_trail(other, Topics())) == done
