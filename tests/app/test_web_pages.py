@@ -165,3 +165,24 @@ def test_the_engine_state_is_loaded_once_per_save(tmp_path: Path, monkeypatch: p
     reader._reloading.join()
     assert reader.engine().until == NOW + 30 and len(loads) == 2
     reader.close()
+
+
+def test_an_eviction_or_a_new_file_rebuilds_the_indexes(tmp_path: Path) -> None:
+    config = tmp_path / "gpuwarden.yaml"
+    config.write_text(f"spool: {{path: {tmp_path / 'spool.db'}}}\n")
+    alerts = [a for a in _alerts() if a.state == AlertState.FIRING][:3]
+    with Spool(tmp_path / "spool.db") as spool:
+        spool.append_many([(TOPICS.alerts, a.fingerprint, a.ts - 3 * DAY, encode(a)) for a in alerts])
+    reader = SpoolReader(load_settings(config))
+    assert set(reader.firing()) == {a.fingerprint for a in alerts}
+
+    with Spool(tmp_path / "spool.db", max_age_s=DAY) as spool:
+        assert spool.evict(NOW) == 3  # their records older than a day: gone, and so are the alerts
+    assert reader.firing() == {}
+
+    for f in tmp_path.glob("spool.db*"):  # a new spool in its place (a new demo)
+        f.unlink()
+    with Spool(tmp_path / "spool.db") as spool:
+        spool.append(TOPICS.alerts, encode(alerts[0]), key=alerts[0].fingerprint, ts=alerts[0].ts)
+    assert set(reader.firing()) == {alerts[0].fingerprint}
+    reader.close()
