@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections import OrderedDict
 from pathlib import Path
 
 from gpuwarden.app.settings import Settings
@@ -114,9 +115,13 @@ class AutoPolicy:
     ``gpuwarden notify``): the listed rules' firing alerts are drained at once, the audit record
     in the notifier's spool and the outcome told to the alert's receivers."""
 
+    #: Episodes remembered as handled: an update or a redelivery of one is not a second attempt.
+    REMEMBERED = 10_000
+
     def __init__(self, settings: Settings, backend: Backend) -> None:
         self.settings, self.backend = settings, backend
         self.language = settings.notify.language or settings.language
+        self.handled: OrderedDict[tuple[str, float], None] = OrderedDict()
 
     @classmethod
     def of(cls, settings: Settings) -> AutoPolicy | None:
@@ -132,11 +137,16 @@ class AutoPolicy:
         return None if backend is None else cls(settings, backend)
 
     async def __call__(self, notifier: Notifier, t: AlertTransition) -> None:
-        if t.rule not in self.settings.remediation.auto or notifier.spool is None:
+        episode = (t.fingerprint, t.started_at)
+        if t.rule not in self.settings.remediation.auto or notifier.spool is None or episode in self.handled:
             return
         spool = notifier.spool
         r = Remediator(self.backend, self.settings.remediation, SpoolAudit(spool, Topics(self.settings.kafka.topic_prefix)))
         rec = await asyncio.to_thread(r.on_transition, t)  # scontrol or the API server: the loop keeps going
+        if rec is not None:
+            self.handled[episode] = None
+            while len(self.handled) > self.REMEMBERED:
+                self.handled.popitem(last=False)
         if rec is not None and rec.outcome in TOLD:
             notifier.save_state()  # the router's groups name the receivers to tell
             follow_up(spool, t, remediation_note(rec, self.language), rec.ts, self.language)

@@ -78,7 +78,8 @@ async def test_the_auto_policy_drains_as_the_notifier_routes_and_tells_it(tmp_pa
     s = base.model_copy(update={"remediation": base.remediation.model_copy(update={"auto": ["xid-node-repeated"]})})
     with Spool(s.spool.path) as spool:
         n = Notifier(s, spool=spool, clock=EventClock(T0), delivery=Recorder(), on_routed=AutoPolicy.of(s))
-        for t in (alert("gn1", "xid-hardware"), alert("gn2", "xid-node-repeated"),
+        repeated = alert("gn2", "xid-node-repeated")
+        for t in (alert("gn1", "xid-hardware"), repeated, repeated.model_copy(update={"ts": T0 + 60}),  # an update
                   alert("gn3", "xid-node-repeated", simulated=True)):
             await n.handle(t)
         trail = list(audit_trail(spool, Topics()))
