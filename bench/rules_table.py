@@ -6,7 +6,10 @@ run share it) and reports the
 detection delay from the fault's onset and the false alerts (attention/critical
 firings of rules not expected on that scenario), and what the rule gave on the real H200
 recordings (tests/streams/real_recordings.py: time-dilated to fill the windows; clock-capped
-also with its clock share lowered to 0.5 %). Then a week of ``healthy`` on 2 nodes x 8 GPUs.
+also with its clock share lowered to 0.5 %). Then the quiet cases (job-straggler on multi-node
+jobs that checkpoint and evaluate, or run pipeline stages that differ), a week of ``healthy`` on
+2 nodes x 8 GPUs and 15 days of it on 4 nodes (the multi-node job on 4 nodes: job-straggler's
+false alarms).
 
     .venv/bin/python bench/rules_table.py > /tmp/table.md
 """
@@ -25,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpuwarden.app.cli import main  # noqa: E402
 from tests.streams.real_recordings import REAL_RECORDINGS, dilate, firing, records  # noqa: E402
 from tests.streams.real_recordings import run as run_recording  # noqa: E402
-from tests.streams.scenario_table import CASES, START, case_run, expected_rules, onset_ts  # noqa: E402
+from tests.streams.scenario_table import CASES, QUIET_CASES, START, case_run, expected_rules, onset_ts  # noqa: E402
 
 
 def run(args: list[str], engine: dict) -> list[dict]:
@@ -85,6 +88,16 @@ def main_() -> None:
     info = [t for t in out if t["state"] == "firing" and t["tier"] == "info"]
     print(f"| healthy, 7 d, 2 nodes x 8 GPUs | (all) | - | - | - | {len(loud)} attention/critical, "
           f"{len(info)} info | |")
+    for scenario, rule, span, extra in QUIET_CASES:
+        out = run(["--simulate", scenario, "--duration", span, "--start", str(START), *extra], {"observation_period": "1d"})
+        said = sum(t["rule"] == rule and t["state"] == "firing" for t in out)
+        print(f"| {scenario} {' '.join(extra)}, {span} | {rule} | - | (must stay quiet) | - | {said} {rule} | |")
+    out = run(["--simulate", "healthy", "--nodes", "4", "--gpus", "2", "--duration", "15d", "--start", str(START)],
+              {"observation_period": "1d"})
+    said = sum(t["rule"] == "job-straggler" and t["state"] == "firing" for t in out)
+    loud = [t for t in out if t["state"] == "firing" and t["tier"] != "info"]
+    print(f"| healthy, 15 d, 4 nodes x 2 GPUs (the multi-node job on all 4) | job-straggler | - | - | - | "
+          f"{said} job-straggler, {len(loud)} attention/critical in all | |")
 
 
 if __name__ == "__main__":

@@ -47,6 +47,16 @@ THROTTLE_AT_C = 87.0
 LOWERED_LIMIT = 0.6
 """``power-limit-lowered``: the enforced power limit as a share of the board's default."""
 GPM_EVERY_S = 15.0
+STRAGGLER_SLOW = 1.25
+"""``straggler``: the slow node computes a step this many times as long (its SM clock 1/this)."""
+STAGE_COMPUTE = (0.62, 0.70, 0.70, 0.80)
+"""``pipeline-parallel``: each stage's (node's) compute share of a step; the rest is its bubble."""
+STAGE_TENSOR = (0.55, 0.72, 0.72, 0.80)
+"""``pipeline-parallel``: each stage's tensor-pipe share while it computes (embeddings, layers, head)."""
+CKPT_EVERY_S, CKPT_LEN_S, CKPT_STAGGER_S = 600.0, 60.0, 5.0
+"""``multinode-checkpoints``: a checkpoint every 10 min for 60 s, each node entering it 5 s after the one before."""
+EVAL_EVERY_S, EVAL_LEN_S = 1800.0, 240.0
+"""``multinode-checkpoints``: a 4-min evaluation at the end of every 30 min, all ranks at ~38 % utilisation."""
 RESTART_GAP_S = 120.0
 STRIKES = 2
 """A recurring job fault fails the job this many times: once at onset, once more in the requeued run."""
@@ -72,8 +82,9 @@ class ScenarioInfo:
     expected: list[str]
     placement: str = "none"
     """Which GPU a fault hits: ``single`` (a single-GPU job's GPU), ``multi`` (the
-    multi-GPU job, all its GPUs) or ``hw`` (a GPU of the multi-GPU job); ``serving``: a
-    simulated vLLM service of its own (``servingsim.py``), on the nodes in turn."""
+    multi-GPU job, all its GPUs), ``hw`` (a GPU of the multi-GPU job) or ``node`` (the
+    multi-GPU job's GPUs on the last node); ``serving``: a simulated vLLM service of its own
+    (``servingsim.py``), on the nodes in turn."""
     in_mixed: bool = True
     """False for faults ``mixed`` leaves out: they would erase other faults' signatures there."""
     nodes: int = 1
@@ -126,6 +137,30 @@ SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
           "attention: clock-capped-slower of llama-pretrain on sim-node-00 once the class has a baseline "
           "(step time above its band while the GPU is capped)",
           in_mixed=False),
+    _info("straggler", "node",
+          f"From onset the multi-node llama-pretrain job's GPUs on the last node run at "
+          f"{1 / STRAGGLER_SLOW:.0%} of their SM clock with no clock-event reason (a cap NVML does not "
+          f"report): each step takes {STRAGGLER_SLOW:.2f}x as long; the other nodes' GPUs wait in "
+          "communication (comm share 0.12 -> 0.30, utilisation still high from NCCL kernels, tensor "
+          "activity and power down) while the slow node computes the whole step (tensor activity up "
+          "against theirs, power down with its clock).",
+          "attention: job-straggler naming the last node (sim-node-03 of 4) and its llama-pretrain GPUs "
+          "within 10 min of onset: SM clock ~80 % of its peers', tensor activity above theirs, step time "
+          "up; likely cause a clock held down with no reason reported",
+          in_mixed=False, nodes=4),
+    _info("multinode-checkpoints", "multi",
+          f"The healthy multi-node llama-pretrain job, from onset checkpointing every "
+          f"{CKPT_EVERY_S / 60:.0f} min for {CKPT_LEN_S:.0f} s (each node entering it "
+          f"{CKPT_STAGGER_S:.0f} s after the one before) and running a {EVAL_LEN_S / 60:.0f}-min "
+          f"evaluation at the end of every {EVAL_EVERY_S / 60:.0f} min: every rank dips together.",
+          "no job-straggler alert", in_mixed=False, nodes=4),
+    _info("pipeline-parallel", "multi",
+          "llama-pretrain runs as pipeline stages, one per node, from the start: each stage computes "
+          f"its own share of a step ({', '.join(f'{c:.2f}' for c in STAGE_COMPUTE)}; the rest is its "
+          "pipeline bubble) with its own tensor activity, so the nodes' utilisation, tensor activity "
+          "and power differ, steadily; the clocks do not.",
+          "no job-straggler alert (the stages are compared with their own usual ratios)",
+          in_mixed=False, nodes=4),
     _info("xid-79", "single",
           "At onset the target GPU falls off the bus: XID 79 then gpu_lost; afterwards its samples "
           "carry only index/uuid/name (every reading null) and its task exits with an error.",
@@ -245,7 +280,7 @@ SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
           in_mixed=False),
 )}
 
-FAULTS = [n for n, s in SCENARIOS.items() if s.placement in ("single", "multi", "hw")]
+FAULTS = [n for n, s in SCENARIOS.items() if s.placement in ("single", "multi", "hw", "node")]
 SERVING = [n for n, s in SCENARIOS.items() if s.placement == "serving"]
 MIXED_FAULTS = [n for n in FAULTS if SCENARIOS[n].in_mixed]
 
@@ -364,6 +399,8 @@ class GpuSim:
         if "thermal-throttle" in self.faults and since >= 0 and self.temp >= THROTTLE_AT_C:
             reasons |= clocks.HW_THERMAL
             sm, power, self.slow = int(sm * 0.72), power * 0.8, 1.35
+        if "straggler" in self.faults and since >= 0 and duty >= 0.05:  # no reason bit: silent
+            sm, power = int(sm / STRAGGLER_SLOW), power * 0.85
         if "power-cap" in self.faults and since >= 0 and duty >= 0.05 and rng.random() < 0.6:
             reasons |= clocks.HW_POWER_BRAKE | clocks.HW_SLOWDOWN
             sm, power, self.slow = int(spec.sm_max_mhz * 0.55), spec.power_limit_w * 0.45, 1.6
@@ -518,15 +555,47 @@ def _activity(gpu: GpuSim, job: Job | None, ts: float, since: float) -> tuple[fl
     faults = job_faults(job)
     if "idle-allocated" in faults and since >= 0:
         return 0.0, 0.0, 0.0
-    if job.ckpt_until is not None:
+    if _in_checkpoint(gpu, job, ts, since):
         return 0.12, 0.08, 0.1
+    if "multinode-checkpoints" in faults and since >= 0 and since % EVAL_EVERY_S >= EVAL_EVERY_S - EVAL_LEN_S:
+        return 0.38, 0.3, job.cls.tensor * 0.7
     if job.cls.serve:
         load = 0.55 + 0.3 * math.sin(ts / 3600.0 * math.pi / 6) + gpu.rng.gauss(0, 0.08)
         load = min(0.98, max(0.05, load))
         return load, load * 0.9, job.cls.tensor
     data, comm = shares(job, since)
     compute = 1.0 - data - comm
+    if "straggler" in gpu.faults and since >= 0:  # the slow node computes the whole step, waits the least
+        comm = job.cls.comm_share
+        compute = 1.0 - data - comm
+    if "pipeline-parallel" in faults:
+        stage = _stage(gpu)
+        compute = STAGE_COMPUTE[stage % len(STAGE_COMPUTE)]
+        return compute + (1.0 - data - compute) * 0.5, compute, STAGE_TENSOR[stage % len(STAGE_TENSOR)]
     return min(1.0, compute + comm * 0.9), compute, job.cls.tensor
+
+
+def _stage(gpu: GpuSim) -> int:
+    """The node's place in the multi-node job (its ranks are the job's GPUs, node by node)."""
+    return gpu.rank // gpu.node.sim.per_node
+
+
+def _in_checkpoint(gpu: GpuSim, job: Job, ts: float, since: float) -> bool:
+    """The GPU is writing its job's checkpoint; ``multinode-checkpoints``: each node enters (and
+    leaves) it ``CKPT_STAGGER_S`` after the node before it."""
+    if "multinode-checkpoints" not in job_faults(job) or since < 0:
+        return job.ckpt_until is not None
+    lag = CKPT_STAGGER_S * _stage(gpu)
+    if job.ckpt_until is not None:
+        return ts >= job.ckpt_until - CKPT_LEN_S + lag
+    return ts < job.last_ckpt + lag
+
+
+def checkpoints(job: Job, since: float) -> tuple[float, float]:
+    """(every, how long) of the job's checkpoints now."""
+    if since >= 0 and "multinode-checkpoints" in job_faults(job):
+        return CKPT_EVERY_S, CKPT_LEN_S
+    return job.cls.ckpt_every_s, job.cls.ckpt_len_s
 
 
 def _unused(gpu: GpuSim, since: float) -> bool:
@@ -546,6 +615,8 @@ def shares(job: Job, since: float) -> tuple[float, float]:
     faults = job_faults(job) if since >= 0 else set()
     data = 0.55 if "dataloader-starvation" in faults else job.cls.data_share
     comm = 0.45 if "comm-bound" in faults else job.cls.comm_share
+    if "straggler" in faults:  # the others wait for the slow node: the step takes STRAGGLER_SLOW x
+        comm = 1.0 - data - (1.0 - job.cls.data_share - job.cls.comm_share) / STRAGGLER_SLOW
     return data, comm
 
 
@@ -646,7 +717,7 @@ class Simulator:
         self._rng = random.Random(f"{seed}/jobs")
         self.jobs: list[Job] = []
         self._next_slurm = 41000 + self._rng.randint(0, 5000)
-        self._half = max(1, gpus // 2)
+        self.per_node = max(1, gpus // 2)  # the multi-node job's GPUs per node
         self.placement = self._place_faults(names)
         self._start_jobs()
         self.serving = self._place_services(names)
@@ -686,17 +757,18 @@ class Simulator:
         """Fault scenario -> (node, gpu); single-GPU slots first, spread over nodes."""
         faults = [f for n in names for f in (MIXED_FAULTS if n == "mixed" else [n]) if f in FAULTS]
         nodes, gpus = len(self.nodes), len(self.nodes[0].gpus)
-        single = [(n, g) for g in range(self._half, gpus) for n in range(nodes)] or [(0, 0)]
-        hw = [(n, g) for g in range(self._half - 1, -1, -1) for n in range(nodes)]
-        used = {"single": 0, "hw": 0, "multi": 0}
+        single = [(n, g) for g in range(self.per_node, gpus) for n in range(nodes)] or [(0, 0)]
+        hw = [(n, g) for g in range(self.per_node - 1, -1, -1) for n in range(nodes)]
+        used = {"single": 0, "hw": 0, "multi": 0, "node": 0}
         out: dict[str, tuple[int, int]] = {}
         for f in dict.fromkeys(faults):
             kind = SCENARIOS[f].placement
-            slots = {"single": single, "hw": hw, "multi": [(0, 0)]}[kind]
+            slots = {"single": single, "hw": hw, "multi": [(0, 0)], "node": [(nodes - 1, 0)]}[kind]
             out[f] = slots[used[kind] % len(slots)]
             used[kind] += 1
             n, g = out[f]
-            self.nodes[n].gpus[g].faults.add(f)
+            for gpu in self.nodes[n].gpus[g:self.per_node] if kind == "node" else [self.nodes[n].gpus[g]]:
+                gpu.faults.add(f)
         return out
 
     def _place_services(self, names: list[str]) -> list[ServingSim]:
@@ -717,11 +789,11 @@ class Simulator:
         return out
 
     def _start_jobs(self) -> None:
-        multi = [node.gpus[i] for node in self.nodes for i in range(self._half)]
+        multi = [node.gpus[i] for node in self.nodes for i in range(self.per_node)]
         self._launch(LLAMA, multi, self.start_ts)
         for node in self.nodes:
-            for i in range(self._half, len(node.gpus)):
-                cls = SINGLE[(i - self._half) % len(SINGLE)]
+            for i in range(self.per_node, len(node.gpus)):
+                cls = SINGLE[(i - self.per_node) % len(SINGLE)]
                 self._launch(cls, [node.gpus[i]], self.start_ts)
 
     def _launch(self, cls: TaskClass, gpus: list[GpuSim], ts: float) -> Job:
@@ -812,8 +884,9 @@ class Simulator:
                 job.ckpt_until, job.last_ckpt = None, ts
                 out.append(self._metric(job, ts, TaskMetricKind.CHECKPOINT_END, step=job.reported_step))
             return out
-        if ts - job.last_ckpt >= cls.ckpt_every_s:
-            job.ckpt_until = ts + cls.ckpt_len_s
+        every, length = checkpoints(job, since)
+        if ts - job.last_ckpt >= every:
+            job.ckpt_until = ts + length
             out.append(self._metric(job, ts, TaskMetricKind.CHECKPOINT_BEGIN, step=job.reported_step))
             return out
         data, comm = shares(job, since)

@@ -43,6 +43,7 @@ from gpuwarden.streams.metrics import CLASS_ROW, SCOPES
 from gpuwarden.streams.reorder import ReorderBuffer
 from gpuwarden.streams.rules import DeviationC, RulePack, rule_leaves
 from gpuwarden.streams.statecodec import state
+from gpuwarden.streams.straggler import StragglerJudge, open_slots
 from gpuwarden.streams.windows import BucketWindow
 
 VERSION_HORIZON = 600.0
@@ -63,7 +64,8 @@ class JobState:
 @state
 class ClassState:
     __slots__ = ("task", "first_ts", "max_ts", "values", "cache", "cache_ts", "jobs", "versions",
-                 "job_alerts", "buffer", "received", "heap", "newest", "late")
+                 "job_alerts", "buffer", "received", "heap", "newest", "late", "ranks")
+    ADDED = {"ranks": dict}  # state written before jobs' nodes were compared (streams/straggler.py)
 
     def __init__(self, task: str, first_ts: float, keep: int) -> None:
         self.task = task
@@ -80,6 +82,7 @@ class ClassState:
         self.heap: list = []  # (ts, task_id, node), lazily pruned: finds the slowest live contributor
         self.newest = first_ts  # newest received
         self.late = 0
+        self.ranks: dict = {}  # task_id -> JobRanks: its nodes compared (streams/straggler.py)
 
 
 class _ClassCtx(Context):
@@ -126,6 +129,7 @@ class ClassStage:
         self.cfg = config
         self._classes: dict[str, ClassState] = {}
         self._ctx = _ClassCtx(self)
+        self._stragglers = StragglerJudge(rules.by_scope["rank"], float(config.job_expiry))
         self._maxlen = int(config.history // config.summary_interval) + 1
         self.lateness = float(config.summary_lateness)
         #: (mads, min_delta) of the first deviation rule on each metric: the band shown is the one judged.
@@ -193,6 +197,7 @@ class ClassStage:
             cls = self._classes[c]
             for alerts in [*(j.alerts for j in cls.jobs.values()), *cls.job_alerts.values()]:
                 out.extend((fp, s) for fp, s in alerts.items() if s.firing_since is not None)
+            out.extend(open_slots(cls.ranks))
         return out
 
     def process(self, summary: TaskSummary, gate: float = math.inf) -> list[AlertTransition]:
@@ -283,6 +288,7 @@ class ClassStage:
         job_labels = {k: v for k, v in job.labels.items() if k != "node"}
         out += evaluate(self.rules.by_scope["job"], ctx, t, {"task": job.task_id}, job_labels,
                         cls.job_alerts.setdefault(summary.task_id, {}))
+        out += self._stragglers.take(cls.ranks, summary)
         if not job.alerts:
             for k, v in summary.stats.items():
                 if k in cls.values:
@@ -309,7 +315,7 @@ class ClassStage:
             if tid not in live:
                 out += resolve_all(cls.job_alerts.pop(tid, {}), t)
                 del cls.versions[tid]
-        return out
+        return out + self._stragglers.expire(cls.ranks, live, t)
 
 
 def _item(summary: TaskSummary) -> tuple[float, tuple[str, str], TaskSummary]:

@@ -123,6 +123,10 @@ GPU_COLUMNS = (
            "(1.0 if util_gpu < IDLE_UTIL else 0.0) if index in owners and util_gpu is not None else 0.0"),
     Column("present", ("util_gpu", "mem_used_bytes", "temp_gpu_c"),
            "0.0 if util_gpu is None and mem_used_bytes is None and temp_gpu_c is None else 1.0"),
+    # GPM's tensor-pipe activity (%, absent without GPM) and NVLink links down: a job's ranks
+    # compared with each other (streams/straggler.py)
+    Column("tensor_active", ("tensor_active",)),
+    Column("nvlink_down", ("nvlink_down",), "None if nvlink_down is None else float(nvlink_down)"),
 )
 GPU_DERIVED_COLUMNS = (
     Derived("mem_used_frac", "ratio", "mem_used_gib", "mem_total_gib"),

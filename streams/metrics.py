@@ -67,5 +67,26 @@ SCOPES: dict[str, dict[str, Metric]] = {
                                "distinct driver/CUDA versions across the job's nodes, minus one"),
         "nodes": Metric("scalar", "nodes", "nodes the job reported from in the last 10 min"),
     },
+    # One node of a multi-node job in its newest judged minute, against the job's other nodes
+    # (streams/straggler.py); absent in a minute not judged (a node not busy, one node alone).
+    "rank": {
+        "straggler": Metric("scalar", "bool", "1 if the node holds the job back this minute: its slowest GPU's "
+                            "clock or its tensor activity against its peers' moved past its usual ratio"),
+        "clock_vs_peers": Metric("scalar", "ratio", "the node's slowest GPU's SM clock over the peers' median"),
+        "clock_usual": Metric("scalar", "ratio", "clock_vs_peers usual for the node (1 until 10 minutes known)"),
+        "tensor_vs_peers": Metric("scalar", "ratio", "the node's tensor activity over the peers' median"),
+        "tensor_usual": Metric("scalar", "ratio", "tensor_vs_peers usual for the node (after 10 minutes)"),
+        "power_vs_peers": Metric("scalar", "ratio", "the node's power over the peers' median"),
+        "peers_comm_share": Metric("scalar", "fraction", "the peers' communication share of a step (SDK)"),
+        "step_time_rise": Metric("scalar", "fraction", "the job's step time over its best recent minute, minus 1"),
+        "nodes": Metric("scalar", "nodes", "nodes of the job in the judged minute"),
+        "thermal_cap": Metric("scalar", "fraction", "share of the minute a GPU of the node was thermally capped"),
+        "power_brake": Metric("scalar", "fraction", "share of the minute a GPU of the node had HW power brake "
+                              "or HW slowdown set"),
+        "power_limit_frac": Metric("scalar", "fraction", "the node's lowest power limit over its default"),
+        "remap_pending": Metric("scalar", "fraction", "share of the minute a GPU of the node had a row remap pending"),
+        "ecc_uncorrected": Metric("scalar", "errors", "uncorrected ECC errors of the node's worst GPU (volatile)"),
+        "nvlink_down": Metric("scalar", "links", "NVLink links down on the node's worst GPU"),
+    },
 }
 

@@ -198,7 +198,7 @@ class Cause(_M):
 
 class RuleSpec(_M):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$", max_length=128)
-    scope: Literal["gpu", "task", "node", "class", "job"]
+    scope: Literal["gpu", "task", "node", "class", "job", "rank"]
     tier: Tier
     when: Condition
     for_: Duration = Field(default=0.0, alias="for")
@@ -552,6 +552,9 @@ def _compile_growth(g: Growth, known: dict, evidence: bool) -> Check:
             ctx.ev["slope"], ctx.ev["slope_unit"] = _r(v.slope * per), unit
             ctx.ev["monotonic"] = None if v.monotonic is None else round(v.monotonic, 3)
             ctx.note_window(v.window_s)
+            done = ctx.checkpoints_since(ctx.now - v.window_s)  # over the growth's own window
+            if done is not None:
+                vals["checkpoints"] = done
         return v.holds
     return growth
 

@@ -5,6 +5,11 @@ over the interval's buckets of the window column of the same name, except ``mem_
 the highest bucket maximum of memory used over memory total on any of the task's GPUs, and
 ``cap_clock_loss``: per bucket the highest of the task's GPUs (a synchronous job runs at its
 slowest GPU's pace, so one capped GPU of eight costs the job its clock, not an eighth of it).
+The cause columns (thermal cap, power brake, HW slowdown, remap pending, uncorrected ECC,
+NVLink links down) are per bucket the highest too, and ``clock_frac`` and ``power_limit_frac``
+the lowest: the node's slowest GPU, which a job's ranks on other nodes wait for
+(``gpuwarden.streams.straggler`` compares them across the job's nodes). The label ``gpus``
+names the task's GPU indices on the node.
 
 ``util_gpu`` leaves out buckets spent mostly inside SDK checkpoints (``checkpoint_begin`` to
 ``checkpoint_end``): the GPU idles while a checkpoint is written, and a class's baseline and the
@@ -20,12 +25,16 @@ from gpuwarden.streams.windows import ClosedBucket
 
 #: Means of the task's own columns, then of its GPUs' columns: the order ``stats`` are written in.
 TASK_STATS = ("util_gpu", "step_time_s", "data_wait_share", "comm_share")
-GPU_STATS = ("power_w", "temp_per_w")
+GPU_STATS = ("power_w", "temp_per_w", "tensor_active")
 #: Per bucket the highest over the task's GPUs, then the mean over the interval's buckets.
-GPU_MAX_STATS = ("cap_clock_loss",)
+GPU_MAX_STATS = ("cap_clock_loss", "thermal_cap", "power_brake", "hw_slowdown", "remap_pending",
+                 "ecc_uncorrected", "nvlink_down")
+#: Per bucket the lowest over the task's GPUs, then the mean over the interval's buckets.
+GPU_MIN_STATS = ("clock_frac", "power_limit_frac")
 _TASK_AT = tuple((k, TASK_INDEX[k]) for k in TASK_STATS)
 _GPU_AT = tuple((k, GPU_INDEX[k]) for k in GPU_STATS)
 _GPU_MAX_AT = tuple((k, GPU_INDEX[k]) for k in GPU_MAX_STATS)
+_GPU_MIN_AT = tuple((k, GPU_INDEX[k]) for k in GPU_MIN_STATS)
 _UTIL, _STEP = TASK_INDEX.util_gpu, TASK_INDEX.step_time_s
 _MEM, _TOT = GPU_INDEX.mem_used_gib, GPU_INDEX.mem_total_gib
 #: Task labels a summary carries (stage 2's job labels).
@@ -48,6 +57,7 @@ def fold(st: NodeState, task: TaskState, bucket: ClosedBucket, in_checkpoint: bo
         if not (in_checkpoint and at == _UTIL):
             totals.add(stat, means[at])
     highest: dict[str, float] = {}
+    lowest: dict[str, float] = {}
     for i in task.gpus:
         gs = st.gpus.get(i)
         if gs is None or gs.win.last_end() != bucket.end:
@@ -62,7 +72,13 @@ def fold(st: NodeState, task: TaskState, bucket: ClosedBucket, in_checkpoint: bo
             v = w.latest(at)
             if v is not None and v >= highest.get(stat, v):
                 highest[stat] = v
+        for stat, at in _GPU_MIN_AT:
+            v = w.latest(at)
+            if v is not None and v <= lowest.get(stat, v):
+                lowest[stat] = v
     for stat, v in highest.items():
+        totals.add(stat, v)
+    for stat, v in lowest.items():
         totals.add(stat, v)
 
 
@@ -77,13 +93,14 @@ def summarise(st: NodeState, t: float, window_s: float) -> list[TaskSummary]:
         if not totals.samples:
             continue
         stats = {}
-        for stat in TASK_STATS + GPU_STATS + GPU_MAX_STATS:
+        for stat in TASK_STATS + GPU_STATS + GPU_MAX_STATS + GPU_MIN_STATS:
             mean = totals.mean(stat)
             if mean is not None:
                 stats[stat] = round(mean, 6)
         if totals.mem_peak_frac is not None:
             stats["mem_peak_frac"] = round(totals.mem_peak_frac, 6)
         labels = {k: v for k, v in task.labels.items() if k in LABELS}
+        labels["gpus"] = ",".join(str(i) for i in sorted(task.gpus))
         if st.driver_version:
             labels["driver_version"] = st.driver_version
         if st.cuda_version:

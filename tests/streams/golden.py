@@ -19,7 +19,12 @@ issue #30, idle while allocated: idle-allocated-gpu counts idleness under the GP
 ``unused_for`` is 7.5 min (670 s, was 2020), and GPU windows no longer keep 30 min of
 ``idle_allocated``, so every stage-1 state digest changed; issue #30, causes re-judged: alert slots
 hold the cause stated and when, so the digests of states with a slot changed, and clock-capped's power
-is its 10-min mean like its other figures, not a 5-min one). A change meant to alter
+is its 10-min mean like its other figures, not a 5-min one; issue #35, straggler detection: summaries
+carry the node's slowest GPU's clock, tensor activity, the cause columns and the label ``gpus``, GPU
+windows two more columns (``tensor_active``, ``nvlink_down``), so every summaries and stage-1 state
+digest changed; job-straggler fires on thermal-throttle (640 s), power-cap, power-limit-lowered and
+mixed (460 s: a capped GPU of the 2-node llama-pretrain holds it back) and on the new scenarios
+``straggler`` (460 s), ``multinode-checkpoints`` and ``pipeline-parallel`` (quiet)). A change meant to alter
 them re-records it:
 
     .venv/bin/python tests/streams/golden.py > tests/fixtures/engine_golden.jsonl

@@ -61,6 +61,14 @@ CASES: list[tuple[str, str, str, float, str, tuple[str, ...], dict]] = [
     ("preemption-storm", "scheduler-requeued", "info", 660, "25m", (), {}),
     ("preemption-storm", "scheduler-requeued-repeatedly", "attention", 1260, "25m", (), {}),
     ("gpus-unused", "job-gpus-unused", "attention", 600, "40m", (), {}),
+    # One node of a 4-node job silently slow (streams/straggler.py): an hour of the job's own history first.
+    ("straggler", "job-straggler", "attention", 600, "80m", ("--nodes", "4", "--onset", "1h"), {}),
+]
+#: Scenarios where a rule must stay quiet (multi-node jobs whose ranks all dip together or differ
+#: by design): scenario, rule, run span, extra `gpuwarden run` args.
+QUIET_CASES: list[tuple[str, str, str, tuple[str, ...]]] = [
+    ("multinode-checkpoints", "job-straggler", "4h", ("--nodes", "4", "--onset", "1h")),
+    ("pipeline-parallel", "job-straggler", "4h", ("--nodes", "4", "--onset", "1h")),
 ]
 #: Rules written in code, not in the rule pack (their cases are above).
 CODED_RULES = {"scheduler-wait-above-baseline", "scheduler-fragmentation", "scheduler-requeued",

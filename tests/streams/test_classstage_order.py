@@ -99,7 +99,7 @@ def _bytes(transitions: list[AlertTransition]) -> dict[str, list[bytes]]:
 
 
 def _stage2_rules() -> set[str]:
-    return {r.name for r in RULES.by_scope["class"] + RULES.by_scope["job"]}
+    return {r.name for r in RULES.by_scope["class"] + RULES.by_scope["job"] + RULES.by_scope["rank"]}
 
 
 @pytest.mark.parametrize(("scenario", "nodes"), RUNS)
