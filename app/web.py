@@ -202,8 +202,9 @@ def build_app(settings: Settings) -> Starlette:
         listed = paginate(fleet.groups, number, fingerprint=fingerprint)
         if reader is not None:
             charts = await asyncio.to_thread(reader.charts, [c.alert for c in listed.cards()], fleet.as_of)
-            listed = replace(listed, groups=[(labels, [replace(c, chart=charts.get(c.alert.fingerprint)) for c in cards],
-                                              n) for labels, cards, n in listed.groups])
+            listed = replace(listed, groups=[
+                (labels, [replace(c, chart=charts.get(c.alert.fingerprint)) for c in cards], n)
+                for labels, cards, n in listed.groups])
         return fleet, listed
 
     async def classes(request: Request) -> Response:
