@@ -41,6 +41,7 @@ BENCHMARKS: list[tuple[str, str, list[str], bool]] = [
     ("signal_exit", "A run's exit after a signal while a chat holds its deliveries (vs nothing held)", ["3"], False),
     ("notify_latency", "Kafka alert → fake Feishu latency", [], True),
     ("history_io", "History: replay sources, export/import vs the engine", [], False),
+    ("console_pages", "Console pages over the demo's spool and a synthetic week of 64 GPUs (vs a static file)", [], False),
     ("scale_run", "Scale run: 10,000 simulated GPUs at 1 Hz, 5 min, real Kafka, two stream workers", [], True),
     ("scheduler_collector", "Scheduler collector per poll with 10,000 jobs queued (vs the squeue --json call), "
      "and the engine's scheduler stage per job record", [], False),
