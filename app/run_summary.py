@@ -9,6 +9,7 @@ GPUs" with no rows, no list of what fired: #33); these lines are the same with o
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gpuwarden.app.display import fleet_words
@@ -25,13 +26,22 @@ _ORDER = ("critical", "attention", "info")
 
 @dataclass
 class Fired:
-    """The alerts a run raised: firing transitions counted by (tier, rule)."""
+    """The alerts a run raised: firing transitions counted by (tier, rule), as the notifier
+    recorded them in the spool's alert log (the console's history: with its repeat-offender
+    alerts, without updates of an open alert), not as the engine emitted them."""
 
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     def add(self, t: AlertTransition) -> None:
         if t.state == AlertState.FIRING and not is_update(t):  # an update is no new alert
             self.counts[(t.tier.value, t.rule)] += 1
+
+    @classmethod
+    def of(cls, log: Iterable[AlertTransition]) -> Fired:
+        fired = cls()
+        for t in log:
+            fired.add(t)
+        return fired
 
 
 def fit(head: str, items: list[str], width: int = WIDTH) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from gpuwarden.alert_text import is_update
 from gpuwarden.app.run_summary import TIERS, WIDTH
 from gpuwarden.contract import AlertState, AlertTransition, Topics, decode
 from gpuwarden.spool import Spool
@@ -25,10 +26,10 @@ FLEET = "3 nodes with 24 GPUs sampled; 5 known only from the scheduler"
 
 
 def _fired(spool: Path) -> Counter[str]:
-    """Firing transitions per tier, as the run left them in its spool."""
+    """New alerts per tier (firing, not an update of an open one), as the run left them in its spool."""
     with Spool(spool) as s:
         alerts = [decode(r.value, AlertTransition) for r in s.read(Topics().alerts)]
-    return Counter(t.tier.value for t in alerts if t.state == AlertState.FIRING)
+    return Counter(t.tier.value for t in alerts if t.state == AlertState.FIRING and not is_update(t))
 
 
 def _check(summary: list[str], spool: Path) -> None:
