@@ -9,7 +9,12 @@ Two spools, each served by a real ``gpuwarden web`` (a subprocess, over HTTP):
    alerts a day stay open), then the last ``--tail`` (2 h) a real ``gpuwarden run --simulate mixed``
    of the same nodes into the same spool, which leaves its engine state and open alerts.
 
-Per page: the first request after the console started (it reads the spool's indexes, the engine
+3. beside a writer: a console started on an empty spool while ``gpuwarden run --simulate mixed --nodes 2
+   --gpus 8 --duration 3h`` writes into it (as fast as it can: about a minute here), its pages asked
+   for in turn until the run ends: each request reads what was appended since the one before, and
+   the engine state whenever the run saved it.
+
+Per spool page: the first request after the console started (it reads the spool's indexes, the engine
 state and the first page of charts at start, so this one may wait for that), then the median of
 ``--repeat`` (5) more. The reference, in the same run and through the same server, after the pages: a
 static file (``/static/console.css``), i.e. what HTTP, the server and the client cost without reading anything.
@@ -39,6 +44,7 @@ from gpuwarden.units import parse_duration
 GPUWARDEN = Path(sys.executable).with_name("gpuwarden")
 PAGES = ("/", "/alerts", "/alerts?page=2", "/classes", "/services", "/scheduler", "/silences", "/retro")
 REFERENCE = "/static/console.css"
+LIVE_PAGES = ("/", "/alerts", "/classes", "/scheduler", "/silences", REFERENCE)
 #: Rules whose alerts the synthetic week leaves open (hardware faults stay until someone acts).
 STICKY = {"gpu-lost", "ecc-double-bit", "row-remap"}
 DAY = 86400.0
@@ -182,6 +188,36 @@ def time_pages(config: Path, repeat: int) -> list[dict[str, object]]:
     return rows
 
 
+def time_beside_a_run(out: Path) -> list[dict[str, object]]:
+    """Pages while a simulated run writes into the console's spool (see the module's words)."""
+    d = out / "live"
+    d.mkdir(parents=True, exist_ok=True)
+    for f in d.glob("spool.db*"):
+        f.unlink()
+    config = d / "gpuwarden.yaml"
+    config.write_text(f"spool: {{path: {d / 'spool.db'}}}\n")
+    proc, url = _serve(config)
+    times: dict[str, list[float]] = {p: [] for p in LIVE_PAGES}
+    try:
+        run = subprocess.Popen([str(GPUWARDEN), "run", "--config", str(config), "--simulate", "mixed", "--nodes", "2",
+                                "--gpus", "8", "--duration", "3h", "--json"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with httpx.Client(base_url=url, timeout=600) as http:
+            while run.poll() is None:
+                for path in LIVE_PAGES:
+                    t0 = time.perf_counter()
+                    http.get(path).raise_for_status()
+                    times[path].append(time.perf_counter() - t0)
+        if run.returncode != 0:
+            sys.exit(f"gpuwarden run beside the console: exit {run.returncode}")
+    finally:
+        proc.terminate()
+        proc.wait()
+    return [{"page": p, "requests": len(ts), "median_ms": round(statistics.median(ts) * 1000, 1),
+             "p90_ms": round(sorted(ts)[int(0.9 * len(ts))] * 1000, 1), "max_ms": round(max(ts) * 1000, 1)}
+            for p, ts in times.items() if ts]
+
+
 def _spool_bytes(config: Path) -> int:
     return sum(f.stat().st_size for f in config.parent.glob("spool.db*"))
 
@@ -221,6 +257,11 @@ def main() -> int:
         for r in rows:
             print(f"{r['page']:<18}{r['first_ms']:>10}{r['median_ms']:>11}{r['max_ms']:>9}{r['bytes']:>9}",
                   file=sys.stderr)
+    live = report["beside_a_run"] = time_beside_a_run(out)
+    print("\nbeside a run writing into the spool", file=sys.stderr)
+    print(f"{'page':<20}{'requests':>9}{'median ms':>11}{'p90 ms':>9}{'max ms':>9}", file=sys.stderr)
+    for r in live:
+        print(f"{r['page']:<20}{r['requests']:>9}{r['median_ms']:>11}{r['p90_ms']:>9}{r['max_ms']:>9}", file=sys.stderr)
     report["load_after"] = os.getloadavg()
     print(json.dumps(report))
     return 0
