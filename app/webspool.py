@@ -25,7 +25,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from gpuwarden.app.settings import Settings
-from gpuwarden.app.standalone import LIVE_STATE, SIM_STATE, STATE_NS, with_simulated_services
+from gpuwarden.app.standalone import LIVE_STATE, SAVED_AT, SIM_STATE, STATE_NS, with_simulated_services
 from gpuwarden.app.webstate import CHART_MARGIN_S, Chart, Fleet, assemble, chart, class_rows, service_summaries
 from gpuwarden.contract import AlertTransition, ContractError, NodeSnapshot, SchedulerJob, Topics, decode
 from gpuwarden.history.queues import JobIndex, QueueReport
@@ -217,6 +217,12 @@ class SpoolReader:
         """Which run's engine state the spool holds and until when, without loading it."""
         return self._head(self.spool())[1:]
 
+    def saved_at(self) -> float:
+        """When (wall time) ``gpuwarden run`` last saved the engine state the console shows; 0 if never said."""
+        key = self._head(self.spool())[0][0]
+        at = self.spool().kv_get(STATE_NS, key + SAVED_AT) if key else None
+        return float(at) if at is not None else 0.0
+
     def _head(self, spool: Spool) -> tuple[tuple[str, bytes], str, float]:
         for key, which in ((LIVE_STATE, "live GPUs"), (SIM_STATE, "simulated GPUs")):
             until = spool.kv_get(STATE_NS, key + ":until")
@@ -341,5 +347,5 @@ def read_fleet(reader: SpoolReader, control: ControlState, wall_now: float, *, e
     head = Fleet(which, max([until, *(t.ts for t in firing.values())]), [],
                  class_rows(state.engine) if state is not None else [], [], [],
                  services=service_summaries(state.engine) if state is not None else [],
-                 refusing=[f.summary(zone) for f in reader.refusing()])
+                 refusing=[f.summary(zone) for f in reader.refusing()], saved_at=reader.saved_at())
     return assemble(reader.settings, state.engine if state is not None else None, firing, control, wall_now, head)

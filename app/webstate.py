@@ -104,6 +104,9 @@ class Fleet:
     """What the reader must know first ('' when all is well): Kafka unreachable, topics missing."""
     refusing: list[str] = field(default_factory=list)
     """Receivers that refuse our messages (notifiers/refusals.py), as their meta alert says it."""
+    saved_at: float = 0.0
+    """Wall time ``gpuwarden run`` last saved the state (every 30 s, and at its end); 0 when unknown.
+    A simulation's event time ends where its wall time began (#33: "38 min ago" right after the demo)."""
 
 
 def chart(t: AlertTransition, series: dict[tuple[str, int], GpuSeries], window: tuple[float, float]) -> Chart | None:

@@ -10,14 +10,21 @@ import io
 import re
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from rich.console import Console
+from starlette.testclient import TestClient
 
 from gpuwarden.alert_text import is_update
 from gpuwarden.app.run_summary import TIERS, WIDTH
+from gpuwarden.app.settings import load_settings
+from gpuwarden.app.standalone import SAVED_AT, SIM_STATE, STATE_NS
+from gpuwarden.app.web import build_app
 from gpuwarden.contract import AlertState, AlertTransition, Topics, decode
+from gpuwarden.humantime import moment
 from gpuwarden.spool import Spool
 from tests.app.terminal_support import screen
 
@@ -44,12 +51,44 @@ def _check(summary: list[str], spool: Path) -> None:
     assert any(line.startswith("Next: gpuwarden web --config var/demo/gpuwarden.yaml") for line in summary)
 
 
-def test_without_a_terminal_the_demo_ends_with_the_summary_alone(tmp_path: Path) -> None:
-    done = subprocess.run([str(GPUWARDEN), "demo", "--simulate", "--duration", "1h"], cwd=tmp_path,
-                          capture_output=True, text=True, check=True)
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess, tuple[float, float]]:
+    """``gpuwarden demo`` for 1 h of event time without a terminal: (its directory, the process, when it
+    began and ended)."""
+    tmp = tmp_path_factory.mktemp("demo")
+    began = time.time()
+    done = subprocess.run([str(GPUWARDEN), "demo", "--simulate", "--duration", "1h"], cwd=tmp,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return tmp, done, (began, time.time())
+
+
+def test_without_a_terminal_the_demo_ends_with_the_summary_alone(demo) -> None:
+    tmp, done, _ = demo
     assert "event time 20" not in done.stdout and "╭" not in done.stdout  # no clipped frame
-    _check(done.stdout.splitlines(), tmp_path / "var" / "demo" / "spool.db")
+    _check(done.stdout.splitlines(), tmp / "var" / "demo" / "spool.db")
     assert f"simulated GPUs, as asked; {FLEET} (bn-0, bn-1, sn-0, tn-0, tn-1) through" in done.stderr
+
+
+def test_the_console_counts_the_fleet_as_the_demo_does_and_dates_its_state_by_the_runs_end(demo) -> None:
+    """Scheduler-only nodes are named, not drawn as empty GPU tables; "state as of" is when the run
+    saved its state (its end), not its simulated clock (which ended where the demo began)."""
+    tmp, _, (began, ended) = demo
+    settings = load_settings(tmp / "var" / "demo" / "gpuwarden.yaml")
+    with Spool(settings.spool.path) as s:
+        saved = float(s.kv_get(STATE_NS, SIM_STATE + SAVED_AT))
+        until = float(s.kv_get(STATE_NS, SIM_STATE + ":until"))
+    assert began <= saved <= ended and until < ended
+    with TestClient(build_app(settings)) as client:
+        page = client.get("/").text
+        queues = client.get("/scheduler").text
+    text = " ".join(re.sub(r"<[^>]+>", "", page).split())
+    assert "3 nodes with 24 GPUs sampled" in text
+    assert "5 known only from the scheduler (bn-0, bn-1, sn-0, tn-0, tn-1)" in text
+    assert not re.search(r'id="node-(bn|sn|tn)-', page) and 'id="node-sim-node-02"' in page
+    state = " ".join(re.search(r'<p class="state" id="state">(.*?)</p>', page, re.S)[1].split())
+    assert f"state as of {moment(saved)}" in state and f"event time up to {moment(until)}" in state, state
+    assert "queue wait p50 (jobs that started)" in queues
 
 
 def test_in_a_terminal_the_summary_follows_the_last_frame_whose_counts_agree(tmp_path: Path) -> None:
