@@ -129,8 +129,8 @@ def spool_parts(path: Path) -> dict[str, int]:
         pages = dict(db.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name"))
         page = db.execute("PRAGMA page_size").fetchone()[0]
         free = db.execute("PRAGMA freelist_count").fetchone()[0] * page
-    owner = {"records_topic_ts": "records", "records_pending": "records", "blocks_topic_ts": "blocks",
-             "blocks_age": "blocks", "sqlite_autoindex_kv_1": "kv"}
+    owner = {"records_topic_ts": "records", "records_pending": "records", "blocks_topic_span": "blocks",
+             "blocks_span": "blocks", "blocks_age": "blocks", "sqlite_autoindex_kv_1": "kv"}
     parts: dict[str, int] = {"free pages": free}
     for name, size in pages.items():
         part = owner.get(name, name if name in ("records", "blocks", "kv") else "other")

@@ -216,3 +216,22 @@ def test_a_spool_of_a_newer_format_is_refused_clearly(tmp_path):
         db.execute(f"PRAGMA user_version={spool.FORMAT + 1}")
     with pytest.raises(SpoolError, match="written by a newer gpuwarden"):
         Spool(p)
+
+
+def test_time_range_reads_find_blocks_through_an_index(tmp_path):
+    """A read by time (with or without a topic) looks blocks up in an index, never walks the table."""
+    p = tmp_path / "s.db"
+    rows = _history()
+    with Spool(p) as s:
+        s.append_many(rows, published=True)
+        seen: list[str] = []
+        s._db.set_trace_callback(seen.append)
+        list(s.read("alerts", since=rows[1000][2], until=rows[2000][2]))
+        list(s.read(since=rows[2500][2]))
+        s._db.set_trace_callback(None)
+    lookups = [q for q in seen if "FROM blocks WHERE" in q and "first_id=" not in q]
+    assert len(lookups) == 2
+    with sqlite3.connect(p) as db:
+        for sql in lookups:
+            plan = " ".join(r[3] for r in db.execute("EXPLAIN QUERY PLAN " + sql))
+            assert "USING COVERING INDEX" in plan and "ts_max>" in plan, (sql, plan)
