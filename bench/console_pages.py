@@ -61,6 +61,16 @@ def build_demo(out: Path, span: str) -> Path:
     return out / "demo" / "gpuwarden.yaml"
 
 
+def _fresh(d: Path, spool_options: str = "") -> Path:
+    """A config in ``d`` for an empty spool there (the last one removed); returns its path."""
+    d.mkdir(parents=True, exist_ok=True)
+    for f in d.glob("spool.db*"):
+        f.unlink()
+    config = d / "gpuwarden.yaml"
+    config.write_text(f"spool: {{path: {d / 'spool.db'}{spool_options}}}\n")
+    return config
+
+
 def _shifted_snapshot(value: bytes, node_from: str, node_to: str, ts: float) -> bytes:
     """A stored snapshot with another node name and time (the encoding starts with ``{"ts":``)."""
     assert value.startswith(b'{"ts":'), value[:20]
@@ -74,12 +84,8 @@ def _fp(fp: str, day: int) -> str:
 
 def build_week(out: Path, demo_spool: Path, *, days: int, nodes: int, gpus: int, tick: float, tail: str) -> Path:
     """The synthetic week's spool (see the module's words); returns its config."""
-    d = out / "week"
-    d.mkdir(parents=True, exist_ok=True)
-    for f in d.glob("spool.db*"):
-        f.unlink()
-    config = d / "gpuwarden.yaml"
-    config.write_text(f"spool: {{path: {d / 'spool.db'}, max_bytes: 8GiB, max_age: {days + 1}d}}\n")
+    config = _fresh(out / "week", f", max_bytes: 8GiB, max_age: {days + 1}d")
+    d = config.parent
     topics = Topics()
     end = float(int(time.time()) // 60 * 60)
     tail_s = parse_duration(tail)
@@ -190,12 +196,7 @@ def time_pages(config: Path, repeat: int) -> list[dict[str, object]]:
 
 def time_beside_a_run(out: Path) -> list[dict[str, object]]:
     """Pages while a simulated run writes into the console's spool (see the module's words)."""
-    d = out / "live"
-    d.mkdir(parents=True, exist_ok=True)
-    for f in d.glob("spool.db*"):
-        f.unlink()
-    config = d / "gpuwarden.yaml"
-    config.write_text(f"spool: {{path: {d / 'spool.db'}}}\n")
+    config = _fresh(out / "live")
     proc, url = _serve(config)
     times: dict[str, list[float]] = {p: [] for p in LIVE_PAGES}
     try:
