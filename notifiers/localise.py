@@ -29,7 +29,9 @@ RESOLVED = -1  # a summary that is the entry's ``resolved`` template filled in
 LIKELY_CAUSE_IN = {"zh-CN": "可能原因："}
 DURATION_UNITS = {"zh-CN": ("秒", "分钟", "小时", "天")}
 #: ``{checkpoint}`` in each language (``gpuwarden.alert_text.CHECKPOINT_WORDS``, in its order).
-CHECKPOINT_WORDS_IN = {"zh-CN": ("未见已完成的检查点", "上次检查点后未释放", "上次检查点后已释放")}
+CHECKPOINT_WORDS_IN = {"zh-CN": ("未见已完成的检查点", "上次检查点后未释放", "上次检查点后已释放",
+                                  "增长开始以来没有完成的检查点", "增长开始以来完成的检查点：{n} 次",
+                                  "，最后一次之后未释放", "，最后一次之后已释放")}
 
 
 @cache

@@ -65,6 +65,10 @@ class Context:
         """The entity's minima of ``metric`` per ``growth.STEP_S`` (growth conditions)."""
         return None
 
+    def checkpoints_since(self, since: float) -> int | None:
+        """How many of its task's checkpoints the SDK reported finished after ``since`` (None: not known here)."""
+        return None
+
     def has_events(self) -> bool:
         """False only when ``count_events`` would count none, whatever it is asked."""
         return True

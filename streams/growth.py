@@ -137,5 +137,29 @@ def judge(m: Minima, now: float, capacity: float, *, rungs: tuple[float, ...], r
             continue  # levelling off: a warm-up reaching its plateau
         if early is None or early < sustained * s:
             continue  # a step at the window's end (staging memory), not growth seen over it
+        if measure:
+            return _since_ramp(Growth(d, wy[0], wy[-1], s, ttf, g.monotonic, True), wt, wy, capacity)
         return Growth(d, wy[0], wy[-1], s, ttf, g.monotonic, True)
     return shortest
+
+
+def _since_ramp(g: Growth, ts: list[float], ys: list[float], capacity: float) -> Growth:
+    """``g`` measured from where its sustained growth began: after the last point further below
+    the fitted line than a quarter of the window's growth (a job's start-up ramp, 0.6 -> 63.8 GiB
+    in its first minute, would otherwise be the "from" of a growth of a few GiB); the figures
+    (start, slope, window) then all come from that shorter window."""
+    s = g.slope
+    base = sorted(y - s * t for t, y in zip(ts, ys))[len(ts) // 2]
+    tol = 0.25 * s * (ts[-1] - ts[0])
+    j = 0
+    for i, (t, y) in enumerate(zip(ts, ys)):
+        if y - (base + s * t) < -tol:
+            j = i + 1
+    if j == 0 or len(ts) - j < MIN_POINTS:
+        return g
+    wt, wy = ts[j:], ys[j:]
+    s2 = theil_sen(wt, wy)
+    if s2 is None or s2 <= 0:
+        return g
+    return Growth(round(g.window_s - (wt[0] - ts[0])), wy[0], wy[-1], s2, tr.time_to_full(wy[-1], capacity, s2),
+                  tr.monotonicity(wy), True)

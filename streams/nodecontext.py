@@ -57,6 +57,12 @@ class NodeContext(Context):
     def minima(self, metric: str) -> Minima | None:
         return None if self.gpu is None else self.gpu.minima.get(metric)
 
+    def checkpoints_since(self, since: float) -> int | None:
+        if self.gpu is None:
+            return None
+        ck = self.gpu.ckpt
+        return 0 if ck is None else sum(1 for e in ck.finished() if since < e <= self.now)
+
     def scalar(self, metric: str) -> float | None:
         g, now = self.gpu, self.now
         if metric == "time_to_oom_s" and g is not None:

@@ -15,6 +15,8 @@ from gpuwarden.streams.windows import BucketWindow, EventLog, Keep
 CKPT_TOLERANCE = 0.005
 #: ``ckpt_released`` is absent this long after the last checkpoint_end.
 CKPT_HORIZON = 1800.0
+#: How long finished checkpoints are counted back (a memory-leak's growth is judged over up to 2 h).
+CKPT_KEEP_S = 4 * 3600.0
 #: Without checkpoints from the SDK, one is inferred only from an idle stretch at most this long
 #: that interrupts a busy GPU and ends with it busy again, memory back at its level before.
 CKPT_INFER_S = 180.0
@@ -52,8 +54,8 @@ class CheckpointMemory:
     """A GPU's memory around its task's last training checkpoint: did it fall back after it?
     Until it is judged, the checkpoint before it (``prior``: its end and verdict) says."""
 
-    __slots__ = ("begin", "mem_at_begin", "end", "released", "prior", "task")
-    ADDED = {"task": str}  # state written before checkpoints were told apart by task
+    __slots__ = ("begin", "mem_at_begin", "end", "released", "prior", "task", "ends")
+    ADDED = {"task": str, "ends": list}  # state written before checkpoints were told apart by task, counted
 
     def __init__(self, begin: float, mem_at_begin: float | None, prior: CheckpointMemory | None = None,
                  task: str = "") -> None:
@@ -63,7 +65,10 @@ class CheckpointMemory:
         self.end: float | None = None
         self.released: int | None = None  # 1 back at the level, 0 not, None: not judged yet
         self.prior: list | None = None  # [end, released] of the last judged checkpoint before it
+        #: when the task's checkpoints before it ended, the last ``CKPT_KEEP_S`` (a growth's "since it began")
+        self.ends: list[float] = []
         if prior is not None:
+            self.ends = [e for e in prior.finished() if begin - e <= CKPT_KEEP_S]
             if prior.end is not None and prior.released is not None:
                 self.prior = [prior.end, prior.released]
             else:
@@ -71,6 +76,10 @@ class CheckpointMemory:
 
     def ended(self, ts: float) -> None:
         self.end, self.released = ts, None
+
+    def finished(self) -> list[float]:
+        """When the task's checkpoints ended (this one's last, if it has)."""
+        return self.ends if self.end is None else [*self.ends, self.end]
 
     def overlaps(self, since: float) -> bool:
         """The checkpoint was open at some time after ``since`` (the bucket now closing); one

@@ -552,6 +552,9 @@ def _compile_growth(g: Growth, known: dict, evidence: bool) -> Check:
             ctx.ev["slope"], ctx.ev["slope_unit"] = _r(v.slope * per), unit
             ctx.ev["monotonic"] = None if v.monotonic is None else round(v.monotonic, 3)
             ctx.note_window(v.window_s)
+            done = ctx.checkpoints_since(ctx.now - v.window_s)  # over the growth's own window
+            if done is not None:
+                vals["checkpoints"] = done
         return v.holds
     return growth
 

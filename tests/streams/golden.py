@@ -19,7 +19,9 @@ issue #30, idle while allocated: idle-allocated-gpu counts idleness under the GP
 ``unused_for`` is 7.5 min (670 s, was 2020), and GPU windows no longer keep 30 min of
 ``idle_allocated``, so every stage-1 state digest changed; issue #30, causes re-judged: alert slots
 hold the cause stated and when, so the digests of states with a slot changed, and clock-capped's power
-is its 10-min mean like its other figures, not a 5-min one; issue #35, straggler detection: summaries
+is its 10-min mean like its other figures, not a 5-min one; a growth is measured from where it
+began, past a start-up ramp, and counts the checkpoints finished since: memory-leak's and mixed's
+leak say "from 63.8", and GPUs' checkpoint state keeps the ends, so every stage-1 digest changed; issue #35, straggler detection: summaries
 carry the node's slowest GPU's clock, tensor activity, the cause columns and the label ``gpus``, GPU
 windows two more columns (``tensor_active``, ``nvlink_down``), so every summaries and stage-1 state
 digest changed; job-straggler fires on thermal-throttle (640 s), power-cap, power-limit-lowered and
