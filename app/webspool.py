@@ -22,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
 from gpuwarden.app.settings import Settings
@@ -46,6 +47,7 @@ CHART_LOOKBACK_MAX_S = 3600.0
 CHART_AFTER_MAX_S = 1800.0
 #: Charts kept between pages (by alert and window).
 CHARTS_KEPT = 1024
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +117,15 @@ class _Samples:
         return hits
 
 
+def _add_job(index: JobIndex, r: SpoolRecord) -> None:
+    try:
+        job = decode(r.value)
+    except ContractError:
+        return
+    if isinstance(job, SchedulerJob):
+        index.add(job)
+
+
 def _file_id(path: Path) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
@@ -134,16 +145,16 @@ class SpoolReader:
         self._file: tuple[int, int] | None = None
         self._dropped = -1
         self._cursor = 0
-        self._alerts = AlertLog()
-        self._jobs = JobIndex()
+        self._generation = 0  # counts the rebuilds: an index built meanwhile from the spool before is dropped
+        self._indexes: dict[str, Any] = {}  # by topic, those built: an AlertLog, a JobIndex
+        self._building = {t: threading.Lock() for t in (self.topics.alerts, self.topics.jobs)}
         self._charts: OrderedDict[tuple[str, float, float, float], Chart | None] = OrderedDict()
         self._rules: list[Rule] | None = None
         self._engine: EngineState | None = None
         self._loading = threading.Lock()  # one engine load at a time
         self._reloading: threading.Thread | None = None
-        self._take: dict[str, Callable[[SpoolRecord], None]] = {
-            self.topics.alerts: lambda r: self._alerts.add(r.value), self.topics.jobs: self._add_job}
-        self._built: set[str] = set()  # the topics whose index is built (the jobs' when first asked for)
+        self._kinds: dict[str, tuple[Callable[[], Any], Callable[[Any, SpoolRecord], None]]] = {
+            self.topics.alerts: (AlertLog, lambda log, r: log.add(r.value)), self.topics.jobs: (JobIndex, _add_job)}
 
     def close(self) -> None:
         with self._lock:
@@ -153,20 +164,10 @@ class SpoolReader:
 
     # ------------------------------------------------------------------ the spool and its indexes
 
-    def _add_job(self, r: SpoolRecord) -> None:
-        try:
-            job = decode(r.value)
-        except ContractError:
-            return
-        if isinstance(job, SchedulerJob):
-            self._jobs.add(job)
-
     def _current(self) -> Spool:
         """The open spool, its indexes up to its newest record (the caller holds the lock)."""
         path = Path(self.settings.spool.path)
-        if self._spool is None or _file_id(path) != self._file:
-            if self._spool is not None:
-                self._spool.close()
+        if self._spool is None or _file_id(path) != self._file:  # the one before closes with its last reader
             self._spool = Spool(path, self.settings.spool.max_bytes, self.settings.spool.max_age)
             self._file, self._dropped = _file_id(path), -1
         spool = self._spool
@@ -177,8 +178,8 @@ class SpoolReader:
         last = spool.last_id()
         if last != self._cursor:
             for r in spool.read(after_id=self._cursor):
-                if r.topic in self._built:
-                    self._take[r.topic](r)
+                if (index := self._indexes.get(r.topic)) is not None:
+                    self._kinds[r.topic][1](index, r)
                 last = max(last, r.id)
             self._cursor = last
         return spool
@@ -186,21 +187,40 @@ class SpoolReader:
     def _reindex(self, spool: Spool) -> None:
         """Indexes to build again (the next look reads from the newest record on)."""
         self._cursor = spool.last_id()
-        self._alerts, self._jobs = AlertLog(), JobIndex()
-        self._built.clear()
+        self._generation += 1
+        self._indexes.clear()
         self._charts.clear()
 
-    def _index(self, topic: str) -> Spool:
-        """The spool, with ``topic``'s index current: built from the topic's records up to the
-        cursor the first time (what comes after, the look that follows reads)."""
-        spool = self._current()
-        if topic not in self._built:
+    def _build(self, topic: str) -> None:
+        """``topic``'s index from its records, if not built yet: the long read outside the lock,
+        so that other pages go on meanwhile; then, under it, the records the follow passed over."""
+        with self._building[topic]:
+            with self._lock:
+                spool = self._current()
+                if topic in self._indexes:
+                    return
+                upto, generation = self._cursor, self._generation
+            make, add = self._kinds[topic]
+            index = make()
             for r in spool.read(topic):
-                if r.id <= self._cursor:
-                    self._take[topic](r)
-            self._built.add(topic)
-            spool = self._current()
-        return spool
+                if r.id <= upto:
+                    add(index, r)
+            with self._lock:
+                if generation != self._generation:
+                    return  # evicted or replaced meanwhile: the next look builds it again
+                for r in spool.read(topic, after_id=upto):
+                    if r.id <= self._cursor:
+                        add(index, r)
+                self._indexes[topic] = index
+
+    def _with_index(self, topic: str, use: Callable[[Spool, Any], T]) -> T:
+        """``use(spool, index)`` under the lock, ``topic``'s index current (built first if need be)."""
+        while True:
+            self._build(topic)
+            with self._lock:
+                spool = self._current()
+                if (index := self._indexes.get(topic)) is not None:
+                    return use(spool, index)
 
     def spool(self) -> Spool:
         with self._lock:
@@ -210,8 +230,7 @@ class SpoolReader:
 
     def firing(self) -> dict[str, AlertTransition]:
         """The open alerts: the alert history's, else the state a ``gpuwarden notify`` here saves."""
-        with self._lock:
-            return open_alerts(self.settings, self._index(self.topics.alerts), self._alerts) or {}
+        return self._with_index(self.topics.alerts, lambda spool, log: open_alerts(self.settings, spool, log) or {})
 
     def head(self) -> tuple[str, float]:
         """Which run's engine state the spool holds and until when, without loading it."""
@@ -269,8 +288,7 @@ class SpoolReader:
         """Build the indexes and load the engine state before the first pages ask (at start)."""
         self.firing()
         self._load()
-        with self._lock:
-            self._index(self.topics.jobs)
+        self._build(self.topics.jobs)
 
     def control(self) -> tuple[ControlState, list[str]]:
         """Silences and acks where ``notify.control: spool`` keeps them, and a line per bad record."""
@@ -286,9 +304,7 @@ class SpoolReader:
             return refusals.read_all(self._current())
 
     def scheduler(self, *, by: str, since: float, until: float) -> QueueReport:
-        with self._lock:
-            self._index(self.topics.jobs)
-            return self._jobs.report(by=by, since=since, until=until)
+        return self._with_index(self.topics.jobs, lambda _, jobs: jobs.report(by=by, since=since, until=until))
 
     def charts(self, alerts: list[AlertTransition], as_of: float) -> dict[str, Chart | None]:
         """Each alert's chart: its window of the samples topic read once for the alerts whose
