@@ -32,7 +32,7 @@ from gpuwarden.streams.alerts import AlertSlot, fingerprint
 from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.reorder import ReorderBuffer
 from gpuwarden.streams.servicewindow import MINUTE_S, ServiceWindow
-from gpuwarden.streams.servingrules import ObjectiveBurn, burn_verdicts, objective_burns, step_verdict
+from gpuwarden.streams.servingrules import ObjectiveBurn, burn_verdicts, objective_burns, over_target, step_verdict
 
 FORGET_S = 86400.0  # a node silent this long (event time) is forgotten by the service
 
@@ -227,7 +227,8 @@ class ServiceStage:
         if slo is None:
             return []
         labels = {"service": name, "model": fs.model, "engine": fs.engine}
-        out = [t for v in burn_verdicts(fs.window, slo, now, fs.nodes, fs.notes)
+        verdicts = burn_verdicts(fs.window, slo, now, fs.nodes, fs.notes) + over_target(fs.window, slo, now, fs.nodes)
+        out = [t for v in verdicts
                if (t := step_verdict(fs.slots, fingerprint(v.rule, {"service": name, **v.identity}), v, now,
                                      labels)) is not None]
         window = float(slo.window)

@@ -104,6 +104,7 @@ def onset_ts(args: tuple[str, ...]) -> float:
 INFERENCE_CASES: list[tuple[str, str, str, float, str]] = [
     ("serving-tail", "inference-tail-rising", "attention", 900, "150m"),
     ("serving-tail", "slo-steady-burn", "info", 3600, "150m"),  # 2.5 % bad of all since the start: ~48 min
+    ("serving-tail", "slo-over-target", "attention", 300, "150m"),  # ~1.5 % of 5 min over 2.5 s: the objective missed
     ("serving-kv-knee", "inference-kv-knee", "attention", 1200, "90m"),
     ("serving-kv-knee", "inference-preemptions", "attention", 900, "90m"),
     ("serving-deploy", "inference-restarted", "info", 180, "90m"),
@@ -111,9 +112,11 @@ INFERENCE_CASES: list[tuple[str, str, str, float, str]] = [
     ("serving-errors", "inference-failures", "attention", 120, "90m"),
     ("serving-errors", "slo-slow-burn", "attention", 600, "90m"),
     ("serving-errors", "slo-fast-burn", "critical", 1020, "90m"),
+    ("serving-errors", "slo-over-target", "attention", 300, "90m"),
     ("serving-batch-full", "inference-batch-full", "attention", 900, "90m"),
     # a replica on each of 2 nodes, one aborting 60 %: the service burns at 30x, judged over both
     ("serving-replicas", "inference-failures", "attention", 120, "100m"),
     ("serving-replicas", "slo-slow-burn", "attention", 1200, "100m"),
     ("serving-replicas", "slo-fast-burn", "critical", 1800, "100m"),
+    ("serving-replicas", "slo-over-target", "attention", 300, "100m"),
 ]

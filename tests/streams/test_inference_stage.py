@@ -94,7 +94,7 @@ def test_full_outage_fires_the_three_pairs_at_the_workbook_times() -> None:
     got = f.minutes(8, failed=600)
     # a transition's ts is the end of the minute it judged: minute - start = bad minutes so far
     fired = {rule: minute - start for minute, rule, state, _ in got if state == "firing" and rule.startswith("slo-")}
-    assert fired == {"slo-fast-burn": 1, "slo-slow-burn": 3, "slo-steady-burn": 5}
+    assert fired == {"slo-fast-burn": 1, "slo-slow-burn": 3, "slo-steady-burn": 5, "slo-over-target": 1}
     fast = next(t for _, rule, _, t in got if rule == "slo-fast-burn")
     assert fast.tier.value == "critical" and fast.labels["objective"] == "error_rate"
     v = fast.evidence.values
@@ -121,7 +121,7 @@ def test_a_burn_of_17x_spends_two_percent_before_it_pages() -> None:
     start = f.minute
     got = f.minutes(258, ok=9_830, failed=170)
     fired = {rule: minute - start for minute, rule, state, _ in got if state == "firing"}
-    assert fired == {"slo-fast-burn": 51, "slo-slow-burn": 128, "slo-steady-burn": 255}
+    assert fired == {"slo-fast-burn": 51, "slo-slow-burn": 128, "slo-steady-burn": 255, "slo-over-target": 1}
     fast = next(t for _, rule, _, t in got if rule == "slo-fast-burn")
     assert fast.evidence.values["budget_remaining"] == pytest.approx(1 - 17 * 51 / 43200, abs=1e-5)
     stop = f.minute
@@ -159,6 +159,48 @@ def test_tail_rising_while_the_mean_is_flat_says_the_bucket_bounds() -> None:
     assert "p99 ≤ 0.75 s (in (0.5, 0.75] s" in t.summary
     assert t.evidence.values["p99_upper"] == 5.0 and t.evidence.values["p99_ref_upper"] == 0.75
     assert abs(t.evidence.values["mean_s"] / t.evidence.values["mean_ref_s"] - 1) < 0.2
+
+
+def test_tail_rising_comes_within_5_min_of_the_crossing() -> None:
+    """Issue #30, point 6: the tail appears at the start of a minute (3 % of requests ~3 s: p99 past
+    2.5 s within it); judged on 10 min and held 5 it fired 8 minutes later, now within 5."""
+    f = Feed(stage())
+    f.minutes(70, ok=600, ttft=_ttft(600, BODY))
+    onset = f.minute
+    got = f.minutes(15, ok=600, ttft=_ttft(600, TAIL))
+    fired = [(minute, t) for minute, rule, state, t in got if rule == "inference-tail-rising" and state == "firing"]
+    assert fired and fired[0][0] - onset <= 5
+    assert "over the last 5 min against p99 ≤ 0.75 s" in fired[0][1].summary
+
+
+#: The issue's server: TTFT p99 at 3-4 s against a 2.5 s objective, 1.5 % of requests over it (a
+#: 1.5x burn of a 1 % budget, under every burn-rate pair's factor).
+SLOWER = [(0.985, LogNormal(0.2, 0.4)), (0.015, LogNormal(3.5, 0.1))]
+TTFT_SLO = {"ttft_p99": "2.5s", "window": "30d"}
+
+
+def test_an_objective_over_its_target_for_5_min_is_attention_whatever_the_burn_rate() -> None:
+    """Over the last 5 min 1.5 % of requests miss 2.5 s against 1 % allowed: attention once the
+    5-min window is over target (the 4th minute), no burn-rate pair; it resolves 5 min after the
+    window is back under."""
+    f = Feed(stage(slo={"chat": TTFT_SLO}))
+    assert f.minutes(70, ok=600, ttft=_ttft(600, BODY)) == []
+    onset = f.minute
+    got = f.minutes(6, ok=600, ttft=_ttft(600, SLOWER))
+    assert [(minute - onset, rule) for minute, rule, state, _ in got if state == "firing"] == [(4, "slo-over-target")]
+    t = next(t for _, rule, _, t in got if rule == "slo-over-target")
+    assert t.tier.value == "attention" and t.labels["objective"] == "ttft_p99"
+    assert t.evidence.window_s == 300 and t.evidence.values["burn"] == pytest.approx(1.5 * 4 / 5, rel=0.05)
+    assert t.summary.startswith("chat: the ttft_p99 objective is over its target over the last 5 min: ")
+    back = f.minute
+    after = f.minutes(12, ok=600, ttft=_ttft(600, BODY))
+    assert [(m - back, rule, state) for m, rule, state, _ in after] == [(6, "slo-over-target", "resolved")]
+
+
+def test_an_objective_within_its_target_gives_no_over_target_alert() -> None:
+    f = Feed(stage(slo={"chat": TTFT_SLO}))
+    f.minutes(70, ok=600, ttft=_ttft(600, BODY))
+    assert not f.minutes(20, ok=600, ttft=_ttft(600, [(0.995, LogNormal(0.2, 0.4)), (0.005, LogNormal(3.5, 0.1))]))
 
 
 def test_everything_slower_is_not_the_tail_pitfall() -> None:
