@@ -35,7 +35,13 @@ from gpuwarden.producers import clocks
 from gpuwarden.producers.gpumodels import MIB, GpuModel, bus_id, model
 from gpuwarden.producers.schedsim import CLUSTER_SCENARIOS, ClusterSim
 from gpuwarden.producers.servingsim import ServingSim
+from gpuwarden.producers.events import XID_RECOVERY, recovery_action_name
 from gpuwarden.producers.xid import lookup
+
+#: XID 154's recovery actions the ``xid-154`` scenario reports, by GPU index in turn (nvml.h
+#: values), and the words its kernel-log line gives them (the agent reads only the value).
+RECOVERY_CYCLE = (1, 2, 3)
+RECOVERY_WORDS = {1: "GPU Reset Required", 2: "Node Reboot Required", 3: "Drain P2P"}
 
 AGENT_VERSION = "gpuwarden-sim/0.1"
 DRIVER, CUDA = "550.127.05", "12.4"
@@ -269,6 +275,14 @@ SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
           "critical: xid-node-repeated on sim-node-00 ~5 min after onset, when the 4th XID within the "
           "hour lands on the node's GPUs (drain the node, check NVSwitch/baseboard)",
           in_mixed=False),
+    _info("xid-154", "node",
+          "At onset each GPU of the last node reports XID 154, the driver's own recovery action (R610+): "
+          "'GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)', in turn by GPU "
+          "index GPU reset, node reboot and drain peer-to-peer; the event carries the action (the agent "
+          "reads it from NVML, else from that line). Jobs go on (the driver asks, it does not stop them).",
+          "critical: gpu-recovery-reset, gpu-recovery-reboot and gpu-recovery-drain-p2p on the node's "
+          "GPUs at onset, each offering a drain (docs/remediation.md)",
+          in_mixed=False),
     _info("driver-error", "single",
           "At onset the driver loses the target GPU and fails to re-initialise it: the kernel log reads "
           "'NVRM: GPU 0000:xx:00.0: RmInitAdapter failed! (0x26:0x65:1457)' and '... rm_init_adapter "
@@ -492,6 +506,14 @@ class GpuSim:
             self.lost = True
             self.faults.discard("xid-79")
             sim.crash(self, ts, "CUDA error: unspecified launch failure")
+        if "xid-154" in self.faults:
+            value = RECOVERY_CYCLE[self.index % len(RECOVERY_CYCLE)]
+            ev = node.xid(ts, self, XID_RECOVERY, f"GPU recovery action changed from 0x0 (None) to 0x{value:x} "
+                          f"({RECOVERY_WORDS[value]})")
+            events.append(ev.model_copy(update={
+                "recovery_action": recovery_action_name(value),
+                "catalogue": ev.catalogue.model_copy(update={"action": recovery_action_name(value)})}))
+            self.faults.discard("xid-154")
         if "xid-app-error" in self.faults and self._strike(ts):
             codes = (13, 31) if self.strikes == 1 else (31,)
             for code in codes:

@@ -53,6 +53,9 @@ CASES: list[tuple[str, str, str, float, str, tuple[str, ...], dict]] = [
     ("xid-app-error", "xid-repeated", "critical", 420, "10m", (), {}),
     ("xid-node-repeat", "xid-node-repeated", "critical", 420, "10m", (), {}),
     ("xid-node-repeat", "xid-hardware", "critical", 30, "10m", (), {}),
+    ("xid-154", "gpu-recovery-reset", "critical", 30, "10m", (), {}),
+    ("xid-154", "gpu-recovery-reboot", "critical", 30, "10m", (), {}),
+    ("xid-154", "gpu-recovery-drain-p2p", "critical", 30, "10m", (), {}),
     ("driver-error", "driver-error", "critical", 30, "10m", (), {}),
     ("driver-error", "gpu-lost", "critical", 120, "10m", (), {}),
     # The scheduler stage's coded rules (docs/scheduler.md), on the simulated cluster's polls.
