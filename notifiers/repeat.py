@@ -86,7 +86,8 @@ class RepeatOffenders:
         labels["history"] = ", ".join(f"{r} ×{n}" for r, n in sorted(Counter(r for _, r in part.seen).items()))
         if SIMULATED_LABEL in t.labels:
             labels[SIMULATED_LABEL] = t.labels[SIMULATED_LABEL]
-        ev = Evidence(count=len(part.seen), window_s=self.config.window, held_for_s=t.ts - part.seen[0][0])
+        first = min(s for s, _ in part.seen)  # seen in arrival order: a stage's alert may come after a later one
+        ev = Evidence(count=len(part.seen), window_s=self.config.window, held_for_s=max(0.0, t.ts - first))
         names = template_names(labels, ev.model_dump(exclude_none=True))
         fp = hashlib.sha256(f"{rule}\x1f{part.node}\x1f{part.gpu}".encode()).hexdigest()[:20]
         return AlertTransition(ts=t.ts, fingerprint=fp, rule=rule, tier=Tier.ATTENTION, state=AlertState.FIRING,

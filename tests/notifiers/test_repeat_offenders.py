@@ -92,3 +92,15 @@ async def test_the_notifier_records_the_attention_and_sends_no_fourth_page(tmp_p
         history = [decode(r.value, AlertTransition) for r in spool.read(Topics().alerts)]
         assert [t.rule for t in history].count("repeat-offender-gpu") == 1
         await n.aclose()
+
+
+def test_alerts_that_arrive_out_of_time_order_make_one_without_a_negative_hold() -> None:
+    """The engine hands a batch's alerts over stage by stage, not in time order: the third to arrive
+    may have started before the second (``gpuwarden demo`` died on a negative held_for_s, #33)."""
+    r = RepeatOffenders(RepeatOffenderConfig())
+    out = [o for t in (alert("b", tier="critical", rule="gpu-lost", started=T0 + 1.5, gpu="5"),
+                       alert("a", tier="critical", rule="xid-hardware", started=T0, gpu="5"),
+                       alert("c", tier="critical", rule="row-remap", started=T0 + 0.5, gpu="5"))
+           for o in r.observe(t)]
+    offender = next(t for t in out if t.rule == "repeat-offender-gpu")
+    assert offender.evidence.held_for_s == 0.5 and offender.evidence.count == 3
