@@ -2,7 +2,7 @@
 
 Two spools, each served by a real ``gpuwarden web`` (a subprocess, over HTTP):
 
-1. the demo's: ``gpuwarden demo --simulate`` (2 nodes of 8 GPUs, 6 h of event time unless ``--demo-span``);
+1. the demo's: ``gpuwarden demo --simulate`` (6 h of event time unless ``--demo-span``);
 2. a synthetic week of 64 GPUs: ``--days`` (7) of history written straight into the spool (each of
    ``--nodes`` × ``--gpus`` nodes' snapshots every ``--tick`` s, the scheduler's job records and the
    alert history, copied from the demo's real records with their times shifted: a few hardware
