@@ -161,9 +161,11 @@ class Fitted:
         self.rows, self.columns, self.wrap, self.noun, self.lead = rows, columns, wrap, noun, lead
 
     def need(self) -> int:
-        """The lines it would take to show every row (a wrapped row's extra lines not counted)."""
+        """About the lines it would take to show every row: a lead line may wrap once, a table may
+        say which columns it left out (a wrapped row's extra lines are not counted)."""
         per_row = 2 if not self.columns else 1  # an alert: its line and its summary's
-        return len(self.lead) + (2 + len(self.rows) if self.columns and self.rows else per_row * len(self.rows) or 1)
+        lead = 2 * len(self.lead)
+        return lead + (3 + len(self.rows) if self.columns and self.rows else per_row * len(self.rows) or 1)
 
     def least(self) -> int:
         """The lines that show one row (and "+ N more" when there are others)."""
@@ -352,6 +354,8 @@ def _shares(panes: Sequence[Placed], total: int) -> list[int]:
             out[i] = panes[i].need
             left -= panes[i].need
             open_.remove(i)
+    if not open_ and panes:  # every pane got its (estimated) need: the rest to the first, never left blank below
+        out[0] += left
     return out
 
 

@@ -97,3 +97,23 @@ def test_the_scheduler_panes_are_left_out_without_a_scheduler():
             engine.process(rec)
     assert queue_rows(engine) == [] and allocation_rows(engine) == []
     assert "Scheduler queues" not in frame(engine, sim.ts)
+
+
+def test_a_narrow_pane_leaves_columns_out_and_never_cuts_a_word():
+    """#33: at 80-100 columns the services and queue panes showed "chat-erro" and "2 h 46 mi"; a
+    pane now drops its last columns (and says which) before it would cut a cell."""
+    from gpuwarden.app.scheduler_view import queue_rows
+    from gpuwarden.app.serving_view import service_rows
+
+    engine, now = simulated(nodes=2, gpus=2, span=3 * 3600)
+    services, queues = service_rows(engine), queue_rows(engine)
+    assert services and any(r[4] != "-" for r in queues)  # a service, and a partition with jobs waiting
+    for width in (80, 100, 140):
+        text = frame(engine, now, width=width, height=200)
+        words = set(re.split(r"[\s│╭╮╰╯─]+", text))
+        for row in services:
+            assert row[1] in words, (width, row[1])  # the service's name whole
+        for row in queues:
+            assert all(w in text for w in row[4:] if w != "-"), (width, row)  # each wait whole, on one line
+        if width == 80:
+            assert "(too narrow for: model, engine)" in text  # the services' last columns, said
