@@ -34,6 +34,7 @@ from heapq import heappop, heappush
 from typing import Any
 
 from gpuwarden.contract import AlertTransition, Baseline, TaskSummary, decode, encode, simulated_labels
+from gpuwarden.humantime import span
 from gpuwarden.streams import statecodec
 from gpuwarden.streams.baseline import band, median_mad
 from gpuwarden.streams.config import EngineConfig
@@ -308,7 +309,7 @@ class ClassStage:
         for key in sorted(cls.jobs):
             job = cls.jobs[key]
             if t - job.last_ts >= self.cfg.job_expiry:
-                out += resolve_all(job.alerts, t)
+                out += resolve_all(job.alerts, t, f"resolved: the job sent no summary for {span(t - job.last_ts)}")
                 del cls.jobs[key]
         live = {j.task_id for j in cls.jobs.values()}
         for tid in sorted(cls.versions):

@@ -13,7 +13,7 @@ from gpuwarden.alert_text import LIKELY_CAUSE, fill, template_names
 from gpuwarden.contract import AlertTransition
 from gpuwarden.streams.alerts import AlertSlot, fingerprint, step, transition
 from gpuwarden.streams.growth import Minima
-from gpuwarden.streams.rules import Rule
+from gpuwarden.streams.rules import GrowthC, Rule, rule_leaves
 
 #: A firing alert's likely cause is judged again at each evaluation while its condition holds, and
 #: a changed one goes out as an update (a firing transition of the same episode, ``started_at``
@@ -97,8 +97,9 @@ def _judge(rule: Rule, ctx: Context, now: float) -> int:
 
 
 def _describe(rule: Rule, slot: AlertSlot, ctx: Context, labels: dict[str, str], now: float,
-              held_s: float) -> None:
-    """Evidence, summary and action from what the rule measures at ``now`` (``ctx`` holds it)."""
+              held_s: float, template: str = "") -> None:
+    """Evidence, summary and action from what the rule measures at ``now`` (``ctx`` holds it);
+    ``template``: the summary's, if not the rule's own."""
     ev = ctx.evidence()
     ev["held_for_s"] = round(held_s, 3)
     spec = rule.spec
@@ -109,13 +110,14 @@ def _describe(rule: Rule, slot: AlertSlot, ctx: Context, labels: dict[str, str],
         for k, v in ctx.ev["values"].items():
             ev["values"].setdefault(k, v)  # what the condition judged stands
     action, cause_text = spec.action, ""
-    slot.cause, slot.described_at = _judge(rule, ctx, now), now
+    # A resolve in its own words says what happened, not a likely cause of what no longer holds.
+    slot.cause, slot.described_at = (-1 if template else _judge(rule, ctx, now)), now
     if slot.cause >= 0:
         cause = rule.causes[slot.cause][1]
         cause_text, action = cause.summary, cause.action or action
         ev["values"].update(ctx.ev["values"])
     names = template_names(labels, ev)
-    summary = fill(spec.summary, names)
+    summary = fill(template or spec.summary, names)
     if cause_text:
         summary += LIKELY_CAUSE + fill(cause_text, names)
         ev["note"] = fill(cause_text, names)
@@ -153,7 +155,15 @@ def _resolve(rule: Rule, slot: AlertSlot, ctx: Context, now: float, started: flo
     state figures, true whenever filled); ``held_for_s``: how long it fired."""
     ctx.reset(now)
     rule.check(ctx)  # records what it can measure now, whatever it decides
-    _describe(rule, slot, ctx, slot.labels, now, now - started)
+    values = ctx.ev["values"]
+    for leaf in rule_leaves(rule):
+        if isinstance(leaf, GrowthC) and (m := ctx.minima(leaf.growth.metric)) is not None:
+            name = leaf.growth.metric
+            seen = [v for t, v in zip(m.t, m.v) if t >= started]
+            if seen and values.get(name) is not None:  # what the growth reached while open, and gave back
+                values[f"{name}_peak"] = round(max(seen), 3)
+                values[f"{name}_released"] = round(max(0.0, max(seen) - values[name]), 3)
+    _describe(rule, slot, ctx, slot.labels, now, now - started, rule.spec.resolved)
 
 
 def evaluate(rules: list[Rule], ctx: Context, now: float, identity: dict[str, str],
@@ -206,14 +216,18 @@ def fire_at(rule: Rule, ctx: Context, now: float, identity: dict[str, str],
     return transition(rule.name, _fp(rule.name, identity, tuple(identity.items())), slot, "firing", now, now)
 
 
-def resolve_all(alerts: dict[str, AlertSlot], now: float) -> list[AlertTransition]:
+def resolve_all(alerts: dict[str, AlertSlot], now: float, why: str = "") -> list[AlertTransition]:
     """Resolve every firing slot of an entity that is gone (task ended, GPU expired); each
-    resolve's ``held_for_s`` is how long it fired (the firing's evidence said how long it was pending)."""
+    resolve's ``held_for_s`` is how long it fired (the firing's evidence said how long it was pending)
+    and its note starts with ``why`` (what happened: "the task ended")."""
     out = []
     for fp in list(alerts):
         slot = alerts[fp]
         if slot.firing_since is not None:
+            note = slot.evidence.get("note")
             slot.evidence = {**slot.evidence, "held_for_s": round(now - slot.firing_since, 3)}
+            if why:
+                slot.evidence["note"] = f"{why}; {note}" if note else why
             out.append(transition(slot.rule, fp, slot, "resolved", now, slot.firing_since))
         del alerts[fp]
     return out

@@ -36,6 +36,7 @@ from collections.abc import Set as AbstractSet
 
 from gpuwarden.contract import DEFAULT_MAX_PAST_SKEW_S, GpuEvent, JobAllocation, NodeSnapshot, RecordUnion, \
     TaskMetric, decode, encode, simulated_labels
+from gpuwarden.humantime import span
 from gpuwarden.streams import allocations, statecodec
 from gpuwarden.streams.allocations import Allocation
 from gpuwarden.streams.alerts import AlertSlot
@@ -564,12 +565,14 @@ class NodeStage:
             gs = st.gpus[idx]
             gs.events.expire(t, horizons)
             if t - gs.last_seen >= self.cfg.gpu_expiry:
-                out.transitions.extend(resolve_all(gs.alerts, t))
+                out.transitions.extend(resolve_all(gs.alerts, t, f"resolved: the GPU sent nothing for "
+                                                                 f"{span(t - gs.last_seen)}"))
                 del st.gpus[idx]
         for tid in sorted(st.tasks):
             task = st.tasks[tid]
             if task.ended or t - task.last_seen >= self.cfg.task_expiry:
-                out.transitions.extend(resolve_all(task.alerts, t))
+                why = "the task ended" if task.ended else f"the task sent nothing for {span(t - task.last_seen)}"
+                out.transitions.extend(resolve_all(task.alerts, t, "resolved: " + why))
                 del st.tasks[tid]
 
 

@@ -206,6 +206,9 @@ class RuleSpec(_M):
     labels: dict[str, str] = Field(default_factory=dict)
     summary: str
     action: str = ""
+    resolved: str = ""
+    """The summary of its resolve (figures measured then, and for a growth ``<metric>_peak``, the
+    highest while it was open, and ``<metric>_released``); empty: ``summary`` filled again."""
     causes: list[Cause] = Field(default_factory=list)
     show: list[Show] = Field(default_factory=list)
     enabled: bool = True
@@ -317,6 +320,7 @@ def validate(data: Any, source: str) -> RuleFile:
             _walk(_shown(sh), loc, r.scope, found)
             problems += [p.replace(f"{loc}.threshold.", f"{loc}.", 1) for p in found]  # the key as written
         _check_templates(r.summary, f"rules[{i}].summary", problems)
+        _check_templates(r.resolved, f"rules[{i}].resolved", problems)
     if problems:
         raise RulesError(source, problems)
     return rf

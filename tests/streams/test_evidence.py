@@ -47,7 +47,9 @@ def test_a_resolve_carries_the_figures_at_resolution() -> None:
     assert fired.state == AlertState.FIRING and resolved.state == AlertState.RESOLVED
     assert fired.evidence.values["mem_used_gib"] < 10  # flagged within minutes of the onset
     assert resolved.evidence.values["mem_used_gib"] > 44  # memory went on to ~45 GiB, then stopped
-    assert f"to {resolved.evidence.values['mem_used_gib']:.1f} GiB" in resolved.summary
+    v = resolved.evidence.values  # it stopped, nothing given back: the resolve says so in its own words
+    assert resolved.summary.endswith(f"no longer grows: {v['mem_used_gib_peak']:.1f} GiB at its highest while the "
+                                     f"alert was open, {v['mem_used_gib']:.1f} GiB now (0.0 GiB released).")
     assert resolved.evidence.held_for_s == resolved.ts - fired.ts  # how long it fired
     block = alert_block(resolved, Locale("en"))
     assert "At resolution: " in block and "mem_used_gib=45" in block

@@ -1,12 +1,14 @@
 """Issue #30, point 5: a memory-leak's evidence is the growth's own window. Its "from" is where the
 sustained growth began, not a start-up ramp before it, and it counts every checkpoint the task's
 SDK reported finished since the growth began (the leak probe's three, beyond the 30 min that
-``ckpt_released`` looks back)."""
+``ckpt_released`` looks back). A resolve says what happened: the memory given back, the task ended."""
 
 from __future__ import annotations
 
 import pytest
 
+from gpuwarden.contract import TaskMetric, TaskMetricKind
+from gpuwarden.notifiers.localise import localise_alert
 from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.engine import Engine
 from gpuwarden.streams.rules import load_rules
@@ -54,3 +56,38 @@ def test_every_checkpoint_finished_since_the_growth_began_is_counted() -> None:
     assert without.evidence.values["checkpoints"] == 0
     assert without.summary.endswith("; no checkpoint finished since it began).")
     assert without.ts - (t0 + k * PROBE_ONSET_S) <= 300
+
+
+def _run(records: list) -> list:
+    engine = Engine(load_rules(None), EngineConfig(allowed_lateness=0))
+    return engine.process_many(records) + engine.flush()
+
+
+def test_a_leak_whose_memory_is_freed_resolves_saying_how_much() -> None:
+    """The issue's leak: 5.0 -> ~45 GiB in 20 min (118 GiB/h), then the memory freed back to 5.0 GiB;
+    the resolve said "went from 5.0 to 5.0 GiB … no finished checkpoint seen"."""
+    def mem(t: float) -> float:
+        return 5.0 + 118.0 * min(t, 1200.0) / 3600 if t < 1500 else 5.0
+
+    out = [t for t in _run(list(trace(3600, lambda t: 5.0, mem))) if t.rule == "memory-leak"]
+    assert [t.state for t in out] == ["firing", "resolved"]
+    v = out[1].evidence.values
+    assert v["mem_used_gib_peak"] == pytest.approx(44.3, abs=0.7) and v["mem_used_gib"] == pytest.approx(5.0, abs=0.1)
+    assert out[1].summary == (
+        "GPU memory of llm-pretrain (job-1, alice) on n1 GPU 0 no longer grows: "
+        f"{v['mem_used_gib_peak']:.1f} GiB at its highest while the alert was open, 5.0 GiB now "
+        f"({v['mem_used_gib_released']:.1f} GiB released).")
+    zh = localise_alert(out[1], "zh-CN").summary
+    assert zh.startswith("n1 GPU 0 上 llm-pretrain（job-1，alice）的显存不再增长：告警期间最高 ") and "现在 5.0 GiB" in zh
+
+
+def test_a_task_alert_resolved_by_the_task_ending_says_so() -> None:
+    """data-loader-starvation (a task's alert) open when the task's exit record comes."""
+    recs = list(trace(20 * 60, lambda t: 60.0, lambda t: 40.0, sdk=True, data_wait=lambda t: 0.5))
+    last = recs[-1]
+    recs.append(TaskMetric(ts=last.ts + 1, node="n1", task="llm-pretrain", task_id="job-1",
+                           kind=TaskMetricKind.EXIT, pid=100))
+    recs += list(trace(22 * 60, lambda t: 0.0, lambda t: 0.0, task_id="job-2"))[20 * 60 + 5:]
+    out = [t for t in _run(recs) if t.rule == "data-loader-starvation"]
+    assert [t.state for t in out] == ["firing", "resolved"]
+    assert out[1].evidence.note.startswith("resolved: the task ended")

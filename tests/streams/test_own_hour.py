@@ -122,3 +122,17 @@ def test_the_rule_is_judged_against_the_looped_healthy_day_then_a_fall_after_it(
     fired = _fired(trace(int(fall + WITHIN_S + 300), lambda t: _healthy_util(t) if t < fall else LOW,
                          lambda t: 40.0, checkpoints=lambda t: t < fall and _checkpoint(t), sample_s=10))
     assert [t.rule for t in fired] == [RULE] and 0 < fired[0].ts - (T0 + fall) <= WITHIN_S
+
+
+def test_the_resolve_says_the_job_is_back_with_the_figures() -> None:
+    """Issue #30, point 5: 25 min at 3 %, then back to 97 %: the resolve says so, no likely cause."""
+    back = FALL + 1500
+    recs = trace(int(back + 1800), lambda t: BUSY if t < FALL else (LOW if t < back else 97.0), lambda t: 40.0,
+                 power_w=lambda t: 140.0 if FALL <= t < back else 650.0)
+    engine = Engine()
+    out = [t for t in engine.process_many(recs) + engine.flush() if t.rule == RULE]
+    assert [t.state.value for t in out] == ["firing", "resolved"]
+    r = out[1]
+    assert r.summary.startswith("llm-pretrain (job-1, alice) on n1 is back: up to 97% GPU utilization and 650 W "
+                                "in the last 7 min, against ")
+    assert "Likely cause" not in r.summary and r.ts > T0 + back
