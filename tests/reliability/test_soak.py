@@ -37,8 +37,8 @@ def test_24h_soak_memory_is_flat_after_warm_up(reliability_report):
         transitions += len(engine.process_many(sim.step()))
         if sim.ts >= next_sample:
             next_sample += HOUR
-            # The scheduler stage's state is left out: mixed's queue-buildup sweep holds its partition
-            # for good, so its queue (pending jobs, each in the state) grows by design all day.
+            # The scheduler stage's state is left out (it grew all day while queue-buildup's sweep held
+            # its partition for good; since #33 the simulated queue is bounded: tests/producers/test_schedsim_bounded.py).
             dumped = json.loads(engine.dump_all())
             state.append(sum(len(v) for k, part in dumped.items() if k != "clusters" for v in part.values()))
             rss.append(rss_bytes())
