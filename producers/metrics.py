@@ -60,14 +60,19 @@ _FIELDS = {
 
 
 #: dcgm-exporter's default fields the contract carries no column for: the source reads them for
-#: /metrics alone (``dcgm_fields(node, sample)`` of the NVML collector and of the simulator). All
-#: gauges: the PCIe ones are rates (bytes/s), as DCGM's profiling fields are.
+#: /metrics alone (``dcgm_fields(node, sample)`` of the NVML collector and of the simulator). The
+#: PCIe ones are rates (bytes/s), as DCGM's profiling fields are; so is the NVLink bandwidth
+#: (DCGM's MiB/s), which dcgm-exporter nonetheless types counter (:data:`COUNTERS`): read it as it
+#: is, never through ``rate()``. The vGPU licence: 1 licensed, 0 not (or no vGPU licensing: bare metal).
 DCGM_ONLY = {
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "ratio of time the graphics engine is active (GPM)",
     "DCGM_FI_DEV_ENC_UTIL": "encoder utilization (%)",
     "DCGM_FI_DEV_DEC_UTIL": "decoder utilization (%)",
     "DCGM_FI_PROF_PCIE_TX_BYTES": "PCIe bytes transmitted per second, headers and payload",
     "DCGM_FI_PROF_PCIE_RX_BYTES": "PCIe bytes received per second, headers and payload",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": "NVLink data received and transmitted over all links, MiB/s as "
+                                          "DCGM computes it (a rate, typed counter as dcgm-exporter does)",
+    "DCGM_FI_DEV_VGPU_LICENSE_STATUS": "vGPU license status (1 licensed, 0 not licensed or no vGPU licensing)",
 }
 #: ``dcgm_fields(node, sample)`` → {DCGM name: value} for one GPU.
 DcgmFields = Callable[[str, Any], Mapping[str, float]]
@@ -75,7 +80,8 @@ DcgmFields = Callable[[str, Any], Mapping[str, float]]
 #: dcgm-exporter's counters (default-counters.csv): typed counter, named without ``_total``.
 COUNTERS = frozenset({"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
                       "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-                      "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"})
+                      "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+                      "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"})
 XID_ERRORS = "DCGM_FI_DEV_XID_ERRORS"
 def xid_labels(code: float) -> dict[str, str]:
     """``err_code`` and ``err_msg`` of the XID series, as dcgm-exporter labels them (0: none yet);

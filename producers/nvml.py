@@ -21,7 +21,7 @@ import threading
 import time
 import uuid as uuidlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuwarden.contract import EventKind, GpuProcess, GpuSample, NodeSnapshot
 from gpuwarden.producers import clocks
@@ -38,6 +38,19 @@ _GPM_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "dram_active")
 _GPM_DCGM = {"NVML_GPM_METRIC_GRAPHICS_UTIL": ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.01),  # % → ratio
              "NVML_GPM_METRIC_PCIE_TX_PER_SEC": ("DCGM_FI_PROF_PCIE_TX_BYTES", 1 << 20),  # MiB/s → B/s
              "NVML_GPM_METRIC_PCIE_RX_PER_SEC": ("DCGM_FI_PROF_PCIE_RX_BYTES", 1 << 20)}
+#: ``scopeId`` asking NVML for a throughput counter summed over every link (nvml.h: "A scopeId of
+#: UINT_MAX returns aggregate value summed up across all links"), as DCGM passes for field 449.
+_ALL_LINKS = 0xFFFFFFFF
+#: nvmlValue_t's member for each ``valueType`` (nvml.h's nvmlValueType_t: 0 double, 1 unsigned int,
+#: 2 unsigned long, 3 unsigned long long, 4 signed long long, 5 signed int, 6 unsigned short).
+_VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
+class NvlinkReading(NamedTuple):
+    """NVML's NVLink data counters of one GPU at one read: RX plus TX over every link."""
+
+    kib: int  # KiB since the driver loaded
+    at_us: int  # NVML's timestamp of the read, µs since 1970
 
 
 class GpuLost(Exception):
@@ -63,6 +76,7 @@ class _Gpu:
         self.gpm_supported = False
         self.dcgm: dict[str, float] = {}  # dcgm-exporter fields the contract has no column for (slow set)
         self.gpm_dcgm: dict[str, float] = {}  # those of them the last GPM sample gave
+        self.nvlink: NvlinkReading | None = None  # the last NVLink data counters, for DCGM's bandwidth
 
 
 class NvmlCollector:
@@ -195,8 +209,9 @@ class NvmlCollector:
 
     def _dcgm_values(self, g: _Gpu, slow: dict[str, Any]) -> dict[str, float]:
         """dcgm-exporter's default fields that only /metrics serves: encoder and decoder
-        utilisation (NVML), and from the GPM sample (:meth:`_gpm`) the graphics engine's activity
-        and PCIe bytes/s, else PCIe from ``nvmlDeviceGetPcieThroughput`` (KB/s over 20 ms)."""
+        utilisation (NVML), NVLink bandwidth and the vGPU licence as DCGM reads them, and from the
+        GPM sample (:meth:`_gpm`) the graphics engine's activity and PCIe bytes/s, else PCIe from
+        ``nvmlDeviceGetPcieThroughput`` (KB/s over 20 ms)."""
         nv, h, s = self.nv, g.handle, self._safe
         out: dict[str, float] = dict(g.gpm_dcgm) if g.gpm_supported and not slow.get("mig_mode") else {}
         for name, fn in (("DCGM_FI_DEV_ENC_UTIL", "nvmlDeviceGetEncoderUtilization"),
@@ -204,6 +219,12 @@ class NvmlCollector:
             got = s(getattr(nv, fn), h) if hasattr(nv, fn) else None
             if got is not None:
                 out[name] = float(got[0])
+        bandwidth = self._nvlink_bandwidth(g)
+        if bandwidth is not None:
+            out["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] = bandwidth
+        licensed = self._vgpu_license(g)
+        if licensed is not None:
+            out["DCGM_FI_DEV_VGPU_LICENSE_STATUS"] = licensed
         if "DCGM_FI_PROF_PCIE_TX_BYTES" not in out and hasattr(nv, "nvmlDeviceGetPcieThroughput"):
             for name, counter in (("DCGM_FI_PROF_PCIE_TX_BYTES", "NVML_PCIE_UTIL_TX_BYTES"),
                                   ("DCGM_FI_PROF_PCIE_RX_BYTES", "NVML_PCIE_UTIL_RX_BYTES")):
@@ -211,6 +232,50 @@ class NvmlCollector:
                 if kb is not None:
                     out[name] = float(kb) * 1024
         return out
+
+    def _nvlink_bandwidth(self, g: _Gpu) -> float | None:
+        """DCGM's field 449 (``DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL``) as DCGM computes it
+        (DcgmCacheManager::ReadAndCacheNvLinkBandwidth): NVML's data counters RX + TX summed over
+        every link (KiB), their rise since the last read over the time between NVML's two
+        timestamps, divided by 1000: a throughput DCGM calls MiB/s, in whole units; 0 on the first
+        read and while the counters read 0. None (the series absent, as dcgm-exporter leaves a
+        field DCGM could not read) where NVML answers no value: a GPU without NVLink, an older
+        driver. One departure: counters that went back (a driver reload) start again at 0 where
+        DCGM would publish a negative rate."""
+        nv = self.nv
+        ids = [getattr(nv, f"NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{d}", None) for d in ("RX", "TX")]
+        if None in ids:
+            return None
+        fields = self._safe(nv.nvmlDeviceGetFieldValues, g.handle, [(i, _ALL_LINKS) for i in ids])
+        if not fields or any(getattr(f, "nvmlReturn", 1) != 0 for f in fields):
+            return None
+        values = [_field_value(f) for f in fields]
+        if None in values:
+            return None
+        at_us = max(int(getattr(f, "timestamp", 0) or 0) for f in fields) or int(self.clock() * 1e6)
+        now, last = NvlinkReading(int(sum(values)), at_us), g.nvlink
+        g.nvlink = now
+        if now.kib == 0 or last is None or now.at_us <= last.at_us or now.kib < last.kib:
+            return 0.0
+        return float(int((now.kib - last.kib) / ((now.at_us - last.at_us) / 1e6) / 1000))
+
+    def _vgpu_license(self, g: _Gpu) -> float | None:
+        """``DCGM_FI_DEV_VGPU_LICENSE_STATUS`` as DCGM reads it per GPU (DcgmCacheManager's case
+        for the field): ``nvmlDeviceGetGridLicensableFeatures``; 0 where the system does not
+        support vGPU software licensing (``isGridLicenseSupported`` 0: a bare-metal GPU, where
+        dcgm-exporter serves 0 too), else 1 or 0 from the vGPU feature's ``featureState``; None
+        (absent) where NVML fails or lists no vGPU feature, where DCGM stores no number."""
+        nv = self.nv
+        if not hasattr(nv, "nvmlDeviceGetGridLicensableFeatures"):
+            return None
+        got = self._safe(nv.nvmlDeviceGetGridLicensableFeatures, g.handle)
+        if got is None:
+            return None
+        if not got.isGridLicenseSupported:
+            return 0.0
+        vgpu = getattr(nv, "NVML_GRID_LICENSE_FEATURE_CODE_VGPU", 1)
+        features = list(got.gridLicensableFeatures)[:got.licensableFeaturesCount]
+        return next((1.0 if f.featureState > 0 else 0.0 for f in features if f.featureCode == vgpu), None)
 
     def dcgm_fields(self, node: str, sample: GpuSample) -> dict[str, float]:
         """The dcgm-exporter fields of GPU ``sample.index`` read on the slow cadence (for /metrics)."""
@@ -364,8 +429,8 @@ def _watts(milliwatts: int | None) -> float | None:
 
 
 def _field_value(fv: Any) -> float | None:
-    val = getattr(fv, "value", None)
-    for attr in ("uiVal", "ullVal", "dVal", "siVal", "sllVal"):
-        if hasattr(val, attr):
-            return float(getattr(val, attr))
-    return None
+    """A field value's number, read from the union member its ``valueType`` names (every member
+    of pynvml's ctypes union exists: the first one found would read 64-bit counters as 32)."""
+    member = _VALUE_MEMBER.get(getattr(fv, "valueType", None))
+    got = getattr(getattr(fv, "value", None), member, None) if member else None
+    return None if got is None else float(got)

@@ -765,15 +765,21 @@ class Simulator:
 
     def dcgm_fields(self, node: str, sample: GpuSample) -> dict[str, float]:
         """dcgm-exporter's fields that only /metrics serves, for a simulated GPU: the graphics
-        engine as busy as the GPU's utilisation, no video encode or decode, and PCIe traffic in
+        engine as busy as the GPU's utilisation, no video encode or decode, PCIe traffic in
         proportion to it (a training step's host-to-device input and its outputs back: up to
-        4 GB/s in, 1 GB/s out). None of it without a utilisation reading (a lost GPU)."""
+        4 GB/s in, 1 GB/s out), NVLink traffic too where the GPU has links (up to 200,000 MiB/s on
+        18 links: a busy all-reduce, well under NVLink 4's 900 GB/s), and a bare-metal vGPU
+        licence (0, as DCGM reads it where vGPU licensing is unsupported). None of it without a
+        utilisation reading (a lost GPU)."""
         if sample.util_gpu is None:
             return {}
         busy = sample.util_gpu / 100
-        return {"DCGM_FI_PROF_GR_ENGINE_ACTIVE": round(busy, 4), "DCGM_FI_DEV_ENC_UTIL": 0.0,
-                "DCGM_FI_DEV_DEC_UTIL": 0.0, "DCGM_FI_PROF_PCIE_RX_BYTES": round(busy * 4e9),
-                "DCGM_FI_PROF_PCIE_TX_BYTES": round(busy * 1e9)}
+        out = {"DCGM_FI_PROF_GR_ENGINE_ACTIVE": round(busy, 4), "DCGM_FI_DEV_ENC_UTIL": 0.0,
+               "DCGM_FI_DEV_DEC_UTIL": 0.0, "DCGM_FI_PROF_PCIE_RX_BYTES": round(busy * 4e9),
+               "DCGM_FI_PROF_PCIE_TX_BYTES": round(busy * 1e9), "DCGM_FI_DEV_VGPU_LICENSE_STATUS": 0.0}
+        if sample.nvlink_up:
+            out["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] = float(int(busy * 200_000 * sample.nvlink_up / 18))
+        return out
 
     def _place_faults(self, names: list[str]) -> dict[str, tuple[int, int]]:
         """Fault scenario -> (node, gpu); single-GPU slots first, spread over nodes."""

@@ -8,6 +8,7 @@ ioctl path), longer ones sleep (PCIe throughput waits a 20 ms window).
 
 from __future__ import annotations
 
+import ctypes
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -26,6 +27,16 @@ NVML_VOLATILE_ECC, NVML_AGGREGATE_ECC = 0, 1
 NVML_FI_DEV_MEMORY_TEMP = 82
 NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230  # nvml.h: a nvmlDeviceGpuRecoveryAction_t, unsigned int
 NVML_VALUE_TYPE_UNSIGNED_INT = 1
+# nvml.h (NVIDIA/DCGM@72fa3fe, sdk/nvidia/nvml/dcgm_nvml.h) l.532-538: nvmlValueType_t; l.2136-2144:
+# "NVLink throughput counters field values ... A scopeId of UINT_MAX returns aggregate value summed up
+# across all links", 138 "NVLink TX Data throughput in KiB", 139 "NVLink RX Data throughput in KiB";
+# l.2385: a field value's timestamp, "CPU Timestamp of this value in microseconds since 1970".
+NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 138, 139
+UINT_MAX = 0xFFFFFFFF
+# nvml.h l.1461-1466 nvmlGridLicenseFeatureCode_t (1 "Virtual GPU", 2 "Nvidia RTX", 4 "Compute"); l.1538.
+NVML_GRID_LICENSE_FEATURE_CODE_VGPU, NVML_GRID_LICENSE_FEATURE_CODE_NVIDIA_RTX = 1, 2
+NVML_GRID_LICENSE_FEATURE_MAX_COUNT = 3
 NVML_GPU_RECOVERY_ACTION_NONE, NVML_GPU_RECOVERY_ACTION_GPU_RESET = 0, 1
 NVML_GPU_RECOVERY_ACTION_NODE_REBOOT, NVML_GPU_RECOVERY_ACTION_DRAIN_P2P = 2, 3
 NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET = 4
@@ -52,6 +63,14 @@ LATENCY_US_H200 = {
     "nvmlDeviceGetMigMode": 161.85, "nvmlDeviceGetPersistenceMode": 5.74,
     "nvmlDeviceGetFieldValues": 40.0, "nvmlGpmSampleGet": 335.58, "nvmlGpmMetricsGet": 20.0,
 }
+
+
+class NvmlValue(ctypes.Union):
+    """nvml.h l.547-556 ``nvmlValue_t``: every member reads the same bytes, as pynvml's union does."""
+
+    _fields_ = [("dVal", ctypes.c_double), ("siVal", ctypes.c_int), ("uiVal", ctypes.c_uint),
+                ("ulVal", ctypes.c_ulong), ("ullVal", ctypes.c_ulonglong), ("sllVal", ctypes.c_longlong),
+                ("usVal", ctypes.c_ushort)]
 
 
 class NVMLError(Exception):
@@ -105,6 +124,13 @@ class FakeGpu:
     gpm: bool = True
     recovery_action: int | None = None
     """Field 230's value; None: the driver predates it (the field answers NOT_SUPPORTED)."""
+    nvlink_kib: list = field(default_factory=lambda: [(0, 0)] * 18)
+    """(RX, TX) data KiB per NVLink link (fields 139, 138); None: no NVLink (NOT_SUPPORTED)."""
+    grid_supported: bool = False
+    """``isGridLicenseSupported``: non-zero "if vGPU Software Licensing is supported on the system"
+    (nvml.h l.1911): false on a bare-metal GPU."""
+    grid_features: dict = field(default_factory=dict)
+    """featureCode → featureState ("Non-zero if feature is currently licensed", nvml.h l.1899)."""
 
     def __post_init__(self) -> None:
         self.uuid = self.uuid or f"GPU-{self.index:08x}-0000-0000-0000-000000000000"
@@ -122,6 +148,7 @@ class FakeNvml:
                  driver: str = "580.159.04", cuda: int = 13000) -> None:
         self.gpus, self.latency_us = gpus, latency_us or {}
         self.driver, self.cuda = driver, cuda
+        self.now_us = 1_700_000_000_000_000  # the field values' timestamp (tests move it)
         self.calls: dict[str, int] = {}
         for k, v in globals().items():
             if k.startswith("NVML_") or k == "nvmlMemory_v2":
@@ -204,15 +231,39 @@ class FakeNvml:
         return [SimpleNamespace(pid=p, usedGpuMemory=m) for p, m in g.processes]
     def _nvmlDeviceGetGraphicsRunningProcesses(self, g): return []
     def _nvmlDeviceGetFieldValues(self, g, ids):
-        """nvmlFieldValue_t per id (its ``value`` a union: uiVal for unsigned ints); an unknown
+        """nvmlFieldValue_t per id, an id alone or ``(fieldId, scopeId)`` as pynvml takes them; its
+        ``value`` a union to read by ``valueType`` (uiVal for unsigned ints, ullVal for the NVLink
+        counters; a read of another member gives other bits, as on the real union); an unknown
         field fails in its own ``nvmlReturn``, not the call (nvml.h)."""
+        def nvlink(scope, side):
+            if g.nvlink_kib is None:
+                return None
+            links = g.nvlink_kib if scope == UINT_MAX else g.nvlink_kib[scope:scope + 1]
+            return sum(link[side] for link in links) if links else None
+
         def one(i):
-            value = {NVML_FI_DEV_MEMORY_TEMP: g.temp + 6, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: g.recovery_action}.get(i)
+            fid, scope = i if isinstance(i, tuple) else (i, 0)
+            value, vtype = {NVML_FI_DEV_MEMORY_TEMP: (g.temp + 6, NVML_VALUE_TYPE_UNSIGNED_INT),
+                            NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: (g.recovery_action, NVML_VALUE_TYPE_UNSIGNED_INT),
+                            NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: (nvlink(scope, 0), NVML_VALUE_TYPE_UNSIGNED_LONG_LONG),
+                            NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: (nvlink(scope, 1), NVML_VALUE_TYPE_UNSIGNED_LONG_LONG),
+                            }.get(fid, (None, 0))
             if value is None:
-                return SimpleNamespace(fieldId=i, nvmlReturn=NVML_ERROR_NOT_SUPPORTED, valueType=0, value=None)
-            return SimpleNamespace(fieldId=i, nvmlReturn=NVML_SUCCESS, valueType=NVML_VALUE_TYPE_UNSIGNED_INT,
-                                   value=SimpleNamespace(uiVal=value, ullVal=value))
+                return SimpleNamespace(fieldId=fid, scopeId=scope, nvmlReturn=NVML_ERROR_NOT_SUPPORTED, valueType=0,
+                                       timestamp=0, value=None)
+            member = "uiVal" if vtype == NVML_VALUE_TYPE_UNSIGNED_INT else "ullVal"
+            return SimpleNamespace(fieldId=fid, scopeId=scope, nvmlReturn=NVML_SUCCESS, valueType=vtype,
+                                   timestamp=self.now_us, value=NvmlValue(**{member: value}))
         return [one(i) for i in ids]
+
+    def _nvmlDeviceGetGridLicensableFeatures(self, g):
+        """nvmlGridLicensableFeatures_t (nvml.h l.1909-1914): NVML_SUCCESS on any GPU (the doc's
+        returns, l.9490-9494, list no NOT_SUPPORTED), the features in a fixed array of
+        NVML_GRID_LICENSE_FEATURE_MAX_COUNT with ``licensableFeaturesCount`` of them filled."""
+        filled = [SimpleNamespace(featureCode=code, featureState=state) for code, state in g.grid_features.items()]
+        blank = [SimpleNamespace(featureCode=0, featureState=0)] * (NVML_GRID_LICENSE_FEATURE_MAX_COUNT - len(filled))
+        return SimpleNamespace(isGridLicenseSupported=int(g.grid_supported), licensableFeaturesCount=len(filled),
+                               gridLicensableFeatures=filled + blank)
 
     # ----------------------------------------------------------------- GPM
     def _nvmlGpmQueryDeviceSupport(self, g):

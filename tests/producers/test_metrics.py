@@ -109,3 +109,60 @@ def test_dcgm_exporter_s_fields_xid_labels_and_prometheus_client_s_negotiation()
     assert zip_headers.get("Content-Encoding") == "gzip" and gzip.decompress(zipped) == text
     # one family asked for by name
     assert only.decode().count("# TYPE ") == 1 and "DCGM_FI_DEV_XID_ERRORS" in only.decode()
+
+
+#: dcgm-exporter's default counters: every uncommented line of etc/default-counters.csv at
+#: NVIDIA/dcgm-exporter@d5e5f51 (2026-05-12), (field, Prometheus type); 26 entries, the driver
+#: version a label of every series.
+DCGM_EXPORTER_DEFAULTS = (
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge"), ("DCGM_FI_DEV_MEM_CLOCK", "gauge"),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge"), ("DCGM_FI_DEV_GPU_TEMP", "gauge"),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge"), ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter"),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter"), ("DCGM_FI_DEV_GPU_UTIL", "gauge"),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge"), ("DCGM_FI_DEV_ENC_UTIL", "gauge"), ("DCGM_FI_DEV_DEC_UTIL", "gauge"),
+    ("DCGM_FI_DEV_XID_ERRORS", "gauge"), ("DCGM_FI_DEV_FB_FREE", "gauge"), ("DCGM_FI_DEV_FB_USED", "gauge"),
+    ("DCGM_FI_DEV_FB_RESERVED", "gauge"), ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter"),
+    ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge"), ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter"),
+    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter"), ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge"),
+    ("DCGM_FI_DRIVER_VERSION", "label"), ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge"),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge"), ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge"),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge"), ("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge"),
+)
+
+
+def _families(metrics: AgentMetrics) -> tuple[dict[str, object], str]:
+    port = free_port()
+    server = serve(metrics.registry, port, bare_counters=COUNTERS)
+    try:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    finally:
+        server.shutdown()
+    return {f.name: f for f in text_string_to_metric_families(body)}, body
+
+
+def test_every_dcgm_exporter_default_counter_by_name_and_type_from_nvml_and_the_simulator():
+    """#32, point 6: all 26 entries of dcgm-exporter's default-counters.csv served under the same
+    name and type (the driver version as a label), on every GPU, by the NVML collector (the fake
+    NVML: a bare-metal H200 with NVLink) and by the simulator."""
+    from tests.fakes.nvml import FakeGpu, FakeNvml
+
+    from gpuwarden.producers.nvml import NvmlCollector
+
+    assert len(DCGM_EXPORTER_DEFAULTS) == 26
+    nvml = NvmlCollector(FakeNvml([FakeGpu(0), FakeGpu(1)]), node="n1", slow_in_thread=False, gpm_interval_s=0)
+    from_nvml = AgentMetrics(dcgm=nvml.dcgm_fields)
+    from_nvml.observe(nvml.step())
+    sim = Simulator("healthy", gpus=2, start_ts=1_700_000_000, tick_s=10)
+    from_sim = AgentMetrics(dcgm=sim.dcgm_fields)
+    from_sim.observe(sim.step())
+    for source, metrics in (("nvml", from_nvml), ("simulator", from_sim)):
+        fams, body = _families(metrics)
+        for name, kind in DCGM_EXPORTER_DEFAULTS:
+            if kind == "label":
+                assert {s.labels[name] for s in fams["DCGM_FI_DEV_GPU_UTIL"].samples} != {""}, (source, name)
+                continue
+            assert f"# TYPE {name} {kind}\n" in body, (source, name)
+            assert {s.labels["gpu"] for s in fams[name].samples} == {"0", "1"}, (source, name)
+        nvlink = {s.value for s in fams["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"].samples}
+        assert {s.value for s in fams["DCGM_FI_DEV_VGPU_LICENSE_STATUS"].samples} == {0.0}, source
+        assert nvlink == {0.0} if source == "nvml" else min(nvlink) > 0, (source, nvlink)  # NVML: a first read

@@ -125,10 +125,52 @@ def test_dcgm_exporter_s_fields_outside_the_contract_are_read_for_metrics():
     nv, c = collector([FakeGpu(0), FakeGpu(1, gpm=False)])
     snap, _ = split(c.step())
     gpm, plain = (c.dcgm_fields("n1", g) for g in snap.gpus.rows())
+    idle = {"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": 0.0, "DCGM_FI_DEV_VGPU_LICENSE_STATUS": 0.0}
     assert gpm == {"DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.9, "DCGM_FI_PROF_PCIE_TX_BYTES": 12.5 * 2**20,
                    "DCGM_FI_PROF_PCIE_RX_BYTES": 3000.0 * 2**20, "DCGM_FI_DEV_ENC_UTIL": 3.0,
-                   "DCGM_FI_DEV_DEC_UTIL": 7.0}
+                   "DCGM_FI_DEV_DEC_UTIL": 7.0, **idle}
     assert plain == {"DCGM_FI_PROF_PCIE_TX_BYTES": 2048 * 1024.0, "DCGM_FI_PROF_PCIE_RX_BYTES": 8192 * 1024.0,
-                     "DCGM_FI_DEV_ENC_UTIL": 3.0, "DCGM_FI_DEV_DEC_UTIL": 7.0}
+                     "DCGM_FI_DEV_ENC_UTIL": 3.0, "DCGM_FI_DEV_DEC_UTIL": 7.0, **idle}
     assert nv.calls["nvmlDeviceGetPcieThroughput"] == 2  # the GPM GPU needs none (20 ms a call on an H200)
     assert "DCGM_FI_DEV_ENC_UTIL" not in encode(snap).decode()
+
+
+def test_nvlink_bandwidth_is_dcgm_s_throughput_over_every_link():
+    """#32, point 6: DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL as DCGM computes field 449: NVML's data
+    counters RX + TX (KiB) over every link (scopeId UINT_MAX), their rise over the time between
+    NVML's timestamps, / 1000; 0 on the first read; absent without NVLink. RX crosses 2**32 KiB
+    between two reads, so a read of the union's 32-bit member would see it go back."""
+    links = [(0, 0)] * 18
+    nv, c = collector([FakeGpu(0, nvlink_kib=links), FakeGpu(1, nvlink_kib=None, gpm=False)])
+
+    def bandwidth():
+        c.collect_slow()
+        return [g.dcgm.get("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL") for g in c.gpus]
+
+    base = 2**32 - 1_000_000
+    nv.gpus[0].nvlink_kib = [(base, base)] + links[1:]
+    assert bandwidth() == [0.0, None]  # the first read: no rate yet, and no NVLink on GPU 1
+    nv.now_us += 10_000_000
+    nv.gpus[0].nvlink_kib = [(base + 6_000_000, base)] + links[1:3] + [(0, 4_000_000)] + links[4:]
+    assert bandwidth() == [1000.0, None]  # 10,000,000 KiB in 10 s / 1000; link 3 counted too
+    nv.now_us += 10_000_000
+    nv.gpus[0].nvlink_kib = [(2048, 0)] + links[1:]  # the driver reloaded: counters back near 0
+    assert bandwidth() == [0.0, None]
+    nv.now_us += 4_000_000
+    nv.gpus[0].nvlink_kib = [(2048 + 2_000_000, 0)] + links[1:]
+    assert bandwidth() == [500.0, None]
+
+
+def test_vgpu_license_status_as_dcgm_reads_it():
+    """#32, point 6: DCGM_FI_DEV_VGPU_LICENSE_STATUS from nvmlDeviceGetGridLicensableFeatures,
+    mapped as DCGM maps it: 0 where vGPU licensing is not supported (a bare-metal GPU: dcgm-exporter
+    serves 0 there), the vGPU feature's state as 1/0 where it is, absent where NVML fails or lists
+    no vGPU feature."""
+    gpus = [FakeGpu(0), FakeGpu(1, grid_supported=True, grid_features={1: 1}),
+            FakeGpu(2, grid_supported=True, grid_features={2: 1, 1: 0}),
+            FakeGpu(3, grid_supported=True, grid_features={2: 1}),
+            FakeGpu(4, unsupported={"nvmlDeviceGetGridLicensableFeatures"})]
+    _, c = collector(gpus)
+    snap, _ = split(c.step())
+    status = [c.dcgm_fields("n1", g).get("DCGM_FI_DEV_VGPU_LICENSE_STATUS") for g in snap.gpus.rows()]
+    assert status == [0.0, 1.0, 0.0, None, None]
