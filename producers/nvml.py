@@ -239,8 +239,8 @@ class NvmlCollector:
         every link (KiB), their rise since the last read over the time between NVML's two
         timestamps, divided by 1000: a throughput DCGM calls MiB/s, in whole units; 0 on the first
         read and while the counters read 0. None (the series absent, as dcgm-exporter leaves a
-        field DCGM could not read) where NVML answers no value: a GPU without NVLink, an older
-        driver. One departure: counters that went back (a driver reload) start again at 0 where
+        field DCGM could not read) where NVML answers either field with an error (its own
+        ``nvmlReturn``). One departure: counters that went back (a driver reload) start again at 0 where
         DCGM would publish a negative rate."""
         nv = self.nv
         ids = [getattr(nv, f"NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{d}", None) for d in ("RX", "TX")]
