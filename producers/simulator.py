@@ -195,8 +195,10 @@ SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
     _info("serving-tail", "serving",
           "From onset 3 % of chat-tail's requests take ~3 s to the first token while the others "
           "speed up: the mean TTFT stays flat, the p99 moves from (0.75, 1] s to (2.5, 5] s.",
-          "attention: inference-tail-rising (ttft and e2e) on chat-tail ~10 min after onset "
+          "attention: inference-tail-rising (ttft and e2e) on chat-tail ~3 min after onset "
           "(serving scenarios start 70 min in: the rules compare with the hour before)",
+          "attention: slo-over-target of ttft_p99 ~3 min after onset (~1.5 % of the last 5 min over 2.5 s "
+          "against 1 % allowed: a 1.5x burn no burn-rate pair reaches)",
           "info: slo-steady-burn of ttft_p99 ~50 min after onset (~2.5 % over 2.5 s against a 1 % "
           "budget, over all the traffic since the start)"),
     _info("serving-kv-knee", "serving",
@@ -212,6 +214,7 @@ SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
     _info("serving-errors", "serving",
           "From onset 60 % of chat-errors' requests are aborted for 20 min, then it recovers.",
           "attention: inference-failures on chat-errors within 1 min of onset",
+          "attention: slo-over-target of error_rate within 1 min of onset",
           "attention: slo-slow-burn of error_rate (1 % budget) ~8 min after onset",
           "critical: slo-fast-burn of error_rate ~15 min after onset (60 % failed for 14.4 of 60 min)"),
     _info("serving-batch-full", "serving",
@@ -222,6 +225,7 @@ SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
           "chat-replicas runs a replica on each node (2 by default); from onset the one on sim-node-00 "
           "aborts 60 % of its requests, the other none: 30 % of the service's.",
           "attention: inference-failures on chat-replicas on sim-node-00 within 1 min of onset",
+          "attention: slo-over-target of error_rate for the service within 1 min of onset",
           "attention: slo-slow-burn of error_rate for the service (both nodes: a 30x burn, not the "
           "bad replica's 60x) ~16 min after onset",
           "critical: slo-fast-burn of error_rate for the service ~28 min after onset (30 k/60 >= 14.4)",
