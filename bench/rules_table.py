@@ -6,7 +6,8 @@ run share it) and reports the
 detection delay from the fault's onset and the false alerts (attention/critical
 firings of rules not expected on that scenario), and what the rule gave on the real H200
 recordings (tests/streams/real_recordings.py: time-dilated to fill the windows; clock-capped
-also with its clock share lowered to 0.5 %). Then the quiet cases (job-straggler on multi-node
+also with its clock share lowered to 0.5 %) and its delay from the recorded load's onset there and
+on two jobs made of them (``real_delays``). Then the quiet cases (job-straggler on multi-node
 jobs that checkpoint and evaluate, or run pipeline stages that differ), a week of ``healthy`` on
 2 nodes x 8 GPUs and 15 days of it on 4 nodes (the multi-node job on 4 nodes: job-straggler's
 false alarms).
