@@ -79,7 +79,8 @@ async def test_two_nodes_replicas_of_one_service_give_the_engines_one_service_le
             for n in range(50) for node in ("gn7", "gn8")]
     engine = Engine(config=EngineConfig.model_validate({"slo": slo}))
     want = [encode(t) for r in recs for t in engine.process(r) if t.rule.startswith("slo-")]
-    assert [json.loads(w)["rule"] for w in want] == ["slo-steady-burn", "slo-slow-burn", "slo-fast-burn"]
+    assert [json.loads(w)["rule"] for w in want] == ["slo-steady-burn", "slo-over-target", "slo-slow-burn",
+                                                           "slo-fast-burn"]
     with workers(config, tmp_path, "w1") as (w1,):
         await produce(kafka_bootstrap, topics.inference, [(r.node.encode(), encode(r)) for r in recs])
         await produce(kafka_bootstrap, topics.sli, [(b"chat", b'{"schema": "service_sli/1", "ts": 1}')])
