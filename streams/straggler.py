@@ -56,6 +56,12 @@ KEPT = ("util_gpu", "clock_frac", "tensor_active", "power_w", "step_time_s", "co
 CAUSES = ("thermal_cap", "power_limit_frac", "remap_pending", "ecc_uncorrected", "nvlink_down")
 
 
+#: A minute is judged once a summary of the job this much later has come: its nodes' summaries
+#: reach stage 2 in different orders in one process and through Kafka (a node's minute after
+#: another's next one), and a minute judged before all of them are in judged fewer nodes.
+GATHER_S = 120.0
+
+
 @state
 class Rank:
     """One node of a job: its own usual ratios to its peers, its alerts, its newest figures."""
@@ -79,8 +85,8 @@ class JobRanks:
     __slots__ = ("minute", "pending", "ranks", "steps", "labels")
 
     def __init__(self) -> None:
-        self.minute = float("-inf")
-        self.pending: dict = {}  # node -> {stat: value} of ``minute``, plus "gpus"
+        self.minute = float("-inf")  # the newest minute judged
+        self.pending: list = []  # [minute, node, {stat: value} plus "gpus"] not judged yet
         self.ranks: dict = {}  # node -> Rank
         self.steps: deque = deque(maxlen=HISTORY)  # the job's step time in minutes with no rank flagged
         self.labels: dict = {}
@@ -123,23 +129,24 @@ class StragglerJudge:
         if job is None:
             job = jobs[summary.task_id] = JobRanks()
         t, out = summary.ts, []
-        if t < job.minute:
+        if t <= job.minute:
             return []  # applied late, after its minute was judged
-        if t > job.minute:
-            if job.pending:
-                out = self._judge(job, t)
-            job.minute, job.pending = t, {}
         labels = {"task": summary.task_id, "task_class": summary.task,
                   **{k: v for k, v in summary.labels.items() if k in ("user", "project")}}
         job.labels = simulated_labels(labels) if summary.simulated else labels
         stats = {k: summary.stats[k] for k in KEPT if summary.stats.get(k) is not None}
         stats["gpus"] = summary.labels.get("gpus", "")
-        job.pending[summary.node] = stats
+        job.pending.append([t, summary.node, stats])
+        due = sorted({m for m, _, _ in job.pending if m <= t - GATHER_S})
+        for m in due:  # each minute once every node's summary of it is in, whatever their order
+            minute = {node: st for mm, node, st in job.pending if mm == m}
+            job.pending = [p for p in job.pending if p[0] != m]
+            job.minute = m
+            out += self._judge(job, minute, m + GATHER_S)
         return out
 
-    def _judge(self, job: JobRanks, now: float) -> list[AlertTransition]:
-        """Score the gathered minute's ranks, learn from the unflagged ones, run the rules at ``now``."""
-        minute = job.pending
+    def _judge(self, job: JobRanks, minute: dict[str, dict], now: float) -> list[AlertTransition]:
+        """Score one gathered minute's ranks, learn from the unflagged ones, run the rules at ``now``."""
         if len(minute) < 2 and not job.ranks:
             return []  # a job on one node (most): nothing to compare
         for node in minute:
