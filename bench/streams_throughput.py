@@ -95,8 +95,10 @@ async def delete_topics(bootstrap: str, prefix: str) -> None:
         await admin.close()
 
 
-async def send(bootstrap: str, records: list[tuple[str, bytes | None, bytes, int | None]]) -> None:
-    """(topic, key, value, partition) in order, all acknowledged."""
+async def send(bootstrap: str, records: list[tuple[str, bytes | None, bytes, float]]) -> None:
+    """(topic, key, value, ts) in order, all acknowledged, each stamped with its record's time
+    as a live agent's send is (a backlog loaded in a minute would otherwise have every record
+    stamped within that minute: the worker reads its inputs by their stamps)."""
     from aiokafka import AIOKafkaProducer
 
     from gpuwarden.producers.publisher import COMPRESSION  # as the agents send
@@ -105,7 +107,7 @@ async def send(bootstrap: str, records: list[tuple[str, bytes | None, bytes, int
                                 compression_type=COMPRESSION)
     await producer.start()
     try:
-        futs = [await producer.send(t, value=v, key=k, partition=p) for t, k, v, p in records]
+        futs = [await producer.send(t, value=v, key=k, timestamp_ms=int(ts * 1000)) for t, k, v, ts in records]
         await producer.flush()
         for f in futs:
             await f
@@ -195,14 +197,14 @@ def wire(records: list[Any], batched: bool) -> list[Any]:
     return list(batch_task_metrics(records)) if batched else records
 
 
-def load_row(topics: Any, r: Any) -> tuple[str, bytes, bytes, None]:
-    """(topic, key, value, partition) of one record to load (a lone task metric, for an old peer,
+def load_row(topics: Any, r: Any) -> tuple[str, bytes, bytes, float]:
+    """(topic, key, value, ts) of one record to load (a lone task metric, for an old peer,
     on ``task.metrics`` under its node)."""
     from gpuwarden.contract import TaskMetric, encode, record_key
 
     if type(r) is TaskMetric:
-        return topics.metrics, r.node.encode(), encode(r), None
-    return topics.for_record(r), record_key(r).encode(), encode(r), None
+        return topics.metrics, r.node.encode(), encode(r), r.ts
+    return topics.for_record(r), record_key(r).encode(), encode(r), r.ts
 
 
 @asynccontextmanager

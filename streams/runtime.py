@@ -35,6 +35,7 @@ from gpuwarden.streams.commit import TaskProducer
 from gpuwarden.streams.dlq import Outbound
 from gpuwarden.streams.groups import Group
 from gpuwarden.streams.memory import HeapTrim
+from gpuwarden.streams.pacing import Pacing
 from gpuwarden.streams.progress import is_progress
 from gpuwarden.streams.restore import Restorer
 from gpuwarden.streams.statewire import MARKER, batchlog_topic, changelog_topic, transactional_id
@@ -65,9 +66,11 @@ QUIET_COMMIT_S = 5.0
 #: last record. A takeover reads again from the committed offsets, as before, only more of them.
 OFFSETS_SETTLE_S = 10.0
 OFFSETS_COMMIT_S = 30.0
-#: Records per ``getmany``, and bytes per partition per fetch (a catch-up decompresses whole fetches).
+#: Records per ``getmany``, and bytes per partition per fetch: a catch-up decompresses whole
+#: fetches (zstd, ~37x), so 1 MiB per partition over 32 partitions gave a worker a 420-480 MiB
+#: peak on bench/worker_memory.py's backlog; 128 KiB gave 158 MiB, caught up in 30 s.
 MAX_RECORDS = 5000
-FETCH_BYTES = 1 << 20
+FETCH_BYTES = 1 << 17
 #: How often a task holding records back for an input behind is settled when nothing comes.
 IDLE_S = 1.0
 #: With nothing held back, nothing due and no records coming, the loop looks at its tasks this
@@ -101,6 +104,7 @@ class Active:
     snapshot_at: float = field(default_factory=time.monotonic)
     idled_at: float = -math.inf
     seq: int = 0
+    pacing: Pacing = field(default_factory=Pacing)  # its source inputs read at one pace while behind
 
     @property
     def tps(self) -> list[TopicPartition]:
@@ -127,6 +131,8 @@ class Runtime:
         self.limits, self.factory, self.metrics, self.unsent = limits, factory, metrics, unsent
         self.commit_s, self.snapshot_s, self.snapshot_records = commit_s, snapshot_s, snapshot_records
         self.group_of = {t: g.name for g in groups.values() for t in g.inputs}
+        #: what agents and collectors write (stamped near event time): the inputs paced while behind
+        self.sources = frozenset((topics.samples, topics.events, topics.metrics, topics.inference, topics.jobs))
         self.assignor = TaskAssignor({g.name: g.inputs for g in groups.values()})
         self.instance = uuid.uuid4().hex[:12]  # names this process's commits (a kept task is checked by it)
         self.lock = asyncio.Lock()  # a round, a reconcile and the rebalance barrier, one at a time
@@ -227,10 +233,14 @@ class Runtime:
             moved = bool(records) or any(ends[tp] != a.positions[tp] for tp in a.tps)
             if moved or (a.task.holding() and wall - a.idled_at >= IDLE_S):
                 due.append((a, records))
-        highs = await self._highs([tp for a, _ in due for tp in a.tps]) if due else {}
+        paced = [a for a in self.active.values() if a.pacing.paused]
+        highs = await self._highs([tp for a, _ in due for tp in a.tps] + [tp for a in paced for tp in a.tps]) \
+            if due or paced else {}
         for a, records in due:
             beyond = frozenset(tp.topic for tp in a.tps if highs.get(tp, math.inf) > ends[tp])
             await self._guard(a, self._batch(a, records, beyond, ends, now, wall))
+        for a in {id(a): a for a in [*(a for a, _ in due), *paced]}.values():
+            self._pace(a, data, highs, ends, wall)
         batched = {a.task.id for a, _ in due}
         for a in list(self.active.values()):
             if a.task.id not in batched:
@@ -283,6 +293,21 @@ class Runtime:
             self.metrics.produced(json.loads(o.value) for o in alerts)
         else:
             self._due_in(a, self.commit_s if any(not is_progress(o.headers) for o in fit) else QUIET_COMMIT_S)
+
+    def _pace(self, a: Active, data: Mapping[TopicPartition, list], highs: Mapping[TopicPartition, int],
+              ends: Mapping[TopicPartition, int], wall: float) -> None:
+        """Pause the task's source inputs that ran ahead in time of one still behind; resume them
+        when it caught up (streams/pacing.py). Inputs a worker writes are stamped when written,
+        not in event time, so only the agents' and collectors' topics are paced."""
+        if self.active.get(a.task.id) is not a:
+            return
+        sources = [tp for tp in a.tps if tp.topic in self.sources]
+        a.pacing.read({tp: data[tp] for tp in sources if tp in data})
+        pause, resume = a.pacing.plan([tp for tp in sources if highs.get(tp, math.inf) > ends[tp]], wall)
+        if pause:
+            self._pause(pause)
+        if resume:
+            self.consumer.resume(*resume)
 
     def _due_in(self, a: Active, seconds: float) -> None:
         """The open transaction (opened now if none) is committed at most ``seconds`` after it opened."""
