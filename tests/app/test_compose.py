@@ -137,7 +137,8 @@ def test_the_image_copies_every_installed_folder():
 
     folders = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values())
     copied = {line.split()[1] for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("COPY ")}
-    assert folders <= copied, folders - copied
+    missing = {f for f in folders if not any(f == c or f.startswith(c + "/") for c in copied)}
+    assert not missing, missing  # a room under gpuwarden/ (remediation) comes with gpuwarden
 
 
 def test_the_secrets_file_feeds_the_shipped_receivers():
