@@ -233,15 +233,14 @@ class Runtime:
             moved = bool(records) or any(ends[tp] != a.positions[tp] for tp in a.tps)
             if moved or (a.task.holding() and wall - a.idled_at >= IDLE_S):
                 due.append((a, records))
-        paced = [a for a in self.active.values() if a.pacing.paused]
-        highs = await self._highs([tp for a, _ in due for tp in a.tps] + [tp for a in paced for tp in a.tps]) \
-            if due or paced else {}
+        batched = {a.task.id for a, _ in due}
+        paced = [a for a in self.active.values() if a.task.id in batched or a.pacing.paused]
+        highs = await self._highs([tp for a in paced for tp in a.tps]) if paced else {}
         for a, records in due:
             beyond = frozenset(tp.topic for tp in a.tps if highs.get(tp, math.inf) > ends[tp])
             await self._guard(a, self._batch(a, records, beyond, ends, now, wall))
-        for a in {id(a): a for a in [*(a for a, _ in due), *paced]}.values():
+        for a in paced:
             self._pace(a, data, highs, ends, wall)
-        batched = {a.task.id for a, _ in due}
         for a in list(self.active.values()):
             if a.task.id not in batched:
                 await self._guard(a, self._send(a, a.task.reports(wall)))
