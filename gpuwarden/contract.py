@@ -847,13 +847,17 @@ class RemediationOutcome(StrEnum):
     """The backend could not be reached or said no; the node is as it was, as far as we know."""
 
 
+#: What remediation does to a node in its scheduler (docs/remediation.md).
+RemediationAction = Literal["drain", "resume"]
+
+
 class RemediationRecord(_TimedRecord):
     """remediation, key ``node``: one attempt to take a node out of (or back into) its
     scheduler because of an alert, with who asked and what came of it: the audit trail."""
 
     schema_: Literal["remediation/1"] = Field(default="remediation/1", alias="schema")
     node: Label
-    action: Literal["drain", "resume"]
+    action: RemediationAction
     backend: Label
     outcome: RemediationOutcome
     by: Label

@@ -13,16 +13,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Literal
 
-from gpuwarden.contract import (AlertState, AlertTransition, ContractError, RemediationOutcome, RemediationRecord,
-                                Topics, decode, encode, is_simulated)
+from gpuwarden.contract import (AlertState, AlertTransition, ContractError, RemediationAction, RemediationOutcome,
+                                RemediationRecord, Topics, decode, encode, is_simulated)
 from gpuwarden.remediation.backends import (REASON_PREFIX, Backend, BackendError, CommandBackend, KubernetesBackend,
                                             SlurmBackend)
 from gpuwarden.remediation.config import RemediationConfig
 from gpuwarden.spool import Spool
 
-Action = Literal["drain", "resume"]
+Action = RemediationAction
 AUTO_PREFIX = "auto:"
 
 
