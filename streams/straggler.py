@@ -49,6 +49,10 @@ BUSY_UTIL = 50.0
 CLOCK_GAP = 0.08
 #: A rank's tensor activity this far (share) above its usual ratio to its peers' is slow.
 BUSY_GAP = 0.15
+#: A rank flagged in its last judged minute stays flagged until it is back within this share of
+#: either gap (hysteresis: a throttle that comes and goes would otherwise resolve and fire again
+#: with a good minute or two; a node whose clock ran 2 min behind its peer's did, test_clock_skew).
+HOLD = 0.5
 #: The summary stats a judged minute keeps per node.
 KEPT = ("util_gpu", "clock_frac", "tensor_active", "power_w", "step_time_s", "comm_share", "thermal_cap",
         "power_brake", "hw_slowdown", "power_limit_frac", "remap_pending", "ecc_uncorrected", "nvlink_down")
@@ -66,7 +70,8 @@ GATHER_S = 120.0
 class Rank:
     """One node of a job: its own usual ratios to its peers, its alerts, its newest figures."""
 
-    __slots__ = ("node", "gpus", "clock", "tensor", "last_ts", "figures", "alerts")
+    __slots__ = ("node", "gpus", "clock", "tensor", "last_ts", "figures", "alerts", "slow")
+    ADDED = {"slow": bool}  # state written before the flag held (HOLD)
 
     def __init__(self, node: str) -> None:
         self.node = node
@@ -76,6 +81,7 @@ class Rank:
         self.last_ts = 0.0  # the newest minute it reported
         self.figures: dict = {}  # scalars of its newest judged minute ({} when that minute was not judged)
         self.alerts: dict = {}
+        self.slow = False  # flagged in its last judged minute
 
 
 @state
@@ -163,6 +169,7 @@ class StragglerJudge:
         flagged = {node for node, figures in scored.items() if figures["straggler"]}
         for node, figures in scored.items():
             rank = job.ranks[node]
+            rank.slow = node in flagged
             if node not in flagged:
                 rank.clock.append(figures["clock_vs_peers"])
                 if "tensor_vs_peers" in figures:
@@ -187,7 +194,8 @@ class StragglerJudge:
         assert clock is not None  # every node has a clock_frac (judged only then)
         usual_clock = _usual(rank.clock) or 1.0
         figures = {"clock_vs_peers": clock, "clock_usual": usual_clock, "nodes": float(len(minute))}
-        slow = clock <= min(usual_clock, 1.0) - CLOCK_GAP
+        hold = HOLD if rank.slow else 1.0
+        slow = clock <= min(usual_clock, 1.0) - CLOCK_GAP * hold
         tensors = [p.get("tensor_active") for p in peers]
         if s.get("tensor_active") is not None and None not in tensors:
             tensor = _ratio(s["tensor_active"], tensors)  # type: ignore[arg-type]
@@ -196,7 +204,7 @@ class StragglerJudge:
                 usual_tensor = _usual(rank.tensor)
                 if usual_tensor is not None:
                     figures["tensor_usual"] = usual_tensor
-                    slow = slow or tensor >= usual_tensor * (1.0 + BUSY_GAP)
+                    slow = slow or tensor >= usual_tensor * (1.0 + BUSY_GAP * hold)
         power = _ratio(s.get("power_w"), [p["power_w"] for p in peers if p.get("power_w") is not None])
         if power is not None:
             figures["power_vs_peers"] = power

@@ -64,12 +64,13 @@ def test_node_two_minutes_behind_gets_the_same_alerts_earlier(reliability_report
     got += skewed.flush()
 
     def ids(trs, node: str, by: float = 0.0) -> set:
-        # KNOWN BUG (issue #35, open): job-straggler compares a job's nodes minute by minute, so a
-        # node whose clock is behind is compared with its peers' other minutes; left out, named.
-        return {(t.fingerprint, t.state, t.started_at + by) for t in trs
-                if t.labels.get("node") == node and t.rule != "job-straggler"}
+        return {(t.fingerprint, t.state, t.started_at + by) for t in trs if t.labels.get("node") == node}
 
     assert ids(expected, "sim-node-01"), "the scenario must put alerts on the skewed node"
+    # job-straggler compares the job's nodes minute by minute, so the skewed node is compared with
+    # its peer's minute 2 min later; its throttle comes and goes, and without the flag's hysteresis
+    # (streams/straggler.py, HOLD) it resolved and fired again 8 min later only when skewed
+    assert any(t.rule == "job-straggler" for t in expected if t.labels.get("node") == "sim-node-01")
     assert ids(got, "sim-node-01") == ids(expected, "sim-node-01", -BEHIND_S)
     assert ids(got, "sim-node-00") == ids(expected, "sim-node-00")
     assert skewed.counters()["late"] == 0
