@@ -36,6 +36,7 @@ from gpuwarden.producers.servingsim import SERVICES as SIM_SERVICES
 from gpuwarden.producers.servingsim import SLO as SIM_SLO
 from gpuwarden.producers.simulator import SCENARIOS, Simulator, scenario_list, tick_for
 from gpuwarden.producers.source import Record, Source, paced
+from gpuwarden.schedpolls import PollCompactor
 from gpuwarden.spool import Spool
 from gpuwarden.streams.config import EngineConfig, ServiceServing
 from gpuwarden.streams.engine import Engine
@@ -135,22 +136,21 @@ class Runner:
         self.now = 0.0
         self.saved_at = time.monotonic()
         self.transitions = 0
+        self.polls = PollCompactor()  # scheduler records stored on change; readers expand them
 
     async def batch(self, records: list[Record]) -> None:
-        rows = []
+        stored = []
         out: list[AlertTransition] = []
         # As the agent publishes them (a node's task metrics of a tick as one batch), and applied
         # in the order a replay of the spool or the --record file reads them back: replay == live.
         for rec in batch_task_metrics(records):
-            data = encode(rec)
-            rows.append((self.topics.for_record(rec), record_key(rec), rec.ts, data))
             if self.record is not None:
-                self.record.write(data.decode() + "\n")
+                self.record.write(encode(rec).decode() + "\n")
+            stored += self.polls.store(rec)
             for item in unbatch((rec,)):
                 out.extend(self.engine.process(item))
                 self.now = max(self.now, item.ts)
-        if rows:  # the spool is where they go: history, nothing publishes them
-            self.spool.append_many(rows, published=True)
+        self._store(stored)
         await self.emit(out)
         if time.monotonic() - self.saved_at >= SAVE_EVERY_S:
             self.save()
@@ -166,6 +166,16 @@ class Runner:
             self.json_out.flush()
         if self.notifier is not None:
             await self.notifier.tick(self.now)
+
+    def _store(self, records: list[Any]) -> None:
+        if records:  # the spool is where they go: history, nothing publishes them
+            self.spool.append_many(((self.topics.for_record(r), record_key(r), r.ts, encode(r)) for r in records),
+                                   published=True)
+
+    def end(self) -> None:
+        """Store what is held (a scheduler poll whose end never came) and save the state."""
+        self._store(self.polls.flush())
+        self.save()
 
     def save(self) -> None:
         """The engine's state with its event time and the wall time it was saved at (the console's
@@ -253,7 +263,7 @@ async def _run(args: argparse.Namespace, settings: Settings, engine: Engine, sou
             pass
         finally:
             await runner.emit(engine.flush())
-            runner.save()
+            runner.end()
             if live is not None:
                 live.update(render(engine, runner.now, status), refresh=True)
             await notifier.drain_before_exit(stop)

@@ -28,7 +28,7 @@ from zoneinfo import ZoneInfo
 from gpuwarden.app.settings import Settings
 from gpuwarden.app.standalone import LIVE_STATE, SAVED_AT, SIM_STATE, STATE_NS, with_simulated_services
 from gpuwarden.app.webstate import CHART_MARGIN_S, Chart, Fleet, assemble, chart, class_rows, service_summaries
-from gpuwarden.contract import AlertTransition, ContractError, NodeSnapshot, SchedulerJob, Topics, decode
+from gpuwarden.contract import AlertTransition, ContractError, NodeSnapshot, Topics, decode
 from gpuwarden.history.queues import JobIndex, QueueReport
 from gpuwarden.history.retro import collect
 from gpuwarden.notifiers.alertlog import AlertLog
@@ -119,11 +119,9 @@ class _Samples:
 
 def _add_job(index: JobIndex, r: SpoolRecord) -> None:
     try:
-        job = decode(r.value)
+        index.add_stored(decode(r.value))
     except ContractError:
         return
-    if isinstance(job, SchedulerJob):
-        index.add(job)
 
 
 def _file_id(path: Path) -> tuple[int, int] | None:

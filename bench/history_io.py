@@ -41,6 +41,7 @@ from gpuwarden.exposition import exposition  # noqa: E402
 from gpuwarden.history.portable import HistoryFile, export_history, import_to_spool  # noqa: E402
 from gpuwarden.kafka import produce_records  # noqa: E402
 from gpuwarden.producers.metrics import COUNTERS, AgentMetrics  # noqa: E402
+from gpuwarden.schedpolls import expand  # noqa: E402
 from gpuwarden.spool import Spool, SpoolRecord  # noqa: E402
 from gpuwarden.producers.simulator import Simulator  # noqa: E402
 from gpuwarden.streams.engine import Engine  # noqa: E402
@@ -261,6 +262,12 @@ def storage(tmp: Path) -> None:
         raw = sum(len(r.value) for r in rows if r.topic == topic)
         k, b = sealed.get(topic, (0, 0))
         print(f"{topic:20} {n:8} {raw:12,} {k:10} {b:12,} {b / k if k else 0:9.1f}")
+    jobs_topic = Topics().jobs
+    stored = [decode(r.value) for r in rows if r.topic == jobs_topic]
+    whole = sum(1 for _ in expand(stored))
+    hours = (max(r.ts for r in rows) - min(r.ts for r in rows)) / 3600
+    print(f"scheduler.jobs: {len(stored):,} records stored ({len(stored) / hours:,.0f} per hour of event time), "
+          f"read back as {whole:,} in whole polls ({whole / hours:,.0f} per hour)")
     print(f"(Prometheus: the agents' /metrics in OpenMetrics at each snapshot, {scrapes.samples:,} samples "
           f"backfilled by promtool tsdb create-blocks-from openmetrics into 2 h blocks in {backfill_s:.0f} s; "
           "no task metrics or scheduler records, which the agents do not export)")

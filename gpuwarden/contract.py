@@ -596,6 +596,21 @@ class SchedulerPoll(_SchedulerRecord):
     error: Text = ""
 
 
+class SchedulerRepeat(_SchedulerRecord):
+    """scheduler.jobs in the spool only, never on Kafka: the jobs and nodes of a poll that the
+    spool did not store again, since nothing but ``ts`` changed from their last stored record
+    (``gpuwarden.schedpolls``). Stored before the poll's changed records; ``at`` gives each
+    one's place among the poll's records (``jobs`` then ``nodes``), so a reader puts the whole
+    poll back in its order."""
+
+    schema_: Literal["scheduler_repeat/1"] = Field(default="scheduler_repeat/1", alias="schema")
+    cluster: Label
+    scheduler: Literal["slurm", "kubernetes"]
+    jobs: list[Label] = Field(default_factory=list, max_length=1 << 16)
+    nodes: list[Label] = Field(default_factory=list, max_length=1 << 16)
+    at: list[NonNegInt] = Field(default_factory=list, max_length=1 << 17)
+
+
 class JobAllocation(_SchedulerRecord):
     """scheduler.allocations, key node: the GPUs of this node one job holds, as the scheduler
     stage learnt them from a poll (``released``: the job no longer holds any here). Stage 1,
@@ -912,6 +927,7 @@ Record = Annotated[
         SchedulerJob,
         NodeCapacity,
         SchedulerPoll,
+        SchedulerRepeat,
         JobAllocation,
         InferenceMetrics,
         ServiceSli,
@@ -1183,6 +1199,7 @@ class Topics:
             SchedulerJob: self.jobs,
             NodeCapacity: self.jobs,
             SchedulerPoll: self.jobs,
+            SchedulerRepeat: self.jobs,
             JobAllocation: self.allocations,
             InferenceMetrics: self.inference,
             ServiceSli: self.sli,
@@ -1204,7 +1221,7 @@ def record_key(record: BaseModel) -> str:
         return record.service
     if isinstance(record, StageProgress):
         return f"progress:{record.partition}"
-    if isinstance(record, (SchedulerJob, NodeCapacity, SchedulerPoll)):
+    if isinstance(record, (SchedulerJob, NodeCapacity, SchedulerPoll, SchedulerRepeat)):
         return record.cluster
     if isinstance(record, AlertTransition):
         return record.fingerprint

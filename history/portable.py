@@ -36,6 +36,7 @@ from gpuwarden import __version__
 from gpuwarden.config import CommonSettings
 from gpuwarden.contract import ContractError, GpuEvent, NodeSnapshot, TaskMetrics, Topics, decode, encode, record_key
 from gpuwarden.history.sources import OnReject, ReplayError, time_range
+from gpuwarden.schedpolls import PollCompactor, primed
 from gpuwarden.spool import Spool
 
 FORMAT = "gpuwarden-history/1"
@@ -92,30 +93,32 @@ def export_history(spool: Spool, out: str | Path, *, since: float | None = None,
     first = last = None
     with tempfile.NamedTemporaryFile(dir=out.parent if out.parent.exists() else None, suffix=".gz") as tmp:
         with gzip.GzipFile(fileobj=tmp, mode="wb", mtime=0) as gz:
+            polls = primed(spool, Topics(topic_prefix).jobs, since)  # the file holds whole scheduler polls
             for row in spool.read(since=since, until=until):
                 topic = _base_topic(row.topic, topic_prefix)
                 if topic is None:
                     continue
                 try:
-                    rec = decode(row.value)
+                    stored = decode(row.value)
                 except ContractError as e:
                     if on_reject:
                         on_reject(f"spool {row.topic} #{row.id}", str(e))
                     continue
-                if _home(rec) != topic:
+                if _home(stored) != topic:
                     if on_reject:
-                        on_reject(f"spool {row.topic} #{row.id}", f"a {rec.schema_} record does not belong there")
+                        on_reject(f"spool {row.topic} #{row.id}", f"a {stored.schema_} record does not belong there")
                     continue
-                line = encode(rec) + b"\n"
-                gz.write(line)
-                digest.update(line)
-                counts[topic] += 1
-                schemas[rec.schema_] += 1
-                if isinstance(rec, (NodeSnapshot, GpuEvent, TaskMetrics)):
-                    nodes.add(rec.node)
-                ts = record_time(rec)
-                first = ts if first is None else min(first, ts)
-                last = ts if last is None else max(last, ts)
+                for rec in polls.feed(stored):
+                    line = encode(rec) + b"\n"
+                    gz.write(line)
+                    digest.update(line)
+                    counts[topic] += 1
+                    schemas[rec.schema_] += 1
+                    if isinstance(rec, (NodeSnapshot, GpuEvent, TaskMetrics)):
+                        nodes.add(rec.node)
+                    ts = record_time(rec)
+                    first = ts if first is None else min(first, ts)
+                    last = ts if last is None else max(last, ts)
         state = _state(spool)
         manifest = {
             "format": FORMAT, "created_at": time.time() if now is None else now, "site": site,
@@ -232,12 +235,18 @@ def _batches(it: Iterator[Any], n: int = BATCH) -> Iterator[list[Any]]:
 
 
 def import_to_spool(hf: HistoryFile, spool: Spool, topic_prefix: str = "") -> int:
-    """Append every record (under this site's topic prefix) and restore the state; returns the count."""
-    topics, n = Topics(topic_prefix), 0
-    for batch in _batches(hf.records()):
-        spool.append_many(((topics.for_record(r), record_key(r), record_time(r), encode(r)) for r in batch),
+    """Append every record (under this site's topic prefix; scheduler records on change, as a run
+    stores them) and restore the state; returns the count of the file's records."""
+    topics, n, polls = Topics(topic_prefix), 0, PollCompactor()
+
+    def store(records: list[Any]) -> None:
+        spool.append_many(((topics.for_record(r), record_key(r), record_time(r), encode(r)) for r in records),
                           published=True)
+
+    for batch in _batches(hf.records()):
+        store([s for r in batch for s in polls.store(r)])
         n += len(batch)
+    store(polls.flush())
     restore_state(hf, spool)
     return n
 

@@ -22,7 +22,6 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -30,6 +29,7 @@ from gpuwarden.config import CommonSettings
 from gpuwarden.contract import SchedulerJob, Topics, decode
 from gpuwarden.history import tables
 from gpuwarden.humantime import span
+from gpuwarden.schedpolls import PollExpander
 from gpuwarden.spool import Spool
 from gpuwarden.units import parse_time
 
@@ -104,6 +104,14 @@ class JobIndex:
 
     def __init__(self) -> None:
         self.jobs: dict[tuple[str, str], _Job] = {}
+        self._polls = PollExpander()
+
+    def add_stored(self, rec: Any) -> None:
+        """A record as the spool holds it, in the spool's order (a poll's unchanged jobs stand in
+        its ``scheduler_repeat/1``)."""
+        for r in self._polls.feed(rec):
+            if isinstance(r, SchedulerJob):
+                self.add(r)
 
     def add(self, r: SchedulerJob) -> None:
         j = self.jobs.get((r.cluster, r.job_id))
@@ -116,7 +124,7 @@ class JobIndex:
             j.attempts[r.restarts] = r
 
     def report(self, *, by: str, since: float, until: float) -> QueueReport:
-        """The report of the period's jobs (see :func:`compute`)."""
+        """The report of the period's jobs (see :func:`from_spool`)."""
         period = _Period(since, until)
         jobs = [j for j in self.jobs.values() if period.waited(j) or any(map(period.span, j.attempts.values()))]
         key = BY[by]
@@ -144,24 +152,14 @@ def _row(key: str, jobs: list[_Job], period: _Period) -> QueueRow:
     return row
 
 
-def compute(records: Iterable[SchedulerJob], *, by: str, since: float, until: float) -> QueueReport:
-    """The report of the period's jobs, from records of any time (see :func:`from_spool`)."""
-    index = JobIndex()
-    for r in records:
-        index.add(r)
-    return index.report(by=by, since=since, until=until)
-
-
 def from_spool(spool: Spool, *, by: str, since: float, until: float, topic_prefix: str = "") -> QueueReport:
     """Every job record the spool holds: an attempt inside the period may be stamped after
     ``until`` (an imported one at its end), and a job's first start (its queue wait) may lie
     before ``since`` (a run before a requeue). The spool's retention bounds the read."""
-    records = []
+    index = JobIndex()
     for row in spool.read(topic=Topics(topic_prefix).jobs):
-        r = decode(row.value)
-        if isinstance(r, SchedulerJob):
-            records.append(r)
-    return compute(records, by=by, since=since, until=until)
+        index.add_stored(decode(row.value))
+    return index.report(by=by, since=since, until=until)
 
 
 def _values(r: QueueRow) -> dict[str, Any]:

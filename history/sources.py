@@ -18,6 +18,7 @@ from typing import Any
 
 from gpuwarden.contract import ContractError, GpuEvent, InferenceMetrics, NodeCapacity, NodeSnapshot, SchedulerJob, \
     SchedulerPoll, TaskMetric, TaskMetrics, Topics, decode
+from gpuwarden.schedpolls import PollExpander, primed
 from gpuwarden.spool import Spool
 from gpuwarden.units import parse_time
 
@@ -56,8 +57,10 @@ def _ignore(where: str, reason: str) -> None:
 BATCH_SPAN_S = 300.0
 
 
-def _usable(data: bytes | str, where: str, on_reject: OnReject) -> list[InputRecord]:
-    """The engine's inputs in one stored record: a task-metrics batch gives its items."""
+def _usable(data: bytes | str, where: str, on_reject: OnReject,
+            polls: PollExpander | None = None) -> list[InputRecord]:
+    """The engine's inputs in one stored record: a task-metrics batch gives its items, and in the
+    spool (``polls``) a scheduler record the whole poll's records it stands for."""
     try:
         rec = decode(data)
     except ContractError as e:
@@ -65,6 +68,8 @@ def _usable(data: bytes | str, where: str, on_reject: OnReject) -> list[InputRec
         return []
     if type(rec) is TaskMetrics:
         return rec.unpack()  # type: ignore[return-value]
+    if polls is not None:
+        return [r for r in polls.feed(rec) if isinstance(r, INPUT_KINDS)]
     return [rec] if isinstance(rec, INPUT_KINDS) else []
 
 
@@ -124,9 +129,11 @@ def read_spool(spool: Spool, since: float | None = None, until: float | None = N
                 f"(kafka.topic_prefix of this config), but {', '.join(f'{t}: {n}' for t, n in others.items())} "
                 f"under prefix {' and '.join(repr(p) for p in prefixes)}: replay with a config that has "
                 f"kafka.topic_prefix: {prefixes[0]!r}")
-    for row in spool.read(since=None if since is None else since - BATCH_SPAN_S, until=until):
+    start = None if since is None else since - BATCH_SPAN_S
+    polls = primed(spool, Topics(topic_prefix).jobs, start)  # what the first polls repeat
+    for row in spool.read(since=start, until=until):
         if row.topic in topics:
-            for rec in _usable(row.value, f"spool {row.topic} #{row.id}", on_reject):
+            for rec in _usable(row.value, f"spool {row.topic} #{row.id}", on_reject, polls):
                 if in_range(rec.ts, since, until):
                     yield rec
 

@@ -15,11 +15,12 @@ from gpuwarden.contract import (
     AlertState, AlertTransition, EventKind, GpuEvent, Silence, Matcher, Tier, Topics, batch_task_metrics, decode,
     encode, dead_letter, record_key,
 )
+from gpuwarden.schedpolls import KEYFRAME_S, expand
 from gpuwarden.history.portable import HistoryError, HistoryFile, export_history, import_to_kafka, import_to_spool
 from gpuwarden.spool import Spool
 from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.engine import Engine
-from gpuwarden.history.sources import read_file
+from gpuwarden.history.sources import read_file, read_spool
 from tests.history.builders import config, gw
 from tests.history.test_accounting import T0, scenario
 from tests.kafka_support import consume_all, topic_config, unique_topic
@@ -172,7 +173,7 @@ def test_baselines_survive_the_move(recorded, tmp_path):
         import_to_spool(hf, dst)
         moved = Engine(config=cfg)
         moved.load_all(dst.kv_get("engine", "state"))
-        assert len(list(dst.read())) == len(wire)
+        assert [encode(r) for r in expand(decode(x.value) for x in dst.read())] == [encode(r) for r in wire]
     classes = old.classes.classes()
     bands = {c: old.classes.baseline(c) for c in classes}
     assert any(b is not None for per in bands.values() for b in per.values()), "some class has a baseline"
@@ -195,18 +196,78 @@ def test_a_compressed_spool_round_trips_exactly(recorded, tmp_path):
         assert db.execute("SELECT COUNT(*) FROM blocks").fetchone()[0] > 10
     written = recorded["file"].read_bytes().splitlines()
     inputs = set(input_topics())
+
+    def held(spool: Spool) -> list[bytes]:  # scheduler polls whole again
+        return [encode(r) for r in expand(decode(x.value) for x in spool.read() if x.topic in inputs)]
+
     with Spool(src) as s:
-        held = [r.value for r in s.read() if r.topic in inputs]
-        assert held == written
+        assert held(s) == written
         export_history(s, tmp_path / "a.tar")
     with HistoryFile(tmp_path / "a.tar") as hf, Spool(tmp_path / "b.db") as b:
         hf.verify()
         import_to_spool(hf, b)
-        assert [r.value for r in b.read() if r.topic in inputs] == written
+        assert held(b) == written
         export_history(b, tmp_path / "b.tar")
     with HistoryFile(tmp_path / "a.tar") as a, HistoryFile(tmp_path / "b.tar") as b:
         assert a.manifest["records_sha256"] == b.manifest["records_sha256"]
         assert list(a.lines()) == list(b.lines())
+        assert [x.rstrip(b"\n") for x in a.lines() if Topics().for_record(decode(x)) in inputs] == written
     r = gw("replay", "--config", recorded["cfg"], "--spool", str(tmp_path / "b.db"), "--json")
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == recorded["live"]
+
+
+def test_the_spool_stores_a_scheduler_job_only_when_it_changed(recorded):
+    """The live run polls its simulated Slurm every 30 s and sends every job each time (its
+    --record file); the spool stores a job's record only when something but its time changed
+    since the poll before, or in a whole poll (one per KEYFRAME_S), and replays the same."""
+    live: dict[float, dict[str, dict]] = {}
+    for line in recorded["file"].read_bytes().splitlines():
+        r = json.loads(line)
+        if r["schema"] == "scheduler_job/1":
+            live.setdefault(r.pop("ts"), {})[r["job_id"]] = r
+    polls = sorted(live)
+    changed = {t: {j for j, r in live[t].items() if i == 0 or live[polls[i - 1]].get(j) != r}
+               for i, t in enumerate(polls)}
+    stored: dict[float, set[str]] = {}
+    with Spool(recorded["tmp"] / "spool" / "spool.db") as s:
+        for x in s.read(Topics().jobs):
+            r = json.loads(x.value)
+            if r["schema"] == "scheduler_job/1":
+                stored.setdefault(r["ts"], set()).add(r["job_id"])
+    whole = [t for t in polls if stored.get(t, set()) == set(live[t]) and changed[t] != set(live[t])]
+    assert len(whole) <= 1 + (polls[-1] - polls[0]) / KEYFRAME_S, "a whole poll at most every KEYFRAME_S"
+    for t in polls:
+        assert stored.get(t, set()) in (changed[t], set(live[t])), t
+    n_live, n_stored = sum(map(len, live.values())), sum(map(len, stored.values()))
+    assert n_stored <= n_live / 5, f"{n_stored} of {n_live} scheduler job records stored"
+
+
+def test_a_read_from_the_middle_of_the_spool_has_whole_polls(recorded):
+    """A replay or export from a time inside the run: its first polls repeat jobs stored before
+    that time, which the read finds (the file of the live run says what each poll held)."""
+    from tests.history.conftest import START
+
+    since, until = START + 1815.0, START + 2700.0
+    with Spool(recorded["tmp"] / "spool" / "spool.db") as s:
+        spooled = [encode(r) for r in read_spool(s, since, until)]
+    filed = [encode(r) for r in read_file(recorded["file"], since, until)]
+    assert sum(b'"scheduler_job/1"' in x for x in filed) > 100
+    assert spooled == filed
+
+
+def test_the_scheduler_report_of_the_spool_is_that_of_every_poll(recorded):
+    """``report scheduler`` and the console's /scheduler read the spool's on-change records: the
+    same report as from every poll the live run sent (its --record file)."""
+    from gpuwarden.contract import SchedulerJob
+    from gpuwarden.history.queues import BY, JobIndex, from_spool
+    from tests.history.conftest import START
+
+    every = JobIndex()
+    for r in read_file(recorded["file"]):
+        if isinstance(r, SchedulerJob):
+            every.add(r)
+    with Spool(recorded["tmp"] / "spool" / "spool.db") as s:
+        for by in BY:
+            for since, until in ((START, START + 3600), (START + 1200, START + 2400)):
+                assert from_spool(s, by=by, since=since, until=until) == every.report(by=by, since=since, until=until)
