@@ -230,11 +230,12 @@ async def produce(
 
 
 async def consume_all(
-    bootstrap: str, topic: str, expected: int, timeout: float = 20.0, **consumer_kw: object
+    bootstrap: str, topic: str, expected: int, timeout: float = 300.0, **consumer_kw: object
 ) -> list[ConsumerRecord]:
     """Read ``topic`` from the beginning until ``expected`` records arrived.
 
-    Raises ``TimeoutError`` (with the count so far) if they do not arrive in time.
+    Raises ``TimeoutError`` (with the count so far) if they do not arrive in time: ``timeout``
+    only catches a hang (it returns once they are there; #33: 20-30 s failed on a busy machine).
     Without ``group_id`` in ``consumer_kw`` no offsets are committed.
     """
     consumer = AIOKafkaConsumer(

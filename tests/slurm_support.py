@@ -27,6 +27,9 @@ SLURM_LOCAL = REPO_ROOT / "scripts" / "slurm-local"
 #: Where the test jobs' output goes (sbatch's default, slurm-N.out in the working directory,
 #: left files in the repository's root).
 JOB_OUTPUT = Path(tempfile.gettempdir()) / "gpuwarden-slurm-jobs"
+#: What a wait on the controller allows: it returns at the event, so only a hang fails it (#33: 30 s
+#: could pass on a busy machine before a job changed state).
+HANG_S = 300.0
 
 
 def slurm_local(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -67,19 +70,28 @@ class LocalSlurm:
         self.wait_state(b, "RUNNING")
         big = self.sbatch("-J", "big", "--gres=gpu:4", wrap="sleep 60")
         later = self.sbatch("-J", "later", "--gres=gpu:4", wrap="sleep 60")
-        time.sleep(3)  # a scheduling pass (sched_interval=2) gives the pending reasons
+        self.wait_reasons(big, later)
         return a, b, big, later
+
+    def wait_reasons(self, *jobs: str) -> None:
+        """Until a scheduling pass gave each pending job its reason (``None`` before the first):
+        a wait on it, not a fixed 3 s (#33)."""
+        deadline = time.monotonic() + HANG_S
+        while "None" in (reasons := [self.run("squeue", "-h", "-j", j, "-o", "%r").strip() for j in jobs]):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"jobs {jobs} without a pending reason after {HANG_S:.0f} s: {reasons}")
+            time.sleep(0.3)
 
     def cancel_all(self) -> None:
         """Cancel every job and wait until none is left running or pending."""
         self.run("scancel", "--user", os.environ.get("USER", "root"))
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + HANG_S
         while self.run("squeue", "-h", "-o", "%i").strip():
             if time.monotonic() > deadline:
-                raise TimeoutError("jobs still queued 30 s after scancel")
+                raise TimeoutError(f"jobs still queued {HANG_S:.0f} s after scancel")
             time.sleep(0.3)
 
-    def wait_state(self, job: str, state: str, timeout: float = 30) -> None:
+    def wait_state(self, job: str, state: str, timeout: float = HANG_S) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.run("squeue", "-h", "-j", job, "-o", "%T").strip() == state:

@@ -12,6 +12,7 @@ import socket
 import urllib.error
 import urllib.request
 from collections import namedtuple
+from collections.abc import Callable
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -29,6 +30,7 @@ from gpuwarden.spool import Spool
 from gpuwarden.streams.telemetry import StreamMetrics
 
 TP = namedtuple("TP", "topic partition")  # aiokafka's TopicPartition has these two fields
+HANG_S = 300.0  # what a wait on an event allows: only a hang, never a busy machine, fails it (#33)
 
 
 def free_port() -> int:
@@ -39,7 +41,7 @@ def free_port() -> int:
 
 def get(port: int, path: str) -> tuple[int, str]:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=HANG_S) as r:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
@@ -227,7 +229,7 @@ def test_systemd_s_watchdog_is_fed_while_healthy_and_status_says_why_not_ready(t
     path = str(tmp_path / "notify.sock")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(path)
-    sock.settimeout(5)
+    sock.settimeout(HANG_S)  # returns on the datagram: only a hang fails it
     monkeypatch.setenv("NOTIFY_SOCKET", path)
     monkeypatch.setenv("WATCHDOG_USEC", "200000")
     monkeypatch.delenv("WATCHDOG_PID", raising=False)
@@ -261,7 +263,7 @@ def test_without_a_metrics_port_the_watchdog_is_fed_all_the_same(tmp_path, monke
     path = str(tmp_path / "notify.sock")
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.bind(path)
-        sock.settimeout(5)
+        sock.settimeout(HANG_S)  # returns on the datagram: only a hang fails it
         monkeypatch.setenv("NOTIFY_SOCKET", path)
         monkeypatch.setenv("WATCHDOG_USEC", "100000")
         monkeypatch.delenv("WATCHDOG_PID", raising=False)
@@ -277,7 +279,7 @@ def test_without_a_metrics_port_the_watchdog_is_fed_all_the_same(tmp_path, monke
 def test_gpuwarden_agent_cut_off_from_kafka_turns_unready_through_the_cli(tmp_path):
     """The wiring, end to end: ``gpuwarden agent --simulate`` (live) with a broker that is not
     there; ``/metrics`` shows the spool growing and the errors by cause at once, ``/-/ready``
-    turns 503 past 30 s, ``/-/healthy`` stays 200. (35 s of wall time.)"""
+    turns 503 past 30 s, ``/-/healthy`` stays 200. (35 s of wall time on a quiet machine.)"""
     import subprocess
     import sys
     import time
@@ -289,25 +291,37 @@ def test_gpuwarden_agent_cut_off_from_kafka_turns_unready_through_the_cli(tmp_pa
     p = subprocess.Popen([sys.executable, "-m", "gpuwarden.app.cli", "agent", "--config", str(cfg), "--simulate",
                           "healthy", "--nodes", "1", "--gpus", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
+    launched = time.monotonic()
+
+    def until(ready: Callable[[], object]) -> object:
+        """Wait on the event itself while the agent runs; the bound only catches a hang (#33: the
+        limits of 30 s to start and 40 s to turn unready failed on a busy machine)."""
+        while not (got := ready()):
+            assert p.poll() is None, p.stderr.read()
+            assert time.monotonic() - launched < HANG_S, "a hang"
+            time.sleep(0.2)
+        return got
+
+    def answer(path: str) -> tuple[int, str] | None:
+        try:
+            return get(port, path)
+        except OSError:  # not listening yet
+            return None
+
     try:
-        end = time.monotonic() + 30
-        while True:
-            try:
-                status, _ = get(port, "/-/ready")
-                break
-            except OSError:
-                assert p.poll() is None and time.monotonic() < end, p.stderr.read() if p.poll() is not None else ""
-                time.sleep(0.2)
-        assert status == 200  # within the grace
-        time.sleep(5)
-        m = samples(get(port, "/metrics")[1])
-        assert m["gpuwarden_agent_spool_pending_records", ()] > 0
-        assert sum(v for k, v in m.items() if k[0] == "gpuwarden_agent_publish_errors_total") >= 1
-        deadline = time.monotonic() + 40
-        while (status := get(port, "/-/ready"))[0] == 200 and time.monotonic() < deadline:
-            time.sleep(1)
+        status = until(lambda: answer("/-/ready"))
+        # ready within the grace: unready only once STALLED_S passed since the agent started
+        assert status[0] == 200 or time.monotonic() - launched > STALLED_S, status
+
+        def sending_fails() -> dict | None:
+            m = samples(get(port, "/metrics")[1])
+            errors = sum(v for k, v in m.items() if k[0] == "gpuwarden_agent_publish_errors_total")
+            return m if m["gpuwarden_agent_spool_pending_records", ()] > 0 and errors >= 1 else None
+
+        until(sending_fails)
+        status = until(lambda: (s := get(port, "/-/ready"))[0] != 200 and s)
         assert status[0] == 503 and "records wait in the spool" in status[1], status
         assert get(port, "/-/healthy")[0] == 200
     finally:
         p.terminate()
-        p.wait(timeout=60)
+        p.wait(timeout=HANG_S)

@@ -75,9 +75,9 @@ def every_alert(client: TestClient) -> str:
     return "".join(pages)
 
 
-def until(client: TestClient, path: str, seen: Callable[[str], bool], wait_s: float = 60.0) -> str:
+def until(client: TestClient, path: str, seen: Callable[[str], bool], wait_s: float = 300.0) -> str:
     """The page once ``seen`` holds for it (the view follows the topics in the background);
-    ``/alerts``: all its pages."""
+    ``/alerts``: all its pages. ``wait_s`` only catches a hang (#33)."""
     deadline = time.monotonic() + wait_s
     while True:
         body = every_alert(client) if path == "/alerts" else client.get(path, headers=AUTH).text

@@ -22,7 +22,8 @@ GPUWARDEN = Path(sys.executable).with_name("gpuwarden")
 TOKEN_ENV = "GW_TEST_WEB_TOKEN"
 
 
-def gpuwarden(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def gpuwarden(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """The installed command; ``timeout`` only catches a hang (#33)."""
     return subprocess.run([str(GPUWARDEN), *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
 

@@ -35,8 +35,9 @@ def metric(node: str, ts: float, task: str, task_id: str, kind: TaskMetricKind,
     return TaskMetric(node=node, ts=ts, task=task, task_id=task_id, kind=kind, **kw)
 
 
-def gw(*argv: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """The real ``gpuwarden`` command line in a subprocess (``env`` on top of ours)."""
+def gw(*argv: str, timeout: float = 900, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The real ``gpuwarden`` command line in a subprocess (``env`` on top of ours); ``timeout``
+    only catches a hang (#33: a 1 h simulated run takes ~30 s here, more on a busy machine)."""
     return subprocess.run([sys.executable, "-m", "gpuwarden.app.cli", *argv], capture_output=True,
                           text=True, timeout=timeout, cwd=REPO, env={**os.environ, **(env or {})})
 

@@ -18,7 +18,7 @@ from tests.history.test_sacct import independent
 from tests.slurm_support import LocalSlurm
 
 
-def _wait_accounted(slurm: LocalSlurm, ids: list[str], timeout: float = 90) -> dict:
+def _wait_accounted(slurm: LocalSlurm, ids: list[str], timeout: float = 300) -> dict:  # a hang bound
     """``sacct --json --duplicates`` once every job has ended and its end reached the database."""
     deadline = time.monotonic() + timeout
     while True:

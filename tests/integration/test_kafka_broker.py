@@ -63,7 +63,7 @@ async def test_idempotent_produce_and_group_consume_in_order(
     more = [(None, b"more-%d" % i) for i in range(20)]
     await produce(kafka_bootstrap, topic, more, **producer_kw)
     resumed = await consume_all(
-        kafka_bootstrap, topic, expected=len(more), timeout=30,
+        kafka_bootstrap, topic, expected=len(more),
         group_id=group, enable_auto_commit=False,
     )
     assert [r.offset for r in resumed] == list(range(n, n + len(more)))

@@ -17,7 +17,7 @@ async def test_scram_user_can_produce_and_consume(kafka_scram: ScramBroker) -> N
     await create_topic(kafka_scram.bootstrap, topic, **auth)
     records = [(None, b"secure-%d" % i) for i in range(50)]
     await produce(kafka_scram.bootstrap, topic, records, acks="all", **auth)
-    got = await consume_all(kafka_scram.bootstrap, topic, expected=len(records), timeout=30, **auth)
+    got = await consume_all(kafka_scram.bootstrap, topic, expected=len(records), **auth)
     assert [r.value for r in got] == [v for _, v in records]
     print(f"kafka scram: {len(got)} records as {kafka_scram.username} via {kafka_scram.bootstrap}")
 

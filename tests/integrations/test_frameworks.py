@@ -32,7 +32,7 @@ def train(python: str, script: str, tmp_path: Path, failing_id: str) -> tuple[in
                                 stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
         out, err = proc.communicate(timeout=600)
         got: list[TaskMetric] = []
-        deadline = time.monotonic() + 30  # what the process sent last may still be in the socket's queue
+        deadline = time.monotonic() + 300  # what the process sent last may still be in the socket's queue (a hang bound)
         while not any(m.task_id == failing_id and m.kind == "exit" for m in got) and time.monotonic() < deadline:
             got += receiver.drain()
             time.sleep(0.05)

@@ -94,7 +94,7 @@ def _gpu_series(port: int) -> dict[str, dict[str, str]]:
     return {s.labels["gpu"]: s.labels for s in fams["DCGM_FI_DEV_GPU_UTIL"].samples}
 
 
-def _wait(cond, timeout: float = 30.0):  # noqa: ANN001, ANN202
+def _wait(cond, timeout: float = 300.0):  # noqa: ANN001, ANN202 - returns at the event; the bound catches a hang
     deadline = time.monotonic() + timeout
     while True:
         try:

@@ -87,7 +87,7 @@ async def test_publisher_consumer_and_a_task_transaction_connect_with_scram(kafk
         finally:
             await pub.close()
         assert spool.pending_count() == 0
-    got = await consume_all(kafka_scram.bootstrap, topics.samples, expected=20, timeout=30,
+    got = await consume_all(kafka_scram.bootstrap, topics.samples, expected=20,
                             **{k: v for k, v in kw.items() if k != "bootstrap_servers"})
     assert sorted((s.node, s.seq) for s in (decode(r.value, NodeSnapshot) for r in got)) == \
         sorted((sim_node(n), i) for n in range(2) for i in range(10))
@@ -107,7 +107,7 @@ async def test_publisher_consumer_and_a_task_transaction_connect_with_scram(kafk
         await producer.commit({TopicPartition(topics.samples, 0): OffsetAndMetadata(20, "m")}, f"{prefix}app")
     finally:
         await producer.stop()
-    alerts = await consume_all(kafka_scram.bootstrap, topics.alerts, expected=1, timeout=30,
+    alerts = await consume_all(kafka_scram.bootstrap, topics.alerts, expected=1,
                                isolation_level="read_committed",
                                **{k: v for k, v in kw.items() if k != "bootstrap_servers"})
     assert [r.value for r in alerts] == [b"committed over scram"]
