@@ -42,16 +42,27 @@ agent:
     return path
 
 
-def serve_and_report(p: subprocess.Popen, socket: Path, vllm: FakeVllm, seconds: float = 6.0) -> None:
-    """While the process runs: a training loop's steps on the socket, requests on the fake vLLM."""
-    end = time.monotonic() + 120  # a wait on the socket; the bound only catches a hang (#33)
+HANG_S = 300.0  # what a wait on an event allows: only a hang, never a busy machine, fails it (#33)
+
+
+def serve_and_report(p: subprocess.Popen, socket: Path, vllm: FakeVllm, written: Path) -> None:
+    """While the process runs: a training loop's steps on the socket, requests on the fake vLLM,
+    until ``written`` holds the task's metrics and the model's (a wait on them, #33: a fixed 6 s
+    could end before the first scrape on a busy machine)."""
+    end = time.monotonic() + HANG_S
     while not socket.exists():
         assert p.poll() is None, p.stderr.read() if p.stderr else ""
         assert time.monotonic() < end, "the task SDK socket never appeared"
         time.sleep(0.1)
     task = Task(task="resnet-try", task_id="try-1", socket_path=str(socket))
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
+
+    def arrived() -> bool:
+        text = written.read_text() if written.exists() else ""
+        return "resnet-try" in text and '"inference_metrics/1"' in text and MODEL in text
+
+    while not arrived():
+        assert p.poll() is None, p.stderr.read() if p.stderr else ""
+        assert time.monotonic() < end, "the task's and the model's metrics never arrived"
         task.report_step(0.25, data_wait_s=0.01)
         vllm.metrics.finish(MODEL, Request(ttft=0.2, itl=[0.02, 0.03], e2e=1.0, queue=0.01, prompt_tokens=100))
         time.sleep(0.3)
@@ -60,7 +71,7 @@ def serve_and_report(p: subprocess.Popen, socket: Path, vllm: FakeVllm, seconds:
 def stop(p: subprocess.Popen) -> str:
     p.send_signal(signal.SIGTERM)
     try:
-        _, err = p.communicate(timeout=60)
+        _, err = p.communicate(timeout=HANG_S)
     except subprocess.TimeoutExpired:
         p.kill()
         raise
@@ -78,7 +89,7 @@ def test_agent_simulate_receives_the_task_sdk_and_scrapes_inference_targets(tmp_
                           "--simulate", "healthy", "--nodes", "1", "--gpus", "1", "--output", str(out)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        serve_and_report(p, tmp_path / "sdk" / "agent.sock", vllm)
+        serve_and_report(p, tmp_path / "sdk" / "agent.sock", vllm, out)
     finally:
         err = stop(p)
     assert "task SDK socket" in err and "scraping" in err, err  # both said at start
@@ -99,7 +110,7 @@ def test_run_simulate_scrapes_inference_targets_and_receives_the_task_sdk(tmp_pa
                           "--simulate", "healthy", "--nodes", "1", "--gpus", "1", "--json", "--record", str(recorded)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        serve_and_report(p, tmp_path / "sdk" / "agent.sock", vllm)
+        serve_and_report(p, tmp_path / "sdk" / "agent.sock", vllm, recorded)
     finally:
         err = stop(p)
     assert "scraping" in err, err
