@@ -46,6 +46,24 @@ def _util_baselines(cfg: Path) -> dict[str, float]:
     return {c: b.median for c in engine.classes.classes() if (b := engine.classes.baseline(c)["util_gpu"])}
 
 
+def _wait_scrapes(url: str, t0: float, n: int) -> None:
+    """Until Prometheus holds ``n`` scrapes since ``t0`` of every GPU's utilization: a wait on them,
+    not a fixed 32 s (#33: scrapes come late on a busy machine); the bound only catches a hang."""
+    import json
+    import urllib.parse
+    import urllib.request
+
+    while True:
+        since = max(1, int(time.time() - t0))
+        query = urllib.parse.urlencode({"query": f"count_over_time(DCGM_FI_DEV_GPU_UTIL[{since}s])"})
+        with urllib.request.urlopen(f"{url}/api/v1/query?{query}", timeout=60) as r:
+            got = [int(float(x["value"][1])) for x in json.load(r)["data"]["result"]]
+        if len(got) == 2 and min(got) >= n:  # the agent's 2 GPUs
+            return
+        assert time.time() - t0 < 600, f"scrapes since the start: {got}"
+        time.sleep(1)
+
+
 @pytest.mark.prometheus
 def test_bootstrap_from_a_real_prometheus_scraping_an_agent(tmp_path: Path) -> None:
     port = _free_port()
@@ -62,7 +80,7 @@ def test_bootstrap_from_a_real_prometheus_scraping_an_agent(tmp_path: Path) -> N
         assert started.returncode == 0, started.stderr
         url = started.stdout.strip().splitlines()[-1]
         t0 = time.time()
-        time.sleep(32)  # six 5 s summary intervals of scrapes
+        _wait_scrapes(url, t0, 32)  # six 5 s summary intervals of scrapes
         out = gw("baseline", "--config", str(_config(tmp_path, "prom", port)), "bootstrap", "--from-prometheus",
                  url, "--since", str(int(t0)), "--until", str(int(time.time())), "--step", "1s")
         assert out.returncode == 0, out.stderr
