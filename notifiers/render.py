@@ -60,7 +60,8 @@ _METRICS: dict[str, dict[str, str]] = {
         "straggler": "拖慢作业", "clock_vs_peers": "SM 时钟与同作业节点之比", "clock_usual": "时钟比平时值",
         "tensor_vs_peers": "张量活跃度与同作业节点之比", "tensor_usual": "张量活跃度比平时值",
         "power_vs_peers": "功率与同作业节点之比", "peers_comm_share": "其他节点通信占比",
-        "step_time_rise": "单步耗时增幅", "tensor_active": "张量核心活跃度", "nvlink_down": "NVLink 断开链路数",
+        "step_time_rise": "单步耗时增幅", "tensor_active": "张量核心活跃度", "sm_active": "SM 活跃度",
+        "nvlink_down": "NVLink 断开链路数",
     },
 }
 #: The suffix an aggregate adds to a metric's evidence key (``util_gpu_avg``), in words.

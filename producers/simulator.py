@@ -58,6 +58,9 @@ STRAGGLER_SLOW = 1.25
 STAGE_COMPUTE = (0.62, 0.70, 0.70, 0.80)
 """``pipeline-parallel``: each stage's (node's) compute share of a step; the rest is its bubble."""
 STAGE_TENSOR = (0.55, 0.72, 0.72, 0.80)
+TENSOR_LEFT, FALLBACK_SLOW = 0.05, 3.0
+"""``tensor-fallback``: the share of its tensor activity the job keeps, and how many times as long
+its step takes (its math on the CUDA cores: FP32 at a fraction of bf16's tensor-core rate)."""
 """``pipeline-parallel``: each stage's tensor-pipe share while it computes (embeddings, layers, head)."""
 CKPT_EVERY_S, CKPT_LEN_S, CKPT_STAGGER_S = 600.0, 60.0, 5.0
 """``multinode-checkpoints``: a checkpoint every 10 min for 60 s, each node entering it 5 s after the one before."""
@@ -92,7 +95,8 @@ class ScenarioInfo:
     multi-GPU job's GPUs on the last node); ``serving``: a simulated vLLM service of its own
     (``servingsim.py``), on the nodes in turn."""
     in_mixed: bool = True
-    """False for faults ``mixed`` leaves out: they would erase other faults' signatures there."""
+    """False for faults ``mixed`` leaves out: they would erase other faults' signatures there, or
+    (``tensor-fallback``) need an hour of their job's own history that mixed's onset does not give."""
     nodes: int = 1
     """The nodes a run of it simulates unless told (``serving-replicas``: a replica on each of 2)."""
 
@@ -188,6 +192,15 @@ SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
           "info and attention ~8 min after onset (idle-allocated-gpu, idle-allocated-job), attention by "
           "idle card-hours after ~2 h: sim-node-00 gpu 4 allocated (process holds memory) with util ~0, "
           "owner alice"),
+    _info("tensor-fallback", "single",
+          "From onset the target job's matmuls run on the CUDA cores, not the tensor cores (as "
+          "when mixed precision or TF32 is turned off): GPU utilization and SM activity stay where they "
+          f"were, tensor activity falls to {TENSOR_LEFT:.0%} of its own, power ~15 % lower, step time "
+          f"x{FALLBACK_SLOW:.0f}.",
+          "attention: job-compute-fell-below-own-hour on sim-node-00 gpu 4's job (sd-finetune, alice) "
+          "within 10 min of onset, likely cause its math left the tensor cores (run with --onset 1h: "
+          "the rule compares the job with its own hour before)",
+          in_mixed=False),
     _info("serving-healthy", "serving",
           "A vLLM service (chat, qwen2-72b) under a diurnal load (8 req/s ±50 %): TTFT p99 ≤ 1 s, "
           "KV cache 20-55 %, 0.2 % of requests aborted.",
@@ -419,6 +432,8 @@ class GpuSim:
             sm, power, self.slow = int(sm * 0.72), power * 0.8, 1.35
         if "straggler" in self.faults and since >= 0 and duty >= 0.05:  # no reason bit: silent
             sm, power = int(sm / STRAGGLER_SLOW), power * 0.85
+        if "tensor-fallback" in self.faults and since >= 0 and duty >= 0.05:
+            power, self.slow = power * 0.85, FALLBACK_SLOW
         if "power-cap" in self.faults and since >= 0 and duty >= 0.05 and rng.random() < 0.6:
             reasons |= clocks.HW_POWER_BRAKE | clocks.HW_SLOWDOWN
             sm, power, self.slow = int(spec.sm_max_mhz * 0.55), spec.power_limit_w * 0.45, 1.6
@@ -598,6 +613,8 @@ def _activity(gpu: GpuSim, job: Job | None, ts: float, since: float) -> tuple[fl
         stage = _stage(gpu)
         compute = STAGE_COMPUTE[stage % len(STAGE_COMPUTE)]
         return compute + (1.0 - data - compute) * 0.5, compute, STAGE_TENSOR[stage % len(STAGE_TENSOR)]
+    if "tensor-fallback" in faults and since >= 0:
+        return min(1.0, compute + comm * 0.9), compute, job.cls.tensor * TENSOR_LEFT
     return min(1.0, compute + comm * 0.9), compute, job.cls.tensor
 
 

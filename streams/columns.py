@@ -123,9 +123,11 @@ GPU_COLUMNS = (
            "(1.0 if util_gpu < IDLE_UTIL else 0.0) if index in owners and util_gpu is not None else 0.0"),
     Column("present", ("util_gpu", "mem_used_bytes", "temp_gpu_c"),
            "0.0 if util_gpu is None and mem_used_bytes is None and temp_gpu_c is None else 1.0"),
-    # GPM's tensor-pipe activity (%, absent without GPM) and NVLink links down: a job's ranks
-    # compared with each other (streams/straggler.py)
+    # GPM's tensor-pipe and SM activity (%, absent without GPM): a job against its own hour
+    # (job-compute-fell-below-own-hour) and its ranks against each other (streams/straggler.py);
+    # NVLink links down
     Column("tensor_active", ("tensor_active",)),
+    Column("sm_active", ("sm_active",)),
     Column("nvlink_down", ("nvlink_down",), "None if nvlink_down is None else float(nvlink_down)"),
 )
 GPU_DERIVED_COLUMNS = (
@@ -196,5 +198,5 @@ NODE_INDEX = Positions(NODE_COLUMNS)
 #: Fields are ``TaskSummary.stats`` keys (see ``gpuwarden.streams.summaries``).
 CLASS_COLUMNS = tuple(Column(k, (k,)) for k in ("util_gpu", "mem_peak_frac", "step_time_s", "power_w",
                                                "temp_per_w", "data_wait_share", "comm_share",
-                                               "cap_clock_loss"))
+                                               "cap_clock_loss", "sm_active", "tensor_active"))
 CLASS_INDEX = Positions(CLASS_COLUMNS)

@@ -96,12 +96,16 @@ class Deviation(_M):
 class Fall(_M):
     """A job against its own recent past, not its class: any of ``metrics`` at most ``to_below``
     times its median over the ``reference`` before the ``window``, in every summary of the window
-    (it fell and stayed there: a checkpoint or a short evaluation leaves one summary high)."""
+    (it fell and stayed there: a checkpoint or a short evaluation leaves one summary high).
+    ``reference_at_least``: a metric whose median over the ``reference`` is below this (its unit)
+    is not judged: a job that did next to no tensor work has none to lose, and noise around 1 %
+    halves easily."""
 
     metrics: list[str] = Field(min_length=1)
     to_below: float = Field(gt=0, lt=1)
     window: Duration = 300.0
     reference: Duration = 3600.0
+    reference_at_least: float = Field(default=0.0, ge=0)
 
 
 class EventMatch(_M):
@@ -505,7 +509,7 @@ def _compile(cond: Any, scope: str, evidence: bool = True) -> Check:
 def _compile_fall(f: Fall, evidence: bool) -> Check:
     from gpuwarden.streams.baseline import median
 
-    win, ref, share = f.window, f.reference, f.to_below
+    win, ref, share, least = f.window, f.reference, f.to_below, f.reference_at_least
 
     def fall(ctx: Any) -> bool:
         start = ctx.now - win
@@ -523,7 +527,7 @@ def _compile_fall(f: Fall, evidence: bool) -> Check:
                 ctx.ev["values"][f"{name}_now"] = _r(highest)
                 ctx.ev["values"][f"{name}_before"] = _r(past)
                 ctx.note_window(win)
-            if past > 0 and highest <= share * past:
+            if past > 0 and past >= least and highest <= share * past:
                 fell = True
                 if not evidence:
                     return True

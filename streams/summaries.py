@@ -25,7 +25,7 @@ from gpuwarden.streams.windows import ClosedBucket
 
 #: Means of the task's own columns, then of its GPUs' columns: the order ``stats`` are written in.
 TASK_STATS = ("util_gpu", "step_time_s", "data_wait_share", "comm_share")
-GPU_STATS = ("power_w", "temp_per_w", "tensor_active")
+GPU_STATS = ("power_w", "temp_per_w", "tensor_active", "sm_active")
 #: Per bucket the highest over the task's GPUs, then the mean over the interval's buckets.
 GPU_MAX_STATS = ("cap_clock_loss", "thermal_cap", "power_brake", "hw_slowdown", "remap_pending",
                  "ecc_uncorrected", "nvlink_down")

@@ -26,7 +26,10 @@ carry the node's slowest GPU's clock, tensor activity, the cause columns and the
 windows two more columns (``tensor_active``, ``nvlink_down``), so every summaries and stage-1 state
 digest changed; job-straggler fires on thermal-throttle (640 s), power-cap, power-limit-lowered and
 mixed (460 s: a capped GPU of the 2-node llama-pretrain holds it back) and on the new scenarios
-``straggler`` (460 s), ``multinode-checkpoints`` and ``pipeline-parallel`` (quiet)). A change meant to alter
+``straggler`` (460 s), ``multinode-checkpoints`` and ``pipeline-parallel`` (quiet); issue #30, SM and tensor activity against the job's own hour: GPU
+windows gain ``sm_active`` and summaries carry it (state format 13), so every summaries and stage-1
+state digest changed, and the new scenario ``tensor-fallback`` adds its lines (quiet here: its job has
+no hour of its own before the 180-s onset)). A change meant to alter
 them re-records it:
 
     .venv/bin/python tests/streams/golden.py > tests/fixtures/engine_golden.jsonl

@@ -47,6 +47,8 @@ CASES: list[tuple[str, str, str, float, str, tuple[str, ...], dict]] = [
     ("idle-allocated", "idle-allocated-budget", "attention", 2.25 * 3600, "2.5h", (), {}),
     # An hour of the job's own history first; no class baseline (observation_period 1 d).
     ("idle-allocated", "job-fell-below-own-hour", "attention", 600, "80m", ("--onset", "1h"), {}),
+    # Utilization and power hold while tensor activity falls to 5 % of the job's own (GPM).
+    ("tensor-fallback", "job-compute-fell-below-own-hour", "attention", 600, "80m", ("--onset", "1h"), {}),
     ("mixed", "version-skew", "attention", 300, "15m", ("--nodes", "2"), {}),
     # Escalations count from the onset: the repeat lands 300 s later (120 s requeue gap + 180 s run).
     ("xid-app-error", "xid-application", "attention", 30, "10m", (), {}),
@@ -75,6 +77,8 @@ CASES: list[tuple[str, str, str, float, str, tuple[str, ...], dict]] = [
 QUIET_CASES: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("multinode-checkpoints", "job-straggler", "4h", ("--nodes", "4", "--onset", "1h")),
     ("pipeline-parallel", "job-straggler", "4h", ("--nodes", "4", "--onset", "1h")),
+    ("multinode-checkpoints", "job-fell-below-own-hour", "4h", ("--nodes", "4", "--onset", "1h")),
+    ("multinode-checkpoints", "job-compute-fell-below-own-hour", "4h", ("--nodes", "4", "--onset", "1h")),
 ]
 #: Rules written in code, not in the rule pack (their cases are above).
 CODED_RULES = {"scheduler-wait-above-baseline", "scheduler-fragmentation", "scheduler-requeued",

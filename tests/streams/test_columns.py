@@ -26,14 +26,15 @@ CONFIG = EngineConfig(allowed_lateness=0)
 BASE = {"util_gpu": 50.0, "mem_used_bytes": 40 * GIB, "mem_total_bytes": 80 * GIB, "temp_gpu_c": 60.0,
         "power_w": 300.0, "power_limit_w": 600.0, "power_default_limit_w": 600.0, "clock_sm_mhz": 1500,
         "clock_sm_max_mhz": 2000, "clock_event_reasons": 0, "ecc_volatile_uncorrected": 0, "remap_pending": False, "remap_failure": False,
-        "tensor_active": 40.0, "nvlink_down": 0}
+        "tensor_active": 40.0, "sm_active": 60.0, "nvlink_down": 0}
 BASE_ROW = {"util_gpu": 50.0, "mem_used_gib": 40.0, "mem_total_gib": 80.0, "temp_gpu_c": 60.0, "power_w": 300.0,
             "power_limit_w": 600.0, "power_default_limit_w": 600.0, "clock_sm_mhz": 1500, "clock_sm_max_mhz": 2000,
             "hw_slowdown": 0.0, "hw_thermal": 0.0, "power_brake": 0.0, "sw_thermal": 0.0, "sw_power_cap": 0.0,
             "capped": 0.0, "thermal_cap": 0.0, "cap_clock_loss": 0.0, "ecc_uncorrected": 0,
             "remap_pending": 0.0, "remap_failure": 0.0, "allocated": 1.0, "idle_allocated": 0.0, "present": 1.0,
             "mem_used_frac": 0.5, "headroom_gib": 40.0, "power_frac": 0.5, "clock_frac": 0.75,
-            "temp_per_w": 0.2, "power_limit_frac": 1.0, "tensor_active": 40.0, "nvlink_down": 0.0}
+            "temp_per_w": 0.2, "power_limit_frac": 1.0, "tensor_active": 40.0, "sm_active": 60.0,
+            "nvlink_down": 0.0}
 OWNED = [GpuProcess(pid=7, gpu_index=0, task_id="job-1", task="train", user="ann")]
 
 #: A GpuSample field (or several) set to a new value -> every GPU column that then changes, and to what.
@@ -61,6 +62,7 @@ GPU_CASES: list[tuple[dict[str, Any], dict[str, Any]]] = [
     ({"remap_pending": True}, {"remap_pending": 1.0}),
     ({"remap_failure": True}, {"remap_failure": 1.0}),
     ({"tensor_active": 70.0}, {"tensor_active": 70.0}),
+    ({"sm_active": 90.0}, {"sm_active": 90.0}),
     ({"nvlink_down": 2}, {"nvlink_down": 2.0}),
     ({"processes": []}, {"allocated": 0.0}),
     ({"util_gpu": 3.0, "processes": []}, {"util_gpu": 3.0, "allocated": 0.0}),  # idle only when allocated
@@ -147,7 +149,7 @@ def test_node_columns_count_present_and_missing_gpus() -> None:
 
 BASE_STATS = {"util_gpu": 50.0, "step_time_s": 2.0, "data_wait_share": 0.25, "comm_share": 0.125,
               "power_w": 300.0, "temp_per_w": 0.2, "mem_peak_frac": 0.5, "cap_clock_loss": 0.0,
-              "tensor_active": 40.0, "thermal_cap": 0.0, "power_brake": 0.0, "hw_slowdown": 0.0, "remap_pending": 0.0,
+              "tensor_active": 40.0, "sm_active": 60.0, "thermal_cap": 0.0, "power_brake": 0.0, "hw_slowdown": 0.0, "remap_pending": 0.0,
               "ecc_uncorrected": 0.0, "nvlink_down": 0.0, "clock_frac": 0.75, "power_limit_frac": 1.0}
 #: A step TaskMetric field or a GpuSample field -> the task summary stats that change.
 STAT_CASES: list[tuple[dict[str, float], dict[str, Any], dict[str, Any]]] = [
@@ -161,6 +163,7 @@ STAT_CASES: list[tuple[dict[str, float], dict[str, Any], dict[str, Any]]] = [
     ({}, {"mem_total_bytes": 100 * GIB}, {"mem_peak_frac": 0.4}),
     ({}, {"clock_event_reasons": 0x4}, {"cap_clock_loss": 0.25}),
     ({}, {"tensor_active": 70.0}, {"tensor_active": 70.0}),
+    ({}, {"sm_active": 90.0}, {"sm_active": 90.0}),
     ({}, {"clock_event_reasons": 0x40}, {"cap_clock_loss": 0.25, "thermal_cap": 1.0}),
     ({}, {"clock_event_reasons": 0x80}, {"cap_clock_loss": 0.25, "power_brake": 1.0}),
     ({}, {"clock_event_reasons": 0x8}, {"cap_clock_loss": 0.25, "hw_slowdown": 1.0}),

@@ -107,12 +107,20 @@ def _checkpoint(t: float) -> bool:
     return t % 600 >= 540  # 1 min of every 10, the GPU idle while it writes
 
 
+def _healthy_gpm(t: float) -> tuple[float, float]:
+    """SM and tensor activity of the healthy loop: an evaluation's forward passes keep a quarter of
+    training's tensor activity (further below half than its utilization), a checkpoint none."""
+    return (80.0, 60.0) if _healthy_util(t) == BUSY else (30.0, 15.0)
+
+
 @pytest.mark.parametrize("sdk", [True, False], ids=["sdk", "no-sdk"])
 def test_15_days_of_healthy_training_with_checkpoints_and_evaluations_are_quiet(sdk: bool) -> None:
+    """Both own-hour rules: GPM's SM and tensor activity fall further than utilization in each
+    evaluation, to 0 in each checkpoint."""
     days = 15
     fired = _fired(trace(days * 86400, _healthy_util, lambda t: 40.0, checkpoints=_checkpoint, sdk=sdk,
                          power_w=lambda t: 120.0 if _checkpoint(t) else 650.0 * _healthy_util(t) / BUSY,
-                         sample_s=10))
+                         gpm=_healthy_gpm, sample_s=10))
     assert [(t.rule, t.tier.value) for t in fired if t.tier.value != "info"] == []
 
 

@@ -21,13 +21,15 @@ def trace(seconds: int, util: Callable[[float], float], mem_gib: Callable[[float
           total_gib: float = H200_GIB, step_s: float = 1.0, data_wait: Callable[[float], float] | None = None,
           comm: Callable[[float], float] | None = None,
           power_w: Callable[[float], float] | None = None,
+          gpm: Callable[[float], tuple[float, float]] | None = None,
           sample_s: int = 1) -> Iterator[NodeSnapshot | TaskMetric]:
     """One task on ``gpus`` GPUs of ``node`` for ``seconds``: snapshots each second, with
     ``util(t)`` % and ``mem_gib(t)`` GiB (``t`` seconds since the start). ``checkpoints(t)``: the
     task is writing a checkpoint at ``t``; with ``sdk`` it says so in checkpoint_begin/end
     records, and step records come each ``step_s`` outside checkpoints, ``data_wait(t)`` (default
     0.02) and ``comm(t)`` (default none) of each step waiting on data and in collectives;
-    ``power_w(t)``: the draw (default 500 W). ``sample_s``: one snapshot (and step) per this many
+    ``power_w(t)``: the draw (default 500 W); ``gpm(t)``: (SM activity, tensor activity) %, as GPM
+    reports them (default none: a GPU without GPM), 0 inside checkpoints. ``sample_s``: one snapshot (and step) per this many
     seconds, for traces days long."""
     in_ckpt = False
     for i in range(0, seconds, sample_s):
@@ -38,7 +40,9 @@ def trace(seconds: int, util: Callable[[float], float], mem_gib: Callable[[float
             yield TaskMetric(ts=ts, node=node, task=task_class, task_id=task_id, kind=kind, pid=100)
         in_ckpt = now_ckpt
         u = 0.0 if now_ckpt else util(t)
+        sm, tensor = (None, None) if gpm is None else (0.0, 0.0) if now_ckpt else gpm(t)
         samples = [GpuSample(index=g, uuid=f"GPU-{g}", util_gpu=u, mem_used_bytes=int(mem_gib(t) * GIB),
+                             sm_active=sm, tensor_active=tensor,
                              mem_total_bytes=int(total_gib * GIB), temp_gpu_c=60.0,
                              power_w=500.0 if power_w is None else power_w(t),
                              power_limit_w=700.0) for g in range(gpus)]
