@@ -20,6 +20,7 @@ import hashlib
 import heapq
 import json
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from gpuwarden.contract import AlertState, AlertTransition, ContractError, Matcher, Tier, decode, encode, is_simulated
 from gpuwarden.notifiers.config import GROUP_BY_ALL, ONCALL, OWNER, TEAM, NotifyConfig, RouteConfig
@@ -111,6 +112,16 @@ class Page:
     """Who was sent this episode (group flushes and escalation levels): they hear of the ack."""
 
 
+class Seen(NamedTuple):
+    """The newest transition of an alert the router has taken. A tuple, so a later one compares
+    greater: an episode (``started_at``) firing (``rank`` 0) before it resolves (1), updates of one
+    state by ``ts``."""
+
+    started_at: float
+    rank: int
+    ts: float
+
+
 class Router:
     """``on_transition`` and ``tick`` return the notifications due now; nothing else happens here."""
 
@@ -122,8 +133,8 @@ class Router:
         self._due: list[tuple[float, str]] = []
         """Heap of (next_flush, group key): ticks touch only the groups that are due."""
         self.pages: dict[str, Page] = {}
-        self._last: dict[str, tuple[float, int, float]] = {}
-        """fingerprint → (started_at, state rank, ts) of the newest transition seen."""
+        self._last: dict[str, Seen] = {}
+        """fingerprint → the newest transition seen."""
         self._sources: list[dict[str, dict[str, str]]] = [{} for _ in config.inhibit_rules]
         self._purged_at = float("-inf")
         self._take_simulated = {r.name for r in config.receivers if r.accept_simulated}
@@ -158,7 +169,7 @@ class Router:
         out = self._flush_due(now) + self._escalate(now)
         if now - self._purged_at >= 3600:
             self._purged_at = now
-            self._last = {fp: v for fp, v in self._last.items() if v[1] == 0 or v[2] >= now - DEDUP_KEEP_S}
+            self._last = {fp: v for fp, v in self._last.items() if v.rank == 0 or v.ts >= now - DEDUP_KEEP_S}
         return out
 
     def dump(self) -> bytes:
@@ -199,7 +210,7 @@ class Router:
                                          set(g["sent_firing"]), g["last_sent"], set(g.get("changed", ())))
             pages = {p["alert"]["fingerprint"]: Page(_alert(p["alert"]), p["paged_at"], p["level"], p["held"],
                                                      set(p["receivers"])) for p in st["pages"]}
-            last = {fp: (started, rank, ts) for fp, started, rank, ts in st["last"]}
+            last = {fp: Seen(started, rank, ts) for fp, started, rank, ts in st["last"]}
             sources = [dict(src) for src in st["sources"]]
             if len(sources) != len(self.config.inhibit_rules):  # the rules changed: sources are rebuilt as alerts come
                 sources = [{} for _ in self.config.inhibit_rules]
@@ -225,11 +236,11 @@ class Router:
     def _is_new(self, t: AlertTransition) -> bool:
         """At-least-once input: an episode moves firing → resolved once, its firing updated on the
         way (same ``started_at``, a later ``ts``: a new likely cause); anything else is a repeat."""
-        rank = 0 if t.state == AlertState.FIRING else 1
+        seen = Seen(t.started_at, 0 if t.state == AlertState.FIRING else 1, t.ts)
         last = self._last.get(t.fingerprint)
-        if last is not None and (t.started_at, rank, t.ts) <= last:
+        if last is not None and seen <= last:
             return False
-        self._last[t.fingerprint] = (t.started_at, rank, t.ts)
+        self._last[t.fingerprint] = seen
         return True
 
     def _add(self, route: Route, t: AlertTransition, labels: dict[str, str], now: float) -> None:

@@ -54,7 +54,7 @@ from gpuwarden.streams.progress import OPEN, AllocationGate
 from gpuwarden.streams.reorder import ReorderBuffer, watermark
 from gpuwarden.streams.growth import Minima
 from gpuwarden.streams.rules import Rule, RulePack, event_reach, growth_reach, series_reach
-from gpuwarden.streams.snap import Snap
+from gpuwarden.streams.snap import Owner, Snap
 from gpuwarden.streams.summaries import CHECKPOINT_BUCKET, fold, summarise
 
 #: A record stage 1 takes, as it arrives and as its reorder buffer holds it.
@@ -371,7 +371,7 @@ class NodeStage:
                 gs.uuid = uuid
             gs.last_seen = ts
             owner = owners.get(idx)
-            if owner is not None and (owner[0] or "") != gs.owner:
+            if owner is not None and (owner.task_id or "") != gs.owner:
                 self._assign(st, gs, owner, ts)
             elif owner is None and gs.owner:
                 gs.owner, gs.labels = "", {}
@@ -381,9 +381,9 @@ class NodeStage:
                 if gs.owner and gs.last_seen == ts and gs.owner in st.tasks:
                     st.tasks[gs.owner].last_seen = ts
 
-    def _assign(self, st: NodeState, gs: GpuState, owner: tuple, ts: float) -> None:
-        """A (new) task holds this GPU (``owner``: a ``Snap`` owner): refresh labels and the task's GPU list."""
-        gs.owner = owner[0] or ""
+    def _assign(self, st: NodeState, gs: GpuState, owner: Owner, ts: float) -> None:
+        """A (new) task holds this GPU: refresh labels and the task's GPU list."""
+        gs.owner = owner.task_id or ""
         gs.labels = labels = _owner_labels(st, gs.index, owner)
         gs.idle_since = None  # idleness is the task's that holds the GPU during it, not the one's before
         if gs.ckpt is not None and gs.ckpt.task != gs.owner:  # another task: its checkpoints are not this one's
@@ -593,11 +593,11 @@ def _gpu_labels(st: NodeState, gs: GpuState) -> dict[str, str]:
     return gs.labels or _mark(st, {"node": st.node, "gpu": str(gs.index)})
 
 
-def _owner_labels(st: NodeState, index: int, owner: tuple) -> dict[str, str]:
-    """A GPU's labels while ``owner`` (a ``Snap`` owner) holds it."""
-    task_id, user, task_class, project = owner
+def _owner_labels(st: NodeState, index: int, owner: Owner) -> dict[str, str]:
+    """A GPU's labels while ``owner`` holds it."""
     labels = {"node": st.node, "gpu": str(index)}
-    for k, v in (("user", user), ("task", task_id), ("task_class", task_class), ("project", project)):
+    for k, v in (("user", owner.user), ("task", owner.task_id), ("task_class", owner.task_class),
+                 ("project", owner.project)):
         if v:
             labels[k] = v
     return _mark(st, labels)
@@ -613,8 +613,8 @@ def _labels_at(st: NodeState, gs: GpuState, ts: float) -> dict[str, str]:
         if type(rec) is not Snap or not any(i == gs.index for i, _, _ in rec.gpus):
             continue
         held = rec.owners.get(gs.index)
-        if held is not None and (held[0] or "") != owner:
-            owner, labels = held[0] or "", _owner_labels(st, gs.index, held)
+        if held is not None and (held.task_id or "") != owner:
+            owner, labels = held.task_id or "", _owner_labels(st, gs.index, held)
         elif held is None and owner:
             owner, labels = "", {}
     return labels or _mark(st, {"node": st.node, "gpu": str(gs.index)})

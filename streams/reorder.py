@@ -13,51 +13,60 @@ from __future__ import annotations
 from bisect import insort
 from collections import deque
 from collections.abc import Iterable, Iterator
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
 
+class Entry(NamedTuple, Generic[T]):
+    """One held record. A tuple, so entries sort by ``(ts, order)`` as the buffer needs;
+    ``order`` (a tuple of the caller's content key) is unique among the entries held, so
+    payloads are never compared."""
+
+    ts: float
+    order: tuple
+    payload: T
+
+
 class ReorderBuffer(Generic[T]):
-    """Items ``(ts, order, payload)`` sorted by ``(ts, order)``; ``order`` (a tuple of the
-    caller's content key) must be unique among the items held, so payloads are never
-    compared. In-order arrival (the common case) appends; only a late-comer is inserted by
-    bisection."""
+    """Entries sorted by ``(ts, order)``. In-order arrival (the common case) appends; only a
+    late-comer is inserted by bisection."""
 
     __slots__ = ("items",)
 
     def __init__(self, items: Iterable[tuple[float, tuple, T]] = ()) -> None:
-        self.items: deque[tuple[float, tuple, T]] = deque(sorted(items))
+        """``items``: ``(ts, order, payload)`` triples, in any order (a restored state's)."""
+        self.items: deque[Entry[T]] = deque(sorted(Entry(*i) for i in items))
 
     def __len__(self) -> int:
         return len(self.items)
 
-    def __iter__(self) -> Iterator[tuple[float, tuple, T]]:
+    def __iter__(self) -> Iterator[Entry[T]]:
         return iter(self.items)
 
     def add(self, ts: float, order: tuple, payload: T) -> None:
-        items, item = self.items, (ts, order, payload)
+        items, item = self.items, Entry(ts, order, payload)
         if not items or item > items[-1]:
             items.append(item)
         else:
             insort(items, item)
 
-    def release(self, watermark: float) -> Iterator[tuple[float, tuple, T]]:
-        """Remove and yield, oldest first, the items with ``ts <= watermark``."""
+    def release(self, watermark: float) -> Iterator[Entry[T]]:
+        """Remove and yield, oldest first, the entries with ``ts <= watermark``."""
         items = self.items
-        while items and items[0][0] <= watermark:
+        while items and items[0].ts <= watermark:
             yield items.popleft()
 
-    def drain(self) -> Iterator[tuple[float, tuple, T]]:
-        """Remove and yield every item, oldest first (the end of a finite input)."""
+    def drain(self) -> Iterator[Entry[T]]:
+        """Remove and yield every entry, oldest first (the end of a finite input)."""
         items = self.items
         while items:
             yield items.popleft()
 
     def discard_before(self, floor: float) -> int:
-        """Drop the items with ``ts < floor``; how many."""
+        """Drop the entries with ``ts < floor``; how many."""
         items, n = self.items, 0
-        while items and items[0][0] < floor:
+        while items and items[0].ts < floor:
             items.popleft()
             n += 1
         return n
