@@ -48,8 +48,8 @@ def node_state(slurm: LocalSlurm, name: str) -> tuple[str, str]:
 def settled(slurm: LocalSlurm, name: str) -> tuple[str, str]:
     """(State, Reason) once the controller heard from the node: a resume marks it NOT_RESPONDING
     until its slurmd answers the ping the resume sends (slurmctld's update_node)."""
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300  # returns once it answers: the bound only catches a hang (#33)
     while "NOT_RESPONDING" in (got := node_state(slurm, name))[0]:
-        assert time.monotonic() < deadline, f"{name} not responding 60 s after a resume"
+        assert time.monotonic() < deadline, f"{name} not responding 300 s after a resume"
         time.sleep(0.3)
     return got
