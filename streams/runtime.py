@@ -231,7 +231,11 @@ class Runtime:
         for a in self.active.values():
             records = {tp.topic: data[tp] for tp in a.tps if tp in data}
             moved = bool(records) or any(ends[tp] != a.positions[tp] for tp in a.tps)
-            if moved or (a.task.holding() and wall - a.idled_at >= IDLE_S):
+            # a task's first batch, empty or not, says whether its inputs hold a backlog before
+            # it reports progress: a report sent before would call a partition empty and open
+            # the gates of stage 2 and of the allocation join over records not read yet
+            fresh = a.batched_at == -math.inf
+            if moved or fresh or (a.task.holding() and wall - a.idled_at >= IDLE_S):
                 due.append((a, records))
         batched = {a.task.id for a, _ in due}
         paced = [a for a in self.active.values() if a.task.id in batched or a.pacing.paused]

@@ -1,8 +1,14 @@
 """What the stream-worker fault tests check after the faults: the alerts against the engine's, and
-the consumer group's committed offsets against the inputs' end offsets."""
+the consumer group's committed offsets against the inputs' end offsets.
+
+How soon the group reaches the end offsets is a figure, not a test limit (the suite must pass on a
+busy machine): the tests wait for it up to ``CAUGHT_UP_BOUND_S`` (a group that never gets there
+fails), print it in the reliability report, and hold it to issue #29's ``COMMITTED_S`` only in a
+measuring run, ``make soak`` (``GW_SOAK_SEEDS``), meant for a quiet machine."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from typing import NamedTuple
@@ -13,6 +19,18 @@ from aiokafka.admin import AIOKafkaAdminClient
 from tests.streams_kafka.workers import wait_for
 
 Id = tuple[str, str, float]
+
+#: Issue #29: the group's committed offsets reach the end offsets this soon after the last record.
+COMMITTED_S = 60.0
+#: How long a test waits for that: a bound for a group that never gets there.
+CAUGHT_UP_BOUND_S = 600.0
+
+
+def check_caught_up(lag: int, caught_up_s: float) -> None:
+    """The group reached the end offsets; within ``COMMITTED_S`` where the run measures (make soak)."""
+    assert lag == 0, f"committed offsets {lag} records short of the end {caught_up_s:.0f} s after the last record"
+    if os.environ.get("GW_SOAK_SEEDS"):
+        assert caught_up_s <= COMMITTED_S, (lag, caught_up_s)
 
 
 async def group_lag(bootstrap: str, group: str, topics: list[str], partitions: int) -> int:
@@ -40,7 +58,7 @@ async def at_the_end(bootstrap: str, group: str, topics: list[str], partitions: 
         return await group_lag(bootstrap, group, topics, partitions) == 0
 
     try:
-        await wait_for(caught_up, within, "committed offsets at the end offsets", poll=1)
+        await wait_for(caught_up, "committed offsets at the end offsets", poll=1, bound=within)
         lag = 0
     except TimeoutError:
         lag = await group_lag(bootstrap, group, topics, partitions)  # the assertions say how far
@@ -48,7 +66,7 @@ async def at_the_end(bootstrap: str, group: str, topics: list[str], partitions: 
 
 
 class Compared(NamedTuple):
-    """Transitions read against those expected: lost, unexpected, and read more than once."""
+    """Transitions read against those expected: lost, unexpected, and read more often than expected."""
 
     missing: set[Id]
     extra: set[Id]
@@ -56,4 +74,8 @@ class Compared(NamedTuple):
 
 
 def compare(want: list[Id], got: list[Id]) -> Compared:
-    return Compared(set(want) - set(got), set(got) - set(want), sorted(t for t, n in Counter(got).items() if n > 1))
+    """Counted, not as sets: an open alert whose cause changed is sent again with its id (fingerprint,
+    state, start) at a later ``ts``, so the engine itself may give an id twice; what the topic holds
+    fewer times is lost, more times a duplicate (the churn test called such an update one)."""
+    w, g = Counter(want), Counter(got)
+    return Compared(set(w - g), set(g) - set(w), sorted(t for t in g - w if t in w))

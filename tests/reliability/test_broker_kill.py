@@ -71,7 +71,7 @@ async def test_broker_killed_under_load_loses_nothing(own_broker: OwnBroker, tmp
                     waiting = agent_spool.pending_count() + alert_spool.pending_count()
                     await asyncio.to_thread(own_broker.run, "restart")
                 await asyncio.sleep(0.3)
-            end = time.monotonic() + 90
+            end = time.monotonic() + 600  # a bound for a drain that never ends, not a figure
             while (agent_spool.pending_count() or alert_spool.pending_count()) and time.monotonic() < end:
                 if not await agent.pump() + await alerts.pump():
                     await asyncio.sleep(0.5)
@@ -82,9 +82,9 @@ async def test_broker_killed_under_load_loses_nothing(own_broker: OwnBroker, tmp
     assert waiting > 0 and agent.failures > 0, "the outage must have held records back"
 
     counts = Counter(topics.for_record(r) for r in records)
-    got = {t: await consume_all(bootstrap, t, expected=counts[t], timeout=60)
+    got = {t: await consume_all(bootstrap, t, expected=counts[t])
            for t in (topics.samples, topics.events, topics.metrics, topics.inference, topics.jobs)}
-    alert_values = await consume_all(bootstrap, topics.alerts, expected=len(expected), timeout=60)
+    alert_values = await consume_all(bootstrap, topics.alerts, expected=len(expected))
     back = [decode(r.value) for t in got for r in got[t]]
     unique = {encode(r): r for r in back}
     assert set(unique) == {encode(r) for r in records}, "every record arrived (duplicates allowed, at-least-once)"

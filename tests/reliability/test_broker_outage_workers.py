@@ -66,7 +66,7 @@ async def test_a_minute_without_the_broker_loses_nothing_and_logs_a_line_per_10_
         async def joined() -> bool:
             return await group_members(bootstrap, group) == 1
 
-        await wait_for(joined, 90, "the worker in its group")
+        await wait_for(joined, "the worker in its group")
         with Spool(tmp_path / "agent.db") as spool:
             agent = Publisher(spool, bootstrap, topics, send_timeout_s=3.0, partitions=PARTITIONS)
             try:
@@ -86,7 +86,7 @@ async def test_a_minute_without_the_broker_loses_nothing_and_logs_a_line_per_10_
                     if time.time() - killed_at >= OUTAGE_S:
                         await asyncio.to_thread(own_broker.run, "restart")
                         back_at = time.time()
-                end = time.monotonic() + 120
+                end = time.monotonic() + 600  # a bound for a drain that never ends, not a figure
                 while spool.pending_count(topics.all()) and time.monotonic() < end:
                     if not await agent.pump():
                         await asyncio.sleep(0.5)

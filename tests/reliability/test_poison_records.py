@@ -106,7 +106,7 @@ async def test_poison_records_are_dead_lettered_bounded_and_the_workers_carry_on
         await produce_records(kafka_bootstrap, topics, rest[:at], PARTITIONS)
         await produce(kafka_bootstrap, topics.samples, [(odd.node.encode(), with_unknown_field(odd))])
         await produce_records(kafka_bootstrap, topics, rest[at + 1:], PARTITIONS)
-        dlq = await consume_all(kafka_bootstrap, Topics.dlq(topics.samples), expected=len(bad), timeout=90)
+        dlq = await consume_all(kafka_bootstrap, Topics.dlq(topics.samples), expected=len(bad))
 
         async def alerts() -> list[tuple[str, str, float]]:
             return transition_ids([r.value for r in await read_to_end(kafka_bootstrap, topics.alerts, PARTITIONS)])
@@ -114,13 +114,13 @@ async def test_poison_records_are_dead_lettered_bounded_and_the_workers_carry_on
         async def all_alerts() -> bool:
             return expected <= set(await alerts())
 
-        await wait_for(all_alerts, 120, "every expected transition", poll=2)
+        await wait_for(all_alerts, "every expected transition", poll=2)
         counted = f"unknown {topics.samples} gpus.hbm_temp_c="
 
         async def reported() -> bool:  # at the next checkpoint (engine.checkpoint_interval)
             return counted in w1.log.read_text() + w2.log.read_text()
 
-        await wait_for(reported, 30, "the count of unknown fields in a worker's log")
+        await wait_for(reported, "the count of unknown fields in a worker's log")
         got = set(await alerts())
         assert w1.alive() and w2.alive(), w1.tail() + "\n----\n" + w2.tail()
         logs = w1.log.read_text() + w2.log.read_text()
@@ -171,18 +171,18 @@ async def test_a_dead_letter_the_broker_refuses_is_kept_locally_and_the_worker_c
         async def kept() -> bool:
             return unsent.exists()
 
-        await wait_for(kept, 60, "the refused letter in unsent.jsonl")
+        await wait_for(kept, "the refused letter in unsent.jsonl")
         changelog = f"{app_id(settings)}-node-state-changelog"
 
         async def processed() -> bool:
             return any(r.key == b"n-after" for r in await read_to_end(kafka_bootstrap, changelog, 1))
 
-        await wait_for(processed, 60, "the valid record after the refused letter")
+        await wait_for(processed, "the valid record after the refused letter")
 
         async def counted() -> bool:  # the worker logs its counts when they change, at most every 5 s
             return "unsent=1" in w1.log.read_text()
 
-        await wait_for(counted, 60, "the worker's count of refused letters in its log")
+        await wait_for(counted, "the worker's count of refused letters in its log")
         assert w1.alive(), w1.tail()
     (line,) = [json.loads(x) for x in unsent.read_text().splitlines()]
     assert line["topic"] == Topics.dlq(topics.samples) and "MessageSizeTooLarge" in line["error"]

@@ -5,8 +5,8 @@ every ``EVERY_S`` a new ``gpuwarden streams`` worker is started and the oldest s
 it commits at the rebalance barrier and leaves the group), so every task moves several times,
 often while a restore of it is still running elsewhere. Expected (issue #29): the ``alerts``
 topic read committed equals ``Engine.process_many`` of the same records — none lost, none
-unexpected, none twice — and the group's committed offsets reach the end offsets within 60 s of
-the last record.
+unexpected, none twice — and the group's committed offsets reach the end offsets (the seconds
+after the last record reported; held to 60 s by ``make soak``: tests/reliability/exactness.py).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from gpuwarden.producers.simulator import Simulator
 from gpuwarden.streams.engine import Engine
 from gpuwarden.streams.groups import groups
 from gpuwarden.streams.statewire import app_id
-from tests.reliability.exactness import at_the_end, compare
-from tests.reliability.test_random_kills import COMMITTED_S, PARTITIONS, SPAN_S, chunks
+from tests.reliability.exactness import CAUGHT_UP_BOUND_S, at_the_end, check_caught_up, compare
+from tests.reliability.test_random_kills import PARTITIONS, SPAN_S, chunks
 from tests.streams_kafka.records import settings_for, transition_ids
 from tests.streams_kafka.workers import Worker, group_members, read_to_end, troubles, wait_for, write_config
 
@@ -76,7 +76,7 @@ async def test_a_worker_added_and_one_removed_every_30_s_keeps_the_alerts_exact(
         async def joined() -> bool:
             return await group_members(kafka_bootstrap, group) == 2
 
-        await wait_for(joined, 90, "2 workers in the consumer group")
+        await wait_for(joined, "2 workers in the consumer group")
         moving = asyncio.create_task(churn())
         for chunk in parts:
             await produce_records(chunk, {"bootstrap_servers": kafka_bootstrap}, topics.prefix,
@@ -84,7 +84,7 @@ async def test_a_worker_added_and_one_removed_every_30_s_keeps_the_alerts_exact(
             await asyncio.sleep(CHURN_S / len(parts))
         last = time.monotonic()
         await moving
-        lag, caught_up_s = await at_the_end(kafka_bootstrap, group, inputs, PARTITIONS, last, COMMITTED_S + 30)
+        lag, caught_up_s = await at_the_end(kafka_bootstrap, group, inputs, PARTITIONS, last, CAUGHT_UP_BOUND_S)
         got = transition_ids([r.value for r in await read_to_end(kafka_bootstrap, topics.alerts, PARTITIONS)])
         assert all(w.alive() for w in running), [w.tail() for w in running]
     except BaseException:
@@ -105,5 +105,5 @@ async def test_a_worker_added_and_one_removed_every_30_s_keeps_the_alerts_exact(
     assert not missing, sorted(missing)[:5]
     assert not extra, sorted(extra)[:5]
     assert not twice, twice[:5]
-    assert lag == 0 and caught_up_s <= COMMITTED_S, (lag, caught_up_s)
+    check_caught_up(lag, caught_up_s)
     assert not (trouble := troubles(*(w.log for w in every))), trouble

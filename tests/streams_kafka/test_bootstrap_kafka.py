@@ -98,7 +98,7 @@ async def test_bootstrapped_baselines_reach_the_stream_workers(kafka_bootstrap: 
             async def joined(s=s) -> bool:  # type: ignore[no-untyped-def]
                 return await group_members(kafka_bootstrap, app_id(s)) == 1
 
-            await wait_for(joined, 60, f"worker of {s.kafka.topic_prefix} in its group")
+            await wait_for(joined, f"worker of {s.kafka.topic_prefix} in its group")
         # Running workers would not load a bootstrap (they read the changelog at an assignment)
         # and would write over it: refused even with --replace.
         running = gw("baseline", "--config", str(boot_cfg), "bootstrap", "--from-file", str(healthy),
@@ -117,7 +117,7 @@ async def test_bootstrapped_baselines_reach_the_stream_workers(kafka_bootstrap: 
             return bool(await deviation(boot.kafka.topic_prefix))
 
         try:
-            await wait_for(fired, 45, "util-below-baseline from the bootstrapped fleet's worker", poll=1)
+            await wait_for(fired, "util-below-baseline from the bootstrapped fleet's worker", poll=1)
         except TimeoutError:
             print(wb.tail())
             raise
@@ -149,7 +149,7 @@ async def test_bootstrapped_baselines_reach_the_stream_workers(kafka_bootstrap: 
             return latest >= min(alert.ts + 600, recorded_until - 300)
 
         try:
-            await wait_for(summarised, 60, "the fresh fleet's summaries past 10 min after the alert", poll=1)
+            await wait_for(summarised, "the fresh fleet's summaries past 10 min after the alert", poll=1)
         except TimeoutError:
             print(wf.tail())
             raise
@@ -166,7 +166,7 @@ async def test_bootstrapped_baselines_reach_the_stream_workers(kafka_bootstrap: 
 
         assert need
         try:
-            await wait_for(caught_up, 45, f"the fresh fleet's worker through the summaries {need}", poll=1)
+            await wait_for(caught_up, f"the fresh fleet's worker through the summaries {need}", poll=1)
         except TimeoutError:
             print(wf.tail())
             raise

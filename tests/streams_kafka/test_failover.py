@@ -98,7 +98,7 @@ async def test_worker_killed_mid_run_no_transition_lost_or_duplicated(
             return expected <= set(await alerts())
 
         try:
-            await wait_for(all_alerts, 90, "every expected transition after the takeover", poll=2)
+            await wait_for(all_alerts, "every expected transition after the takeover", poll=2)
         finally:
             values = [r.value for r in await read_to_end(kafka_bootstrap, topics.alerts, PARTITIONS)]
             got = transition_ids(values)

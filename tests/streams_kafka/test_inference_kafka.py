@@ -40,8 +40,8 @@ async def test_inference_records_alert_snapshot_and_dead_letter(kafka_bootstrap:
     bad = json.dumps({**json.loads(good[0]), "start_ts": t0 + 10_000}).encode()  # starts after it ends
     with workers(config, tmp_path, "w1") as (w1,):
         await produce(kafka_bootstrap, topics.inference, [(b"gn7", v) for v in [*good[:20], bad, *good[20:]]])
-        letters = await consume_all(kafka_bootstrap, Topics.dlq(topics.inference), expected=1, timeout=90)
-        alerts = await consume_all(kafka_bootstrap, topics.alerts, expected=1, timeout=90)
+        letters = await consume_all(kafka_bootstrap, Topics.dlq(topics.inference), expected=1)
+        alerts = await consume_all(kafka_bootstrap, topics.alerts, expected=1)
         assert w1.alive(), w1.tail()
     # A clean stop snapshots what changed since the last snapshot (the task's first, at its start).
     changelog = f"{app_id(settings)}-inference-state-changelog"
@@ -84,7 +84,7 @@ async def test_two_nodes_replicas_of_one_service_give_the_engines_one_service_le
     with workers(config, tmp_path, "w1") as (w1,):
         await produce(kafka_bootstrap, topics.inference, [(r.node.encode(), encode(r)) for r in recs])
         await produce(kafka_bootstrap, topics.sli, [(b"chat", b'{"schema": "service_sli/1", "ts": 1}')])
-        letters = await consume_all(kafka_bootstrap, Topics.dlq(topics.sli), expected=1, timeout=90)
+        letters = await consume_all(kafka_bootstrap, Topics.dlq(topics.sli), expected=1)
         alerts: list = []
 
         async def all_slo() -> bool:
@@ -92,7 +92,7 @@ async def test_two_nodes_replicas_of_one_service_give_the_engines_one_service_le
             alerts = await read_to_end(kafka_bootstrap, topics.alerts, 2)
             return sum(1 for a in alerts if json.loads(a.value)["rule"].startswith("slo-")) >= len(want)
 
-        await wait_for(all_slo, 120, "the service stage's SLO alerts")
+        await wait_for(all_slo, "the service stage's SLO alerts")
         assert w1.alive(), w1.tail()
     got = {a.value for a in alerts if json.loads(a.value)["rule"].startswith("slo-")}  # consumers dedup
     assert got == set(want)

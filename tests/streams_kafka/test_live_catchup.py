@@ -61,7 +61,7 @@ async def test_records_produced_while_the_worker_catches_up_are_not_dropped(
         async def joined() -> bool:
             return await group_members(kafka_bootstrap, app_id(settings)) == 1
 
-        await wait_for(joined, 60, "the worker in the consumer group")
+        await wait_for(joined, "the worker in the consumer group")
         await asyncio.sleep(3.0)  # assignment done: the worker reads as the records arrive
         producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, linger_ms=0, max_batch_size=1 << 20)
         await producer.start()
@@ -72,7 +72,7 @@ async def test_records_produced_while_the_worker_catches_up_are_not_dropped(
         finally:
             await producer.stop()
         try:
-            await wait_for(everything, 60, f"{engine.summaries} task summaries and every transition", poll=1)
+            await wait_for(everything, f"{engine.summaries} task summaries and every transition", poll=1)
         except TimeoutError:
             pass  # the assertions below say what is missing
         finally:

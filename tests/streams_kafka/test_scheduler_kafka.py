@@ -60,14 +60,14 @@ async def test_scheduler_polls_give_alerts_through_both_stages_and_bad_records_a
     config = write_config(tmp_path / "gpuwarden.yaml", settings)
     with workers(config, tmp_path, "w1") as (w1,):
         await produce(kafka_bootstrap, topics.jobs, [(CLUSTER.encode(), json.dumps(bad).encode())] + keyed(polls))
-        dlq = await consume_all(kafka_bootstrap, Topics.dlq(topics.jobs), expected=1, timeout=90)
+        dlq = await consume_all(kafka_bootstrap, Topics.dlq(topics.jobs), expected=1)
 
         async def allocated() -> bool:
             return bool(await read_to_end(kafka_bootstrap, topics.allocations, 2))
 
         # As live: the scheduler's allocation reaches stage 1 before the node's later samples (one
         # that comes after them, from a backlog, applies from its arrival: docs/scheduler.md).
-        await wait_for(allocated, 60, "the job allocations")
+        await wait_for(allocated, "the job allocations")
         await produce(kafka_bootstrap, topics.samples, keyed(snaps))
 
         seen: set[str] = set()
@@ -77,7 +77,7 @@ async def test_scheduler_polls_give_alerts_through_both_stages_and_bad_records_a
             return {"scheduler-fragmentation", "job-gpus-unused"} <= seen
 
         try:
-            await wait_for(alerted, 90, "the scheduler alerts")
+            await wait_for(alerted, "the scheduler alerts")
         except TimeoutError as e:
             raise AssertionError(f"{e}; alerts seen: {sorted(seen)}\n{w1.tail()}") from None
         assert w1.alive(), w1.tail()
@@ -122,7 +122,7 @@ async def test_allocations_behind_a_backlog_of_samples_give_the_in_process_trans
         async def summarised() -> bool:  # stage 1 has been through the samples
             return len(await read_summaries(kafka_bootstrap, topics.summaries, 2)) >= 9
 
-        await wait_for(summarised, 60, "the samples' summaries")
+        await wait_for(summarised, "the samples' summaries")
         await produce(kafka_bootstrap, topics.jobs, keyed(polls))
 
         async def unused() -> list[tuple[str, str, float]]:
@@ -133,7 +133,7 @@ async def test_allocations_behind_a_backlog_of_samples_give_the_in_process_trans
             return bool(await unused())
 
         try:
-            await wait_for(alerted, 60, "job-gpus-unused")
+            await wait_for(alerted, "job-gpus-unused")
         except TimeoutError:
             pass  # the assertion below says what came
         assert w1.alive(), w1.tail()

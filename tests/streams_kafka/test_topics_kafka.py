@@ -65,7 +65,7 @@ async def test_agent_and_worker_in_either_order_make_every_topic_with_kafka_part
             async def joined() -> bool:
                 return await group_members(kafka_bootstrap, app) == 1
 
-            await wait_for(joined, 90, "the worker in its group")
+            await wait_for(joined, "the worker in its group")
         done = agent(config, tmp_path)
         assert done.returncode == 0, done.stderr[-2000:]
         assert "not found" not in done.stderr  # no produce to a topic that did not exist
@@ -75,7 +75,7 @@ async def test_agent_and_worker_in_either_order_make_every_topic_with_kafka_part
             async def joined_after() -> bool:
                 return await group_members(kafka_bootstrap, app) == 1
 
-            await wait_for(joined_after, 90, "the worker in its group")
+            await wait_for(joined_after, "the worker in its group")
         assert worker.alive(), worker.tail()
     finally:
         if worker is not None:

@@ -54,13 +54,13 @@ class Worker:
         """SIGKILL: no shutdown, no final commit, no changelog flush."""
         if self.alive():
             self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=30)
+        self.proc.wait(timeout=300)
 
     def stop(self) -> None:
         if self.alive():
             self.proc.terminate()
             try:
-                self.proc.wait(timeout=20)
+                self.proc.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 self.kill()
         self._out.close()
@@ -113,13 +113,18 @@ async def group_state(bootstrap: str, group: str) -> tuple[str, int]:
     return state, len(members)
 
 
-async def wait_for(predicate: Any, timeout: float, what: str, poll: float = 0.5) -> None:
-    """Poll an async ``predicate()`` until true; TimeoutError naming ``what`` otherwise."""
+#: How long a wait for an event may take before the test calls it a hang: a bound, not a figure
+#: (issue #33: 30-180 s limits failed on a busy machine; how long things take goes in bench/).
+HANG_S = 600.0
+
+
+async def wait_for(predicate: Any, what: str, poll: float = 0.5, bound: float = HANG_S) -> None:
+    """Poll an async ``predicate()`` until true; TimeoutError naming ``what`` after ``bound`` s."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+    deadline = loop.time() + bound
     while not await predicate():
         if loop.time() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout:.0f} s")
+            raise TimeoutError(f"{what}: not within {bound:.0f} s")
         await asyncio.sleep(poll)
 
 
@@ -142,6 +147,17 @@ async def read_to_end(bootstrap: str, topic: str, partitions: int,
                     out.extend(r for r in batch if r.offset < end[r.topic_partition if hasattr(r, "topic_partition")
                                                              else TopicPartition(r.topic, r.partition)])
         return out
+    finally:
+        await consumer.stop()
+
+
+async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """Each partition of ``topic``'s end offset now (0: it holds no record)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        end = await consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
+        return {tp.partition: n for tp, n in end.items()}
     finally:
         await consumer.stop()
 
