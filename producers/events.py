@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpuwarden import clocks
 from gpuwarden.contract import EventKind, GpuEvent, GpuSample
-from gpuwarden.producers import clocks
 from gpuwarden.producers.xid import lookup, lookup_sxid
 
 log = logging.getLogger(__name__)

@@ -23,8 +23,8 @@ import uuid as uuidlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from gpuwarden import clocks
 from gpuwarden.contract import EventKind, GpuProcess, GpuSample, NodeSnapshot
-from gpuwarden.producers import clocks
 from gpuwarden.producers.attrib import Attributor
 from gpuwarden.producers.events import EventLog, HwEvent, counter_events, normalize_bus_id, recovery_action_name
 

@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from gpuwarden import clocks
 from gpuwarden.contract import (
     EventKind,
     GpuEvent,
@@ -31,7 +32,6 @@ from gpuwarden.contract import (
     TaskMetric,
     TaskMetricKind,
 )
-from gpuwarden.producers import clocks
 from gpuwarden.producers.gpumodels import MIB, GpuModel, bus_id, model
 from gpuwarden.producers.schedsim import CLUSTER_SCENARIOS, ClusterSim
 from gpuwarden.producers.servingsim import ServingSim

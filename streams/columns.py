@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from gpuwarden.clocks import HW_POWER_BRAKE, HW_SLOWDOWN, HW_THERMAL, SW_POWER_CAP, SW_THERMAL
 from gpuwarden.contract import GpuColumns
 
 _GIB = float(1 << 30)
@@ -75,11 +76,8 @@ def deriver(positions: Positions, derived: Sequence[Derived]) -> Callable[[list]
 
 # ------------------------------------------------------------------ GPU rows (one per GPU per snapshot)
 
-#: NVML's clock-event reason bits (``nvmlClocksEventReason*``; the agent's ``producers/clocks.py``
-#: decodes the same bits into names): software power cap, HW slowdown, SW thermal, HW thermal,
-#: HW power brake.
-SW_POWER_CAP, HW_SLOWDOWN, SW_THERMAL, HW_THERMAL, HW_POWER_BRAKE = 0x4, 0x8, 0x20, 0x40, 0x80
-#: The reasons that mean a power or thermal cap holds the clock down (not idle, not app clocks).
+#: The reasons (``gpuwarden.clocks``) that mean a power or thermal cap holds the clock down (not
+#: idle, not app clocks).
 CAP_REASONS = SW_POWER_CAP | HW_SLOWDOWN | SW_THERMAL | HW_THERMAL | HW_POWER_BRAKE
 THERMAL_REASONS = SW_THERMAL | HW_THERMAL
 

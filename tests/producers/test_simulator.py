@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from gpuwarden import clocks
 from gpuwarden.contract import (EventKind, GpuEvent, NodeSnapshot, TaskMetric, TaskMetricKind, batch_task_metrics,
                                 decode, encode)
-from gpuwarden.producers import clocks
 from gpuwarden.producers.events import normalize_bus_id, parse_kmsg_line
 from gpuwarden.producers.gpumodels import bus_id
 from gpuwarden.producers.simulator import FAULTS, MIXED_FAULTS, SCENARIOS, Simulator, sim_node
