@@ -7,10 +7,11 @@ detection delay from the fault's onset and the false alerts (attention/critical
 firings of rules not expected on that scenario), and what the rule gave on the real H200
 recordings (tests/streams/real_recordings.py: time-dilated to fill the windows; clock-capped
 also with its clock share lowered to 0.5 %) and its delay from the recorded load's onset there and
-on two jobs made of them (``real_delays``). Then the quiet cases (job-straggler on multi-node
-jobs that checkpoint and evaluate, or run pipeline stages that differ), a week of ``healthy`` on
-2 nodes x 8 GPUs and 15 days of it on 4 nodes (the multi-node job on 4 nodes: job-straggler's
-false alarms).
+on two jobs made of them (``real_delays``); for job-straggler, on the agent's load as a 4-node
+job with one node slowed from an onset (``straggler_recorded``). Then the quiet cases
+(job-straggler on multi-node jobs that checkpoint and evaluate, or run pipeline stages that
+differ), a week of ``healthy`` on 2 nodes x 8 GPUs and 15 days of it on 4 nodes (the
+multi-node job on 4 nodes: job-straggler's false alarms).
 
     .venv/bin/python bench/rules_table.py > /tmp/table.md
 """
@@ -28,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpuwarden.app.cli import main  # noqa: E402
 from tests.streams.real_recordings import (  # noqa: E402
-    AGENT, HEAVY_FROM_S, PROBE, PROBE_CHECKPOINTS, PROBE_ONSET_S, REAL_RECORDINGS, as_task, dilate, firing,
-    power_heavy, records,
+    AGENT, BRAKE, HEAVY_FROM_S, PROBE, PROBE_CHECKPOINTS, PROBE_ONSET_S, REAL_RECORDINGS, SILENT, as_task, dilate,
+    firing, job_run, power_heavy, records,
 )
 from tests.streams.real_recordings import run as run_recording  # noqa: E402
 
@@ -60,6 +61,24 @@ def real_delays() -> dict[str, str]:
     runs = list(real_runs())
     return {rule: "; ".join(f"{n}: {got[rule][n]:.0f} s" if n in got[rule] else f"{n}: quiet" for n in runs)
             if rule in got else f"quiet on all {len(runs)}" for rule in {c[1] for c in CASES} | set(got)}
+
+
+def straggler_recorded() -> str:
+    """job-straggler on the agent's load as a 4-node job (``job_run``): each node it named and when,
+    from the slow rank's onset."""
+    parts = []
+    for what, slow, busy in (("node 3 at 80 % SM clock, no reason bit", SILENT, True),
+                             ("node 0 under HW power brake, 50 %", BRAKE, True),
+                             ("unmodified copy", None, True),
+                             ("node 3 at 80 %, utilization as recorded (0-7 %)", SILENT, False)):
+        run = job_run(slow, busy=busy)
+        named = [f"{t.labels['node']} named at {t.ts - run.onset:.0f} s" for t in run.transitions
+                 if t.rule == "job-straggler" and t.state == "firing"]
+        quiet = "quiet" if any(run.judged.values()) else "quiet, no minute judged"
+        parts.append(f"{what}: {', '.join(named) or quiet}")
+    return "h200-agent as a 4-node job ×20 (built): " + "; ".join(parts)
+
+
 from tests.streams.scenario_table import CASES, QUIET_CASES, START, case_run, expected_rules, onset_ts  # noqa: E402
 
 
@@ -99,6 +118,7 @@ def main_() -> None:
     real = real_column()
     runs: dict[tuple, list[dict]] = {}
     delays = real_delays()
+    delays["job-straggler"] += f"; {straggler_recorded()}"
     print("| scenario | rule | tier | detection delay (measured) | documented max | false alerts "
           "| real recordings (default pack; a firing there is what happened) | delay on the real recordings |")
     print("|---|---|---|---|---|---|---|---|")

@@ -11,8 +11,9 @@ carries (a snapshot's ``interval_s``, a step's times) are multiplied by ``k``: t
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+from gpuwarden.clocks import HW_POWER_BRAKE, HW_SLOWDOWN, reason_names
 from gpuwarden.contract import AlertTransition, NodeSnapshot, TaskMetric, TaskMetricKind, decode, unbatch
 from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.engine import Engine
@@ -145,3 +146,118 @@ def power_heavy(recs: list[Any]) -> list[Any]:
         out.append(NodeSnapshot.of(ts=r.ts, node=r.node, seq=r.seq, boot_id=r.boot_id, agent_version=r.agent_version,
                                    interval_s=r.interval_s, gpus=[g], processes=r.processes.rows()))
     return out
+
+
+# ------------------------------------------------------------------ the agent's load as a 4-node job
+
+#: The agent's load as one rank of a multi-node data-parallel job: the SDK's task on every node
+#: (the recording's process was attributed by its command; its step records by the SDK).
+JOB = {"task": "h200-probe", "task_id": "probe-454"}
+#: The job's nodes, and how far apart (undilated seconds) their copies of the recording start.
+JOB_NODES, JOB_OFFSET_S = 4, 0.4
+
+
+class SlowRank(NamedTuple):
+    """From ``onset_s`` (undilated, into the recording) node ``node`` computes at ``share`` of its
+    recorded SM clock, with ``reasons`` (NVML clock-event bits; 0: none reported) instead of the
+    recorded ones."""
+
+    node: int
+    onset_s: float
+    share: float
+    reasons: int = 0
+
+
+def job_node(i: int) -> str:
+    return f"h200-node-{i}"
+
+
+def on_nodes(recs: list[Any], nodes: int = JOB_NODES, slow: SlowRank | None = None, *,
+             busy: bool = True) -> list[Any]:
+    """The agent's recording (undilated; ``dilate`` after) as one job on ``nodes`` nodes, node i's
+    copy ``i·JOB_OFFSET_S`` later, with its own node name, boot id and GPU uuid. ``busy``: during
+    the load each GPU's utilization is 100 less the recorded (93-100 %, as ``power_heavy``): a rank
+    of a multi-node job is kept busy by its collectives between the matmuls, where the recorded
+    single-GPU load showed 0-7 % (under the straggler judge's BUSY_UTIL: as recorded no minute of
+    it is judged). Clocks, reasons, power and tensor activity as recorded.
+
+    ``slow``: from its onset (one instant for the whole job) the slow rank's compute part of each
+    step (the SDK's step less its data wait, ``C``) takes ``C/share``, and every rank's step is
+    ``D + C/share`` (synchronous: each waits for the slowest; the others' extra is ``comm_s``).
+    The same work in a longer step: every rank's power above idle and its tensor activity are
+    scaled by ``T/T'`` (the recorded mean step over the slowed one; the slow rank's power too, at
+    the same energy per operation: a lower voltage with its clock would lower it), the slow rank's
+    tensor activity by ``1/share`` more (the same tensor-pipe cycles among fewer cycles at its
+    lower clock); its SM clock is ``share`` of the recorded and its clock-event bits are ``reasons``."""
+    snaps = [r for r in recs if isinstance(r, NodeSnapshot)]
+    steps = [r for r in recs if isinstance(r, TaskMetric) and r.kind == TaskMetricKind.STEP and r.step_time_s]
+    t0, idle_w = snaps[0].ts, snaps[0].gpus.rows()[0].power_w or 0.0
+    pace = 1.0
+    if slow is not None:
+        d = sum(m.data_wait_s or 0.0 for m in steps) / len(steps)
+        c = sum(m.step_time_s or 0.0 for m in steps) / len(steps) - d
+        pace = (d + c) / (d + c / slow.share)
+    out: list[Any] = []
+    for i in range(nodes):
+        node, shift = job_node(i), i * JOB_OFFSET_S
+        for r in recs:
+            late = slow is not None and r.ts + shift - t0 >= slow.onset_s
+            if isinstance(r, TaskMetric):
+                update: dict[str, Any] = {"ts": r.ts + shift, "node": node}
+                if late and r.kind == TaskMetricKind.STEP and r.step_time_s:
+                    assert slow is not None
+                    compute = r.step_time_s - (r.data_wait_s or 0.0)
+                    update["step_time_s"] = r.step_time_s + compute * (1 / slow.share - 1)
+                    update["comm_s"] = 0.0 if i == slow.node else compute * (1 / slow.share - 1)
+                out.append(r.model_copy(update=update))
+                continue
+            g = r.gpus.rows()[0]
+            gpu: dict[str, Any] = {"uuid": f"{g.uuid[:-2]}{i:02x}"}
+            if busy and HEAVY_FROM_S <= r.ts - t0 <= HEAVY_TO_S:
+                gpu["util_gpu"] = 100.0 - (g.util_gpu or 0.0)
+            if late and HEAVY_FROM_S <= r.ts - t0 <= HEAVY_TO_S:
+                assert slow is not None
+                mine = slow.node == i
+                gpu["power_w"] = round(idle_w + ((g.power_w or 0.0) - idle_w) * pace, 3)
+                if g.tensor_active is not None:
+                    gpu["tensor_active"] = round(g.tensor_active * pace / (slow.share if mine else 1.0), 3)
+                if mine:
+                    gpu.update(clock_sm_mhz=round((g.clock_sm_mhz or 0) * slow.share),
+                               clock_event_reasons=slow.reasons, clock_event_names=reason_names(slow.reasons))
+            procs = [p.model_copy(update={**JOB, "gpu_uuid": gpu["uuid"]}) for p in r.processes.rows()]
+            out.append(NodeSnapshot.of(ts=r.ts + shift, node=node, seq=r.seq, boot_id=f"{r.boot_id[:-2]}{i:02x}",
+                                       agent_version=r.agent_version, driver_version=r.driver_version,
+                                       cuda_version=r.cuda_version, interval_s=r.interval_s,
+                                       gpus=[g.model_copy(update=gpu)], processes=procs))
+    return sorted(out, key=lambda r: r.ts)
+
+
+#: Undilated seconds into the agent's recording (its load runs 7-56.5 s) where the slow rank
+#: begins: at ×20, 440 s of the job before it and 690 s after.
+SLOW_ONSET_S = 22.0
+#: The silent case: 80 % of the recorded SM clock, no reason bit (the recorded SW power cap bit
+#: cleared: the slowed GPU draws no more than its peers, and the bit is not what slowed it).
+SILENT = SlowRank(node=3, onset_s=SLOW_ONSET_S, share=0.8)
+#: The HW power brake (NVML: HW slowdown is engaged with it, "reducing the core clocks by a factor
+#: of 2 or more"): half the recorded clock.
+BRAKE = SlowRank(node=0, onset_s=SLOW_ONSET_S, share=0.5, reasons=HW_POWER_BRAKE | HW_SLOWDOWN)
+
+
+class JobRun(NamedTuple):
+    """The default pack on a job of ``on_nodes`` at ×20: its transitions, and per node how many
+    judged minutes its clock ratio was learnt from (stage 2's state before the flush)."""
+
+    transitions: list[AlertTransition]
+    judged: dict[str, int]
+    onset: float  # the slow rank's onset (event time, dilated)
+
+
+def job_run(slow: SlowRank | None, *, busy: bool = True) -> JobRun:
+    k = REAL_RECORDINGS["h200-agent"][1]
+    recs = records(AGENT)
+    engine = Engine()
+    trs = engine.process_many(dilate(on_nodes(recs, slow=slow, busy=busy), k))
+    ranks = engine.classes._classes[JOB["task"]].ranks[JOB["task_id"]].ranks
+    judged = {node: len(rank.clock) for node, rank in sorted(ranks.items())}
+    onset = min(r.ts for r in recs) + k * (slow.onset_s if slow is not None else SLOW_ONSET_S)
+    return JobRun(trs + engine.flush(), judged, onset)
