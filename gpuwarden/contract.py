@@ -132,6 +132,13 @@ class GpuSample(Wire):
     remap_failure: bool | None = None
     pcie_gen: NonNegInt | None = None
     pcie_width: NonNegInt | None = None
+    pcie_gen_max: NonNegInt | None = None
+    """The highest PCIe generation possible with this GPU in this system (NVML's
+    ``nvmlDeviceGetMaxPcieLinkGeneration``: a Gen2 device on a Gen1 bus reports 1); ``pcie_gen``
+    below it under load is a link that trained down."""
+    pcie_width_max: NonNegInt | None = None
+    """The widest PCIe link possible with this GPU in this system (``nvmlDeviceGetMaxPcieLinkWidth``:
+    an x16 device on an x8 bus reports 8); ``pcie_width`` below it is a link that trained narrower."""
     pcie_replay_counter: NonNegInt | None = None
     nvlink_up: NonNegInt | None = None
     nvlink_down: NonNegInt | None = None

@@ -7,7 +7,8 @@ delays a tick): energy (~3 ms), PCIe width and replays, HBM temperature (field
 values), NVLink, fan, the enforced power limit, MIG mode and GPM (two samples
 ≥100 ms apart). Static facts are read once: the maximum SM clock (~1.5 ms) and
 the default power limit (with which a rule tells a lowered limit from the
-board's own), serial, VBIOS. ``NotSupported`` (or any per-call error)
+board's own), the widest PCIe link the GPU and its slot allow (with which the
+engine tells a link that trained down), serial, VBIOS. ``NotSupported`` (or any per-call error)
 gives ``None``; ``GPU_IS_LOST`` — or every fast call failing — marks the GPU
 lost, emits a ``gpu_lost`` event and sampling continues for the other GPUs.
 MIG: the mode is reported; per-instance metrics are not collected yet.
@@ -134,6 +135,8 @@ class NvmlCollector:
             g.static = {
                 "clock_sm_max_mhz": self._safe(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM),
                 "power_default_limit_w": _watts(self._safe(nv.nvmlDeviceGetPowerManagementDefaultLimit, h)),
+                "pcie_gen_max": self._safe(nv.nvmlDeviceGetMaxPcieLinkGeneration, h),
+                "pcie_width_max": self._safe(nv.nvmlDeviceGetMaxPcieLinkWidth, h),
                 "serial": _text(self._safe(nv.nvmlDeviceGetSerial, h)),
                 "vbios": _text(self._safe(nv.nvmlDeviceGetVbiosVersion, h)),
             }
@@ -364,7 +367,9 @@ class NvmlCollector:
             slow = dict(g.slow)
         sample = GpuSample(index=g.index, uuid=g.uuid, name=g.name,
                            clock_sm_max_mhz=g.static.get("clock_sm_max_mhz"),
-                           power_default_limit_w=g.static.get("power_default_limit_w"), **slow, **fast)
+                           power_default_limit_w=g.static.get("power_default_limit_w"),
+                           pcie_gen_max=g.static.get("pcie_gen_max"), pcie_width_max=g.static.get("pcie_width_max"),
+                           **slow, **fast)
         return sample, procs
 
     def bus_ids(self) -> dict[int, str]:

@@ -55,6 +55,10 @@ LOWERED_LIMIT = 0.6
 GPM_EVERY_S = 15.0
 STRAGGLER_SLOW = 1.25
 """``straggler``: the slow node computes a step this many times as long (its SM clock 1/this)."""
+PCIE_DEGRADED = (3, 8)
+"""``straggler-pcie``: the (generation, width) one GPU of the slow node's link trains down to (from Gen5 x16)."""
+PCIE_SLOW = 1.5
+"""``straggler-pcie``: the job's step takes this many times as long, all of it in communication."""
 STAGE_COMPUTE = (0.62, 0.70, 0.70, 0.80)
 """``pipeline-parallel``: each stage's (node's) compute share of a step; the rest is its bubble."""
 STAGE_TENSOR = (0.55, 0.72, 0.72, 0.80)
@@ -157,6 +161,20 @@ SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
           "attention: job-straggler naming the last node (sim-node-03 of 4) and its llama-pretrain GPUs "
           "within 10 min of onset: SM clock ~80 % of its peers', tensor activity above theirs, step time "
           "up; likely cause a clock held down with no reason reported",
+          in_mixed=False, nodes=4),
+    _info("straggler-pcie", "node",
+          f"From onset the PCIe link of the multi-node llama-pretrain job's first GPU on the last node "
+          f"trains down to Gen{PCIE_DEGRADED[0]} x{PCIE_DEGRADED[1]} (its GPU and slot allow Gen5 x16: "
+          f"a riser or slot fault): that GPU's transfers, its share of the job's inter-node traffic "
+          f"among them, move at an eighth of the bandwidth, and every rank waits for them in the same "
+          f"collectives: each step takes {PCIE_SLOW:.1f}x as long, all of it communication (comm share "
+          f"0.12 -> {1 - 0.02 - 0.86 / PCIE_SLOW:.2f}), on every node alike; clocks and tensor activity "
+          "stay level across the nodes.",
+          "attention: job-straggler naming the last node (sim-node-03 of 4) and its llama-pretrain GPUs "
+          f"within 10 min of onset: clock and tensor activity level with its peers', step time "
+          f"+{PCIE_SLOW - 1:.0%}; likely cause its PCIe link at Gen{PCIE_DEGRADED[0]} x{PCIE_DEGRADED[1]} "
+          "where its peers run Gen5 x16",
+          "attention: communication-bound of llama-pretrain (comm share ~0.41)",
           in_mixed=False, nodes=4),
     _info("multinode-checkpoints", "multi",
           f"The healthy multi-node llama-pretrain job, from onset checkpointing every "
@@ -463,6 +481,8 @@ class GpuSim:
         if self.lost:
             return GpuSample(index=self.index, uuid=self.uuid, name=spec.name), []
         procs = self._processes(job, ts, since) if job is not None and not _unused(self, since) else []
+        degraded = "straggler-pcie" in self.faults and since >= 0 and self.rank % sim.per_node == 0
+        link = PCIE_DEGRADED if degraded else (spec.pcie_gen, 16)
         used_mib = 615 + sum(p.used_memory_bytes or 0 for p in procs) // MIB
         util = duty * 100 + rng.gauss(0, 25 * math.sqrt(duty * (1 - duty)) + 0.5)
         util = int(min(100, max(0, util)))
@@ -489,7 +509,7 @@ class GpuSim:
             ecc_aggregate_corrected=self.sbe_aggregate, ecc_aggregate_uncorrected=self.dbe,
             remapped_rows_corrected=self.remap_corr, remapped_rows_uncorrected=self.remap_unc,
             remap_pending=self.remap_pending, remap_failure=False,
-            pcie_gen=spec.pcie_gen, pcie_width=16, pcie_replay_counter=0,
+            pcie_gen=link[0], pcie_width=link[1], pcie_gen_max=spec.pcie_gen, pcie_width_max=16, pcie_replay_counter=0,
             nvlink_up=spec.nvlinks, nvlink_down=0, fan_pct=None,
         )
         return s, procs
@@ -660,6 +680,8 @@ def shares(job: Job, since: float) -> tuple[float, float]:
     comm = 0.45 if "comm-bound" in faults else job.cls.comm_share
     if "straggler" in faults:  # the others wait for the slow node: the step takes STRAGGLER_SLOW x
         comm = 1.0 - data - (1.0 - job.cls.data_share - job.cls.comm_share) / STRAGGLER_SLOW
+    if "straggler-pcie" in faults:  # every rank waits in the collectives for the slow link
+        comm = 1.0 - data - (1.0 - job.cls.data_share - job.cls.comm_share) / PCIE_SLOW
     return data, comm
 
 

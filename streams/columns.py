@@ -87,6 +87,27 @@ def _bit(mask: int) -> str:
     return f"None if clock_event_reasons is None else (1.0 if clock_event_reasons & {mask:#x} else 0.0)"
 
 
+#: GB/s per lane and direction of each PCIe generation: the transfer rate (2.5, 5, 8, 16, 32, 64 GT/s)
+#: after its line code (8b/10b to Gen2, 128b/130b Gen3-5, Gen6's FLIT carries 242 of 256 bytes).
+PCIE_LANE_GBS = {1: 2.5 * 0.8 / 8, 2: 5 * 0.8 / 8, 3: 8 * 128 / 130 / 8, 4: 16 * 128 / 130 / 8,
+                 5: 32 * 128 / 130 / 8, 6: 64 * 242 / 256 / 8}
+
+
+def link_gbs(gen: float, width: float) -> float | None:
+    """A PCIe link's bandwidth (GB/s each way) at generation ``gen`` (a mean rounds to the nearest)
+    and ``width`` lanes; None for a generation not in :data:`PCIE_LANE_GBS` or no lanes."""
+    rate = PCIE_LANE_GBS.get(round(gen))
+    return rate * width if rate and width else None
+
+
+def link_share(gen: int | None, width: int | None, gen_max: int | None, width_max: int | None) -> float | None:
+    """The link's bandwidth now over the most its GPU and slot allow (1.0: as trained at its best)."""
+    if gen is None or width is None or gen_max is None or width_max is None:
+        return None
+    now, best = link_gbs(gen, width), link_gbs(gen_max, width_max)
+    return now / best if now is not None and best else None
+
+
 #: The share of the maximum SM clock lost while a cap reason is set, 0.0 while none is (idle
 #: clocks are no cap's cost): its window mean is the clock a cap cost over that window.
 _CAP_LOSS = (f"None if clock_event_reasons is None or clock_sm_mhz is None or not clock_sm_max_mhz else "
@@ -127,6 +148,12 @@ GPU_COLUMNS = (
     Column("tensor_active", ("tensor_active",)),
     Column("sm_active", ("sm_active",)),
     Column("nvlink_down", ("nvlink_down",), "None if nvlink_down is None else float(nvlink_down)"),
+    # The PCIe link now, and its bandwidth over the most the GPU and its slot allow (absent where the
+    # agent sends no maximum): a link that trained down holds a job's rank back (streams/straggler.py)
+    Column("pcie_gen", ("pcie_gen",)),
+    Column("pcie_width", ("pcie_width",)),
+    Column("pcie_link_frac", ("pcie_gen", "pcie_width", "pcie_gen_max", "pcie_width_max"),
+           "None if pcie_width_max is None else link_share(pcie_gen, pcie_width, pcie_gen_max, pcie_width_max)"),
 )
 GPU_DERIVED_COLUMNS = (
     Derived("mem_used_frac", "ratio", "mem_used_gib", "mem_total_gib"),
@@ -145,7 +172,7 @@ def _compile(name: str, src: str) -> Callable[..., Any]:
     """A row function compiled once from the declarations (as dataclasses make ``__init__``):
     the row written out as one tuple display. A call per column or value costs the hot path
     ~8 %, a generic row builder ~5 %."""
-    scope: dict[str, Any] = {"GIB": _GIB, "IDLE_UTIL": IDLE_UTIL}
+    scope: dict[str, Any] = {"GIB": _GIB, "IDLE_UTIL": IDLE_UTIL, "link_share": link_share}
     exec(compile(src, f"<{__name__} {name}>", "exec"), scope)
     return scope[name]
 

@@ -31,7 +31,8 @@ _UNITS = {
     "util_gpu": "%", "mem_used_gib": "GiB", "mem_total_gib": "GiB", "temp_gpu_c": "°C",
     "power_w": "W", "power_limit_w": "W", "power_default_limit_w": "W", "clock_sm_mhz": "MHz", "clock_sm_max_mhz": "MHz",
     "headroom_gib": "GiB", "temp_per_w": "°C/W", "step_time_s": "s", "data_wait_s": "s",
-    "comm_s": "s", "ecc_uncorrected": "errors", "remapped_rows": "rows",
+    "comm_s": "s", "ecc_uncorrected": "errors", "remapped_rows": "rows", "pcie_gen": "generation",
+    "pcie_width": "lanes",
 }
 
 
@@ -87,6 +88,14 @@ SCOPES: dict[str, dict[str, Metric]] = {
         "remap_pending": Metric("scalar", "fraction", "share of the minute a GPU of the node had a row remap pending"),
         "ecc_uncorrected": Metric("scalar", "errors", "uncorrected ECC errors of the node's worst GPU (volatile)"),
         "nvlink_down": Metric("scalar", "links", "NVLink links down on the node's worst GPU"),
+        "pcie_vs_peers": Metric("scalar", "ratio", "the bandwidth of the node's slowest PCIe link over the "
+                                "peers' median (generation and width as GB/s)"),
+        "pcie_gen": Metric("scalar", "generation", "the PCIe generation of the node's slowest link"),
+        "pcie_width": Metric("scalar", "lanes", "the PCIe width of the node's slowest link"),
+        "peers_pcie_gen": Metric("scalar", "generation", "the peers' median PCIe generation of their slowest link"),
+        "peers_pcie_width": Metric("scalar", "lanes", "the peers' median PCIe width of their slowest link"),
+        "pcie_link_frac": Metric("scalar", "fraction", "the node's lowest PCIe link bandwidth over the most its "
+                                 "GPU and slot allow (absent where the agent sends no maximum)"),
     },
 }
 

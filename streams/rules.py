@@ -198,6 +198,9 @@ class Cause(_M):
     when: Condition
     summary: str
     action: str = ""
+    show: list[Show] = Field(default_factory=list)
+    """Values its summary names that its condition does not judge: recorded with it, only when it
+    is the cause stated (a rule's own ``show`` is in every alert of the rule)."""
 
 
 class RuleSpec(_M):
@@ -319,8 +322,10 @@ def validate(data: Any, source: str) -> RuleFile:
         _walk(r.when, f"rules[{i}].when", r.scope, problems)
         for j, c in enumerate(r.causes):
             _walk(c.when, f"rules[{i}].causes[{j}].when", r.scope, problems)
-        for j, sh in enumerate(r.show):
-            loc, found = f"rules[{i}].show[{j}]", []
+        shows = [(f"rules[{i}].show[{j}]", sh) for j, sh in enumerate(r.show)]
+        shows += [(f"rules[{i}].causes[{j}].show[{k}]", sh) for j, c in enumerate(r.causes) for k, sh in enumerate(c.show)]
+        for loc, sh in shows:
+            found: list[str] = []
             _walk(_shown(sh), loc, r.scope, found)
             problems += [p.replace(f"{loc}.threshold.", f"{loc}.", 1) for p in found]  # the key as written
         _check_templates(r.summary, f"rules[{i}].summary", problems)
@@ -677,7 +682,8 @@ def leaves(cond: Any) -> list[Any]:
 def rule_leaves(rule: Rule) -> list[Any]:
     """Every leaf a rule can evaluate: its condition's and its likely causes'."""
     return [x for c in (rule.spec.when, *(cause.when for _, cause in rule.causes),
-                        *map(_shown, rule.spec.show)) for x in leaves(c)]
+                        *map(_shown, rule.spec.show), *(_shown(x) for _, cause in rule.causes for x in cause.show))
+            for x in leaves(c)]
 
 
 def series_reach(rules: list[Rule]) -> dict[tuple[str, bool], float | None]:
@@ -730,8 +736,23 @@ def event_reach(rules: list[Rule]) -> dict[str | None, float]:
     return out
 
 
+def _cause(c: Cause, scope: str) -> Check:
+    """A cause's condition; when it holds, its ``show`` values are recorded beside what it judged."""
+    check, shows = _compile(c.when, scope), [_compile(_shown(x), scope) for x in c.show]
+    if not shows:
+        return check
+
+    def shown(ctx: Any) -> bool:
+        if not check(ctx):
+            return False
+        for show in shows:
+            show(ctx)
+        return True
+    return shown
+
+
 def compile_rules(rf: RuleFile, source: str) -> RulePack:
-    rules = [Rule(s, _compile(s.when, s.scope), [(_compile(c.when, s.scope), c) for c in s.causes],
+    rules = [Rule(s, _compile(s.when, s.scope), [(_cause(c, s.scope), c) for c in s.causes],
                   _compile(s.when, s.scope, evidence=False), [_compile(_shown(x), s.scope) for x in s.show])
              for s in rf.rules if s.enabled and s.name not in rf.disable]
     return RulePack(rules, source)

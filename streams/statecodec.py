@@ -78,7 +78,7 @@ def _dec(v: Any) -> Any:
 
 #: Bumped when the layout of state changes; state of another format is refused with a clear
 #: error (no release has written an older one).
-FORMAT = 13  # 13: GPU window rows gain sm_active (derived columns move one on; 12 did not mark #35's tensor_active and nvlink_down, which moved them too), class window rows sm_active and tensor_active; 12: tuples come back as tuples (a restored inference stage forgot its histograms, its dedup missed repeats); 7: tasks' checkpoint time per bucket, GPUs' memory minima (leak detection); 8: stage 1's firings announced on arrival (streams/arrival.py); 9: stage 1's job allocations (the scheduler join); 10: scheduler clusters marked simulated, allocation judgements held for the scheduler watermark; 11: the service stage (fleet SLOs), SLO slots off the inference stage
+FORMAT = 14  # 14: GPU window rows gain pcie_gen, pcie_width, pcie_link_frac (derived columns move three on; #35's PCIe link); 13: GPU window rows gain sm_active (derived columns move one on; 12 did not mark #35's tensor_active and nvlink_down, which moved them too), class window rows sm_active and tensor_active; 12: tuples come back as tuples (a restored inference stage forgot its histograms, its dedup missed repeats); 7: tasks' checkpoint time per bucket, GPUs' memory minima (leak detection); 8: stage 1's firings announced on arrival (streams/arrival.py); 9: stage 1's job allocations (the scheduler join); 10: scheduler clusters marked simulated, allocation judgements held for the scheduler watermark; 11: the service stage (fleet SLOs), SLO slots off the inference stage
 
 
 def dumps(obj: Any) -> bytes:

@@ -18,14 +18,18 @@ last ``HISTORY`` judged minutes in which it was not flagged):
   usual ratio (1.0 until it has ``MIN_HISTORY`` minutes: one job's GPUs run at one clock);
 * tensor activity against the peers', ``BUSY_GAP`` above its usual ratio (needs ``MIN_HISTORY``
   minutes: ranks that do different work, pipeline stages, differ in it from the start and keep
-  their ratio; a rank that begins to compute while the others wait changes its own).
+  their ratio; a rank that begins to compute while the others wait changes its own);
+* its slowest GPU's PCIe link (generation and width as bandwidth) against the peers', ``LINK_GAP``
+  below theirs: a link that trained down (x16 to x8, Gen5 to Gen3) slows the rank's transfers, its
+  inter-node traffic among them, and every rank then waits in the same collectives, so neither its
+  clock nor its tensor activity stands out; one job's nodes run one kind of link.
 
 A minute is judged only when every node reports and each is at least ``BUSY_UTIL`` busy: at a
 checkpoint or an evaluation all ranks dip together, and such minutes say nothing about who is slow.
 The step time (any node's SDK) against the job's best of its recent unflagged minutes, the peers'
 communication share, power against the peers' and the rank's cause columns (thermal cap, power
-brake or HW slowdown, lowered power limit, remap pending, uncorrected ECC, NVLink links down) are
-the evidence, as scalars of scope ``rank`` (``streams.metrics``) for the rule pack's ``rank`` rules.
+brake or HW slowdown, lowered power limit, remap pending, uncorrected ECC, NVLink links down, the
+PCIe link against the peers' and against its own best) are the evidence, as scalars of scope ``rank`` (``streams.metrics``) for the rule pack's ``rank`` rules.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from statistics import median
 from typing import Any
 
 from gpuwarden.contract import AlertTransition, TaskSummary, simulated_labels
+from gpuwarden.streams.columns import link_gbs
 from gpuwarden.streams.evaluate import Context, evaluate, resolve_all
 from gpuwarden.streams.rules import Rule
 from gpuwarden.streams.statecodec import state
@@ -49,15 +54,19 @@ BUSY_UTIL = 50.0
 CLOCK_GAP = 0.08
 #: A rank's tensor activity this far (share) above its usual ratio to its peers' is slow.
 BUSY_GAP = 0.15
+#: A rank's slowest PCIe link this far (share of the bandwidth) below the peers' is slow: a link that
+#: trains down loses at least half (one generation or half its lanes).
+LINK_GAP = 0.25
 #: A rank flagged in its last judged minute stays flagged until it is back within this share of
 #: either gap (hysteresis: a throttle that comes and goes would otherwise resolve and fire again
 #: with a good minute or two; a node whose clock ran 2 min behind its peer's did, test_clock_skew).
 HOLD = 0.5
 #: The summary stats a judged minute keeps per node.
 KEPT = ("util_gpu", "clock_frac", "tensor_active", "power_w", "step_time_s", "comm_share", "thermal_cap",
-        "power_brake", "hw_slowdown", "power_limit_frac", "remap_pending", "ecc_uncorrected", "nvlink_down")
+        "power_brake", "hw_slowdown", "power_limit_frac", "remap_pending", "ecc_uncorrected", "nvlink_down",
+        "pcie_gen", "pcie_width", "pcie_link_frac")
 #: The rank's own cause columns, said as they are.
-CAUSES = ("thermal_cap", "power_limit_frac", "remap_pending", "ecc_uncorrected", "nvlink_down")
+CAUSES = ("thermal_cap", "power_limit_frac", "remap_pending", "ecc_uncorrected", "nvlink_down", "pcie_link_frac")
 
 
 #: A minute is judged once a summary of the job this much later has come: its nodes' summaries
@@ -115,6 +124,12 @@ class _RankCtx(Context):
 def _ratio(x: float | None, peers: list[float]) -> float | None:
     ref = median(peers) if peers else None
     return None if x is None or not ref else x / ref
+
+
+def _link(stats: dict) -> float | None:
+    """The bandwidth of a node's slowest PCIe link in the minute (GB/s), None where it was not read."""
+    gen, width = stats.get("pcie_gen"), stats.get("pcie_width")
+    return None if gen is None or width is None else link_gbs(gen, width)
 
 
 def _usual(history: deque) -> float | None:
@@ -205,6 +220,13 @@ class StragglerJudge:
                 if usual_tensor is not None:
                     figures["tensor_usual"] = usual_tensor
                     slow = slow or tensor >= usual_tensor * (1.0 + BUSY_GAP * hold)
+        linked = [p for p in peers if _link(p) is not None]
+        link = _ratio(_link(s), [_link(p) for p in linked])  # type: ignore[misc]
+        if link is not None:
+            figures.update(pcie_vs_peers=link, pcie_gen=s["pcie_gen"], pcie_width=s["pcie_width"],
+                           peers_pcie_gen=median(p["pcie_gen"] for p in linked),
+                           peers_pcie_width=median(p["pcie_width"] for p in linked))
+            slow = slow or link <= 1.0 - LINK_GAP * hold
         power = _ratio(s.get("power_w"), [p["power_w"] for p in peers if p.get("power_w") is not None])
         if power is not None:
             figures["power_vs_peers"] = power

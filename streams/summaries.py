@@ -6,10 +6,12 @@ the highest bucket maximum of memory used over memory total on any of the task's
 ``cap_clock_loss``: per bucket the highest of the task's GPUs (a synchronous job runs at its
 slowest GPU's pace, so one capped GPU of eight costs the job its clock, not an eighth of it).
 The cause columns (thermal cap, power brake, HW slowdown, remap pending, uncorrected ECC,
-NVLink links down) are per bucket the highest too, and ``clock_frac`` and ``power_limit_frac``
-the lowest: the node's slowest GPU, which a job's ranks on other nodes wait for
-(``gpuwarden.streams.straggler`` compares them across the job's nodes). The label ``gpus``
-names the task's GPU indices on the node.
+NVLink links down) are per bucket the highest too, and ``clock_frac``, ``power_limit_frac`` and
+``pcie_link_frac`` (the PCIe link's bandwidth over the most its GPU and slot allow) the lowest:
+the node's slowest GPU, which a job's ranks on other nodes wait for
+(``gpuwarden.streams.straggler`` compares them across the job's nodes); ``pcie_gen`` and
+``pcie_width`` are per bucket those of the task's slowest PCIe link there (the lowest bandwidth).
+The label ``gpus`` names the task's GPU indices on the node.
 
 ``util_gpu`` leaves out buckets spent mostly inside SDK checkpoints (``checkpoint_begin`` to
 ``checkpoint_end``): the GPU idles while a checkpoint is written, and a class's baseline and the
@@ -19,7 +21,7 @@ window its tasks are judged over are both made of these stats, so both leave the
 from __future__ import annotations
 
 from gpuwarden.contract import TaskSummary
-from gpuwarden.streams.columns import GPU_INDEX, TASK_INDEX
+from gpuwarden.streams.columns import GPU_INDEX, TASK_INDEX, link_gbs
 from gpuwarden.streams.nodestate import NodeState, TaskState, TaskTotals
 from gpuwarden.streams.windows import ClosedBucket
 
@@ -30,13 +32,16 @@ GPU_STATS = ("power_w", "temp_per_w", "tensor_active", "sm_active")
 GPU_MAX_STATS = ("cap_clock_loss", "thermal_cap", "power_brake", "hw_slowdown", "remap_pending",
                  "ecc_uncorrected", "nvlink_down")
 #: Per bucket the lowest over the task's GPUs, then the mean over the interval's buckets.
-GPU_MIN_STATS = ("clock_frac", "power_limit_frac")
+GPU_MIN_STATS = ("clock_frac", "power_limit_frac", "pcie_link_frac")
+#: Per bucket the generation and width of the task's slowest PCIe link, then the mean over the interval's buckets.
+LINK_STATS = ("pcie_gen", "pcie_width")
 _TASK_AT = tuple((k, TASK_INDEX[k]) for k in TASK_STATS)
 _GPU_AT = tuple((k, GPU_INDEX[k]) for k in GPU_STATS)
 _GPU_MAX_AT = tuple((k, GPU_INDEX[k]) for k in GPU_MAX_STATS)
 _GPU_MIN_AT = tuple((k, GPU_INDEX[k]) for k in GPU_MIN_STATS)
 _UTIL, _STEP = TASK_INDEX.util_gpu, TASK_INDEX.step_time_s
 _MEM, _TOT = GPU_INDEX.mem_used_gib, GPU_INDEX.mem_total_gib
+_GEN, _WIDTH = GPU_INDEX.pcie_gen, GPU_INDEX.pcie_width
 #: Task labels a summary carries (stage 2's job labels).
 LABELS = ("user", "project")
 
@@ -58,6 +63,7 @@ def fold(st: NodeState, task: TaskState, bucket: ClosedBucket, in_checkpoint: bo
             totals.add(stat, means[at])
     highest: dict[str, float] = {}
     lowest: dict[str, float] = {}
+    slowest: tuple[float, float, float] | None = None  # (GB/s, generation, width) of the slowest link
     for i in task.gpus:
         gs = st.gpus.get(i)
         if gs is None or gs.win.last_end() != bucket.end:
@@ -76,10 +82,17 @@ def fold(st: NodeState, task: TaskState, bucket: ClosedBucket, in_checkpoint: bo
             v = w.latest(at)
             if v is not None and v <= lowest.get(stat, v):
                 lowest[stat] = v
+        gen, width = w.latest(_GEN), w.latest(_WIDTH)
+        gbs = None if gen is None or width is None else link_gbs(gen, width)
+        if gbs is not None and (slowest is None or gbs < slowest[0]):
+            slowest = (gbs, gen, width)  # type: ignore[assignment]
     for stat, v in highest.items():
         totals.add(stat, v)
     for stat, v in lowest.items():
         totals.add(stat, v)
+    if slowest is not None:
+        totals.add("pcie_gen", slowest[1])
+        totals.add("pcie_width", slowest[2])
 
 
 def summarise(st: NodeState, t: float, window_s: float) -> list[TaskSummary]:
@@ -93,7 +106,7 @@ def summarise(st: NodeState, t: float, window_s: float) -> list[TaskSummary]:
         if not totals.samples:
             continue
         stats = {}
-        for stat in TASK_STATS + GPU_STATS + GPU_MAX_STATS + GPU_MIN_STATS:
+        for stat in TASK_STATS + GPU_STATS + GPU_MAX_STATS + GPU_MIN_STATS + LINK_STATS:
             mean = totals.mean(stat)
             if mean is not None:
                 stats[stat] = round(mean, 6)

@@ -117,6 +117,12 @@ class FakeGpu:
     ecc: dict = field(default_factory=lambda: {(0, 0): 0, (1, 0): 0, (0, 1): 2, (1, 1): 0})
     remap: tuple = (0, 0, 0, 0)
     replay: int = 0
+    pcie: tuple = (5, 16)
+    """(generation, width) of the link now (``nvmlDeviceGetCurrPcieLinkGeneration``/``Width``)."""
+    pcie_max: tuple = (5, 16)
+    """(generation, width) "possible with this device and system" (``nvmlDeviceGetMaxPcieLinkGeneration``/
+    ``Width``, NVML's reference: a Gen2 device on a Gen1 bus reports Gen1, an x16 device on an x8 bus x8):
+    the lower of the GPU's and its slot's; a link that trained down runs below it."""
     mig: tuple = (0, 0)
     processes: list = field(default_factory=list)
     unsupported: set = field(default_factory=lambda: {"nvmlDeviceGetFanSpeed", "nvmlDeviceGetNvLinkState"})
@@ -217,8 +223,10 @@ class FakeNvml:
     def _nvmlDeviceGetPerformanceState(self, g): return 0
     def _nvmlDeviceGetTotalEccErrors(self, g, etype, counter): return g.ecc[(etype, counter)]
     def _nvmlDeviceGetRemappedRows(self, g): return g.remap
-    def _nvmlDeviceGetCurrPcieLinkGeneration(self, g): return 5
-    def _nvmlDeviceGetCurrPcieLinkWidth(self, g): return 16
+    def _nvmlDeviceGetCurrPcieLinkGeneration(self, g): return g.pcie[0]
+    def _nvmlDeviceGetCurrPcieLinkWidth(self, g): return g.pcie[1]
+    def _nvmlDeviceGetMaxPcieLinkGeneration(self, g): return g.pcie_max[0]
+    def _nvmlDeviceGetMaxPcieLinkWidth(self, g): return g.pcie_max[1]
     def _nvmlDeviceGetPcieReplayCounter(self, g): return g.replay
     def _nvmlDeviceGetPcieThroughput(self, g, counter): return 2048 if counter == NVML_PCIE_UTIL_TX_BYTES else 8192
     def _nvmlDeviceGetEncoderUtilization(self, g): return [3, 167000]

@@ -47,6 +47,20 @@ def test_every_field_mapped_with_units():
     assert nv.calls["nvmlDeviceGetMaxClockInfo"] == 1
 
 
+def test_pcie_link_now_and_the_widest_its_gpu_and_slot_allow():
+    """NVML's reference: the Curr calls give the link now, the Max calls the link "possible with this
+    device and system" (a Gen2 device on a Gen1 bus reports Gen1). A GPU whose link trained down to Gen3
+    x8 in a Gen5 x16 slot, one in a Gen4 slot at its best, a driver without the Max calls (null)."""
+    gpus = [FakeGpu(0, pcie=(3, 8), pcie_max=(5, 16)), FakeGpu(1, pcie=(4, 16), pcie_max=(4, 16)),
+            FakeGpu(2, unsupported={"nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkWidth"})]
+    nv, c = collector(gpus)
+    rows = split(c.step())[0].gpus.rows()
+    assert [(g.pcie_gen, g.pcie_width, g.pcie_gen_max, g.pcie_width_max) for g in rows] == \
+        [(3, 8, 5, 16), (4, 16, 4, 16), (5, 16, None, None)]
+    c.step()
+    assert nv.calls["nvmlDeviceGetMaxPcieLinkGeneration"] == 3  # static: once per GPU
+
+
 def test_not_supported_gives_null_never_zero_or_error():
     gpu = FakeGpu(0, unsupported={"nvmlDeviceGetFanSpeed", "nvmlDeviceGetNvLinkState",
                                   "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetRemappedRows",

@@ -181,7 +181,7 @@ def _task_ids(recs, gpu, node="sim-node-00"):
 def test_mixed_leaves_out_the_faults_that_would_erase_others():
     assert set(FAULTS) - set(MIXED_FAULTS) == {"xid-app-error", "xid-node-repeat", "driver-error",
                                                "power-limit-lowered", "straggler", "multinode-checkpoints",
-                                               "pipeline-parallel", "xid-154", "tensor-fallback"}
+                                               "pipeline-parallel", "xid-154", "tensor-fallback", "straggler-pcie"}
     assert set(Simulator("mixed", nodes=2, gpus=8, start_ts=T0).placement) == set(MIXED_FAULTS)
 
 

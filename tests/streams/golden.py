@@ -29,7 +29,11 @@ mixed (460 s: a capped GPU of the 2-node llama-pretrain holds it back) and on th
 ``straggler`` (460 s), ``multinode-checkpoints`` and ``pipeline-parallel`` (quiet); issue #30, SM and tensor activity against the job's own hour: GPU
 windows gain ``sm_active`` and summaries carry it (state format 13), so every summaries and stage-1
 state digest changed, and the new scenario ``tensor-fallback`` adds its lines (quiet here: its job has
-no hour of its own before the 180-s onset)). A change meant to alter
+no hour of its own before the 180-s onset); issue #35, the PCIe link: GPU windows gain ``pcie_gen``,
+``pcie_width`` and ``pcie_link_frac`` and summaries carry the slowest link's (state format 14), so every
+summaries and stage-1 state digest changed, and the new scenario ``straggler-pcie`` adds its lines
+(job-straggler on sim-node-01 at 340 s, its cause the link that trained down; communication-bound at
+670 s); no other transition changed). A change meant to alter
 them re-records it:
 
     .venv/bin/python tests/streams/golden.py > tests/fixtures/engine_golden.jsonl

@@ -68,6 +68,10 @@ CASES: list[tuple[str, str, str, float, str, tuple[str, ...], dict]] = [
     ("gpus-unused", "job-gpus-unused", "attention", 600, "40m", (), {}),
     # One node of a 4-node job silently slow (streams/straggler.py): an hour of the job's own history first.
     ("straggler", "job-straggler", "attention", 600, "80m", ("--nodes", "4", "--onset", "1h"), {}),
+    # One GPU's PCIe link on the last node trains down: every rank waits in the collectives, the
+    # node is named by its link (and the job is communication-bound, on every node alike).
+    ("straggler-pcie", "job-straggler", "attention", 600, "80m", ("--nodes", "4", "--onset", "1h"), {}),
+    ("straggler-pcie", "communication-bound", "attention", 900, "80m", ("--nodes", "4", "--onset", "1h"), {}),
     # The lowered limit caps a GPU of the 4-node job: that node holds the others back (340 s).
     ("power-limit-lowered", "job-straggler", "attention", 600, "2h",
      ("--nodes", "4", "--onset", "1h"), {"observation_period": "45m"}),

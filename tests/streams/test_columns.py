@@ -18,7 +18,7 @@ from gpuwarden.streams.config import EngineConfig
 from gpuwarden.streams.nodestage import NodeStage
 from gpuwarden.streams.output import StageOutput
 from gpuwarden.streams.rules import load_rules
-from gpuwarden.streams.summaries import GPU_MAX_STATS, GPU_MIN_STATS, GPU_STATS, TASK_STATS
+from gpuwarden.streams.summaries import GPU_MAX_STATS, GPU_MIN_STATS, GPU_STATS, LINK_STATS, TASK_STATS
 
 T0 = 1_700_000_040.0  # a multiple of 60 s: a bucket (15 s) and a summary interval (60 s) start here
 GIB = 1 << 30
@@ -26,7 +26,8 @@ CONFIG = EngineConfig(allowed_lateness=0)
 BASE = {"util_gpu": 50.0, "mem_used_bytes": 40 * GIB, "mem_total_bytes": 80 * GIB, "temp_gpu_c": 60.0,
         "power_w": 300.0, "power_limit_w": 600.0, "power_default_limit_w": 600.0, "clock_sm_mhz": 1500,
         "clock_sm_max_mhz": 2000, "clock_event_reasons": 0, "ecc_volatile_uncorrected": 0, "remap_pending": False, "remap_failure": False,
-        "tensor_active": 40.0, "sm_active": 60.0, "nvlink_down": 0}
+        "tensor_active": 40.0, "sm_active": 60.0, "nvlink_down": 0, "pcie_gen": 5, "pcie_width": 16,
+        "pcie_gen_max": 5, "pcie_width_max": 16}
 BASE_ROW = {"util_gpu": 50.0, "mem_used_gib": 40.0, "mem_total_gib": 80.0, "temp_gpu_c": 60.0, "power_w": 300.0,
             "power_limit_w": 600.0, "power_default_limit_w": 600.0, "clock_sm_mhz": 1500, "clock_sm_max_mhz": 2000,
             "hw_slowdown": 0.0, "hw_thermal": 0.0, "power_brake": 0.0, "sw_thermal": 0.0, "sw_power_cap": 0.0,
@@ -34,7 +35,7 @@ BASE_ROW = {"util_gpu": 50.0, "mem_used_gib": 40.0, "mem_total_gib": 80.0, "temp
             "remap_pending": 0.0, "remap_failure": 0.0, "allocated": 1.0, "idle_allocated": 0.0, "present": 1.0,
             "mem_used_frac": 0.5, "headroom_gib": 40.0, "power_frac": 0.5, "clock_frac": 0.75,
             "temp_per_w": 0.2, "power_limit_frac": 1.0, "tensor_active": 40.0, "sm_active": 60.0,
-            "nvlink_down": 0.0}
+            "nvlink_down": 0.0, "pcie_gen": 5.0, "pcie_width": 16.0, "pcie_link_frac": 1.0}
 OWNED = [GpuProcess(pid=7, gpu_index=0, task_id="job-1", task="train", user="ann")]
 
 #: A GpuSample field (or several) set to a new value -> every GPU column that then changes, and to what.
@@ -64,6 +65,13 @@ GPU_CASES: list[tuple[dict[str, Any], dict[str, Any]]] = [
     ({"tensor_active": 70.0}, {"tensor_active": 70.0}),
     ({"sm_active": 90.0}, {"sm_active": 90.0}),
     ({"nvlink_down": 2}, {"nvlink_down": 2.0}),
+    # PCIe GB/s per lane: Gen1-2 2.5 and 5 GT/s at 8b/10b, Gen3-5 8, 16, 32 GT/s at 128b/130b, Gen6 64 GT/s
+    # with FLIT's 242 of 256 bytes (PCI-SIG); the link now over the most the GPU and its slot allow
+    ({"pcie_gen": 3, "pcie_width": 8}, {"pcie_gen": 3.0, "pcie_width": 8.0, "pcie_link_frac": (8 * 8) / (32 * 16)}),
+    ({"pcie_gen": 1, "pcie_gen_max": 2}, {"pcie_gen": 1.0, "pcie_link_frac": 0.5}),
+    ({"pcie_gen_max": 6}, {"pcie_link_frac": (32 * 128 / 130) / (64 * 242 / 256)}),
+    ({"pcie_width_max": 32}, {"pcie_link_frac": 0.5}),
+    ({"pcie_width_max": None}, {"pcie_link_frac": None}),  # an agent that sends no maximum
     ({"processes": []}, {"allocated": 0.0}),
     ({"util_gpu": 3.0, "processes": []}, {"util_gpu": 3.0, "allocated": 0.0}),  # idle only when allocated
     ({"util_gpu": None, "mem_used_bytes": None, "temp_gpu_c": None},
@@ -150,7 +158,8 @@ def test_node_columns_count_present_and_missing_gpus() -> None:
 BASE_STATS = {"util_gpu": 50.0, "step_time_s": 2.0, "data_wait_share": 0.25, "comm_share": 0.125,
               "power_w": 300.0, "temp_per_w": 0.2, "mem_peak_frac": 0.5, "cap_clock_loss": 0.0,
               "tensor_active": 40.0, "sm_active": 60.0, "thermal_cap": 0.0, "power_brake": 0.0, "hw_slowdown": 0.0, "remap_pending": 0.0,
-              "ecc_uncorrected": 0.0, "nvlink_down": 0.0, "clock_frac": 0.75, "power_limit_frac": 1.0}
+              "ecc_uncorrected": 0.0, "nvlink_down": 0.0, "clock_frac": 0.75, "power_limit_frac": 1.0,
+              "pcie_link_frac": 1.0, "pcie_gen": 5.0, "pcie_width": 16.0}
 #: A step TaskMetric field or a GpuSample field -> the task summary stats that change.
 STAT_CASES: list[tuple[dict[str, float], dict[str, Any], dict[str, Any]]] = [
     ({"step_time_s": 4.0}, {}, {"step_time_s": 4.0, "data_wait_share": 0.125, "comm_share": 0.0625}),
@@ -172,6 +181,7 @@ STAT_CASES: list[tuple[dict[str, float], dict[str, Any], dict[str, Any]]] = [
     ({}, {"nvlink_down": 1}, {"nvlink_down": 1.0}),
     ({}, {"clock_sm_mhz": 1000}, {"clock_frac": 0.5}),
     ({}, {"power_limit_w": 450.0}, {"power_limit_frac": 0.75}),
+    ({}, {"pcie_gen": 4, "pcie_width": 8}, {"pcie_gen": 4.0, "pcie_width": 8.0, "pcie_link_frac": 0.25}),
 ]
 
 
@@ -180,5 +190,5 @@ def test_each_summary_stat_comes_from_its_source_field(step: dict, gpu: dict, ch
     _, out = _run(gpu, step, T0 + 60)  # the snapshot at T0 + 60 closes the first summary interval
     assert [s.ts for s in out.summaries] == [T0 + 60]
     assert out.summaries[0].stats == pytest.approx({**BASE_STATS, **changed})
-    assert set(BASE_STATS) == {*TASK_STATS, *GPU_STATS, *GPU_MAX_STATS, *GPU_MIN_STATS, "mem_peak_frac"} \
+    assert set(BASE_STATS) == {*TASK_STATS, *GPU_STATS, *GPU_MAX_STATS, *GPU_MIN_STATS, *LINK_STATS, "mem_peak_frac"} \
         == set().union(*(c for *_, c in STAT_CASES))
