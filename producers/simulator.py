@@ -215,7 +215,7 @@ SCENARIOS: dict[str, ScenarioInfo] = {s.name: s for s in (
           "when mixed precision or TF32 is turned off): GPU utilization and SM activity stay where they "
           f"were, tensor activity falls to {TENSOR_LEFT:.0%} of its own, power ~15 % lower, step time "
           f"x{FALLBACK_SLOW:.0f}.",
-          "attention: job-compute-fell-below-own-hour on sim-node-00 gpu 4's job (sd-finetune, alice) "
+          "attention: job-fell-below-own-hour on sim-node-00 gpu 4's job (sd-finetune, alice) "
           "within 10 min of onset, likely cause its math left the tensor cores (run with --onset 1h: "
           "the rule compares the job with its own hour before)",
           in_mixed=False),

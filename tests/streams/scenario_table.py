@@ -19,9 +19,9 @@ CASES: list[tuple[str, str, str, float, str, tuple[str, ...], dict]] = [
     ("dataloader-starvation", "data-loader-starvation", "attention", 900, "30m", (), {}),
     ("dataloader-starvation", "util-below-baseline", "attention", 1800, "2h",
      ("--nodes", "4", "--onset", "1h"), {"observation_period": "45m"}),
-    # The simulator's starvation halves utilization (94 -> 45 %): at the rule's edge, it waits for a
-    # 7-min run of minutes all at most half (1,240 s); a fall to a few % fires in ~400 s.
-    ("dataloader-starvation", "job-fell-below-own-hour", "attention", 1500, "2h",
+    # The simulator's starvation halves utilization (94 -> 45 %), at the rule's edge (1,240 s on it
+    # alone); GPM's SM and tensor activity fall below half with it (89 -> 43 %, 52 -> 25 %): 460 s.
+    ("dataloader-starvation", "job-fell-below-own-hour", "attention", 600, "2h",
      ("--nodes", "4", "--onset", "1h"), {"observation_period": "45m"}),
     ("comm-bound", "communication-bound", "attention", 900, "30m", (), {}),
     ("thermal-throttle", "thermal-slowdown", "critical", 600, "30m", (), {}),
@@ -48,7 +48,7 @@ CASES: list[tuple[str, str, str, float, str, tuple[str, ...], dict]] = [
     # An hour of the job's own history first; no class baseline (observation_period 1 d).
     ("idle-allocated", "job-fell-below-own-hour", "attention", 600, "80m", ("--onset", "1h"), {}),
     # Utilization and power hold while tensor activity falls to 5 % of the job's own (GPM).
-    ("tensor-fallback", "job-compute-fell-below-own-hour", "attention", 600, "80m", ("--onset", "1h"), {}),
+    ("tensor-fallback", "job-fell-below-own-hour", "attention", 600, "80m", ("--onset", "1h"), {}),
     ("mixed", "version-skew", "attention", 300, "15m", ("--nodes", "2"), {}),
     # Escalations count from the onset: the repeat lands 300 s later (120 s requeue gap + 180 s run).
     ("xid-app-error", "xid-application", "attention", 30, "10m", (), {}),
@@ -82,7 +82,6 @@ QUIET_CASES: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("multinode-checkpoints", "job-straggler", "4h", ("--nodes", "4", "--onset", "1h")),
     ("pipeline-parallel", "job-straggler", "4h", ("--nodes", "4", "--onset", "1h")),
     ("multinode-checkpoints", "job-fell-below-own-hour", "4h", ("--nodes", "4", "--onset", "1h")),
-    ("multinode-checkpoints", "job-compute-fell-below-own-hour", "4h", ("--nodes", "4", "--onset", "1h")),
 ]
 #: Rules written in code, not in the rule pack (their cases are above).
 CODED_RULES = {"scheduler-wait-above-baseline", "scheduler-fragmentation", "scheduler-requeued",
