@@ -108,6 +108,23 @@ def link_share(gen: int | None, width: int | None, gen_max: int | None, width_ma
     return now / best if now is not None and best else None
 
 
+class _LinkShares(dict):
+    """:func:`link_share` by (generation, width, max generation, max width), each combination computed
+    once: a row pays a dict lookup, not two rate lookups and a division (a fleet has a few links;
+    past ``LIMIT`` combinations they are computed each time)."""
+
+    LIMIT = 4096
+
+    def __missing__(self, key: tuple) -> float | None:
+        value = link_share(*key)
+        if len(self) < self.LIMIT:
+            self[key] = value
+        return value
+
+
+LINK_SHARES = _LinkShares()
+
+
 #: The share of the maximum SM clock lost while a cap reason is set, 0.0 while none is (idle
 #: clocks are no cap's cost): its window mean is the clock a cap cost over that window.
 _CAP_LOSS = (f"None if clock_event_reasons is None or clock_sm_mhz is None or not clock_sm_max_mhz else "
@@ -153,7 +170,7 @@ GPU_COLUMNS = (
     Column("pcie_gen", ("pcie_gen",)),
     Column("pcie_width", ("pcie_width",)),
     Column("pcie_link_frac", ("pcie_gen", "pcie_width", "pcie_gen_max", "pcie_width_max"),
-           "None if pcie_width_max is None else link_share(pcie_gen, pcie_width, pcie_gen_max, pcie_width_max)"),
+           "None if pcie_width_max is None else LINK_SHARES[pcie_gen, pcie_width, pcie_gen_max, pcie_width_max]"),
 )
 GPU_DERIVED_COLUMNS = (
     Derived("mem_used_frac", "ratio", "mem_used_gib", "mem_total_gib"),
@@ -172,7 +189,7 @@ def _compile(name: str, src: str) -> Callable[..., Any]:
     """A row function compiled once from the declarations (as dataclasses make ``__init__``):
     the row written out as one tuple display. A call per column or value costs the hot path
     ~8 %, a generic row builder ~5 %."""
-    scope: dict[str, Any] = {"GIB": _GIB, "IDLE_UTIL": IDLE_UTIL, "link_share": link_share}
+    scope: dict[str, Any] = {"GIB": _GIB, "IDLE_UTIL": IDLE_UTIL, "LINK_SHARES": LINK_SHARES}
     exec(compile(src, f"<{__name__} {name}>", "exec"), scope)
     return scope[name]
 
