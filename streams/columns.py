@@ -1,15 +1,16 @@
-"""The columns of every window row, declared once: name, source fields, how the value is made.
+"""The columns of every window row, declared once: name and source fields.
 
 A window row is a plain tuple (the hot path appends one per GPU per snapshot). Its column
 order, the metric names rules read (``gpuwarden.streams.metrics``) and the positions code
 reads it at (``GPU_INDEX.power_w``) all come from the declarations here, so no code indexes a
-row by a bare number; ``tests/streams/test_columns.py`` pins each column to its source.
+row by a bare number. ``gpu_rows`` makes a GPU's values in the declared order, beside the
+declarations; ``tests/streams/test_columns.py`` pins each column to its source.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Container, Sequence
+from typing import NamedTuple
 
 from gpuwarden.clocks import HW_POWER_BRAKE, HW_SLOWDOWN, HW_THERMAL, SW_POWER_CAP, SW_THERMAL
 from gpuwarden.contract import GpuColumns
@@ -20,12 +21,10 @@ IDLE_UTIL = 5.0
 
 
 class Column(NamedTuple):
-    """One column of a row: the metric name, the input fields its value is made from and, for
-    GPU rows, how: a Python expression over those fields (default: the one field as it is)."""
+    """One column of a row: the metric name and the input fields its value is made from."""
 
     name: str
     fields: tuple[str, ...]
-    value: str = ""
 
 
 class Derived(NamedTuple):
@@ -82,11 +81,6 @@ CAP_REASONS = SW_POWER_CAP | HW_SLOWDOWN | SW_THERMAL | HW_THERMAL | HW_POWER_BR
 THERMAL_REASONS = SW_THERMAL | HW_THERMAL
 
 
-def _bit(mask: int) -> str:
-    """1.0 if any of ``mask``'s reason bits is set, 0.0 if none, absent without reasons."""
-    return f"None if clock_event_reasons is None else (1.0 if clock_event_reasons & {mask:#x} else 0.0)"
-
-
 #: GB/s per lane and direction of each PCIe generation: the transfer rate (2.5, 5, 8, 16, 32, 64 GT/s)
 #: after its line code (8b/10b to Gen2, 128b/130b Gen3-5, Gen6's FLIT carries 242 of 256 bytes).
 PCIE_LANE_GBS = {1: 2.5 * 0.8 / 8, 2: 5 * 0.8 / 8, 3: 8 * 128 / 130 / 8, 4: 16 * 128 / 130 / 8,
@@ -125,52 +119,45 @@ class _LinkShares(dict):
 LINK_SHARES = _LinkShares()
 
 
-#: The share of the maximum SM clock lost while a cap reason is set, 0.0 while none is (idle
-#: clocks are no cap's cost): its window mean is the clock a cap cost over that window.
-_CAP_LOSS = (f"None if clock_event_reasons is None or clock_sm_mhz is None or not clock_sm_max_mhz else "
-             f"(max(0.0, 1.0 - clock_sm_mhz / clock_sm_max_mhz) if clock_event_reasons & {CAP_REASONS:#x} "
-             f"else 0.0)")
-
-
-#: Fields are ``GpuSample``'s; ``owners`` is the snapshot's GPU index -> owning process.
+#: Fields are ``GpuSample``'s; ``owners`` is the snapshot's GPUs that a process holds. Each
+#: reason column is 1.0 while its bits are set, 0.0 while not, absent without reasons;
+#: ``cap_clock_loss`` is the share of the maximum SM clock lost while a cap reason is set, 0.0
+#: while none is (idle clocks are no cap's cost): its window mean is what a cap cost.
 GPU_COLUMNS = (
     Column("util_gpu", ("util_gpu",)),
-    Column("mem_used_gib", ("mem_used_bytes",), "None if mem_used_bytes is None else mem_used_bytes / GIB"),
-    Column("mem_total_gib", ("mem_total_bytes",), "None if mem_total_bytes is None else mem_total_bytes / GIB"),
+    Column("mem_used_gib", ("mem_used_bytes",)),
+    Column("mem_total_gib", ("mem_total_bytes",)),
     Column("temp_gpu_c", ("temp_gpu_c",)),
     Column("power_w", ("power_w",)),
     Column("power_limit_w", ("power_limit_w",)),
     Column("clock_sm_mhz", ("clock_sm_mhz",)),
     Column("clock_sm_max_mhz", ("clock_sm_max_mhz",)),
     Column("power_default_limit_w", ("power_default_limit_w",)),
-    Column("hw_slowdown", ("clock_event_reasons",), _bit(HW_SLOWDOWN)),
-    Column("hw_thermal", ("clock_event_reasons",), _bit(HW_THERMAL)),
-    Column("power_brake", ("clock_event_reasons",), _bit(HW_POWER_BRAKE)),
-    Column("sw_thermal", ("clock_event_reasons",), _bit(SW_THERMAL)),
-    Column("sw_power_cap", ("clock_event_reasons",), _bit(SW_POWER_CAP)),
-    Column("capped", ("clock_event_reasons",), _bit(CAP_REASONS)),
-    Column("thermal_cap", ("clock_event_reasons",), _bit(THERMAL_REASONS)),
-    Column("cap_clock_loss", ("clock_event_reasons", "clock_sm_mhz", "clock_sm_max_mhz"), _CAP_LOSS),
+    Column("hw_slowdown", ("clock_event_reasons",)),
+    Column("hw_thermal", ("clock_event_reasons",)),
+    Column("power_brake", ("clock_event_reasons",)),
+    Column("sw_thermal", ("clock_event_reasons",)),
+    Column("sw_power_cap", ("clock_event_reasons",)),
+    Column("capped", ("clock_event_reasons",)),
+    Column("thermal_cap", ("clock_event_reasons",)),
+    Column("cap_clock_loss", ("clock_event_reasons", "clock_sm_mhz", "clock_sm_max_mhz")),
     Column("ecc_uncorrected", ("ecc_volatile_uncorrected",)),
-    Column("remap_pending", ("remap_pending",), "None if remap_pending is None else float(remap_pending)"),
-    Column("remap_failure", ("remap_failure",), "None if remap_failure is None else float(remap_failure)"),
-    Column("allocated", ("index", "owners"), "1.0 if index in owners else 0.0"),
-    Column("idle_allocated", ("index", "owners", "util_gpu"),
-           "(1.0 if util_gpu < IDLE_UTIL else 0.0) if index in owners and util_gpu is not None else 0.0"),
-    Column("present", ("util_gpu", "mem_used_bytes", "temp_gpu_c"),
-           "0.0 if util_gpu is None and mem_used_bytes is None and temp_gpu_c is None else 1.0"),
+    Column("remap_pending", ("remap_pending",)),
+    Column("remap_failure", ("remap_failure",)),
+    Column("allocated", ("index", "owners")),
+    Column("idle_allocated", ("index", "owners", "util_gpu")),
+    Column("present", ("util_gpu", "mem_used_bytes", "temp_gpu_c")),
     # GPM's tensor-pipe and SM activity (%, absent without GPM): a job against its own hour
     # (job-compute-fell-below-own-hour) and its ranks against each other (streams/straggler.py);
     # NVLink links down
     Column("tensor_active", ("tensor_active",)),
     Column("sm_active", ("sm_active",)),
-    Column("nvlink_down", ("nvlink_down",), "None if nvlink_down is None else float(nvlink_down)"),
+    Column("nvlink_down", ("nvlink_down",)),
     # The PCIe link now, and its bandwidth over the most the GPU and its slot allow (absent where the
     # agent sends no maximum): a link that trained down holds a job's rank back (streams/straggler.py)
     Column("pcie_gen", ("pcie_gen",)),
     Column("pcie_width", ("pcie_width",)),
-    Column("pcie_link_frac", ("pcie_gen", "pcie_width", "pcie_gen_max", "pcie_width_max"),
-           "None if pcie_width_max is None else LINK_SHARES[pcie_gen, pcie_width, pcie_gen_max, pcie_width_max]"),
+    Column("pcie_link_frac", ("pcie_gen", "pcie_width", "pcie_gen_max", "pcie_width_max")),
 )
 GPU_DERIVED_COLUMNS = (
     Derived("mem_used_frac", "ratio", "mem_used_gib", "mem_total_gib"),
@@ -185,25 +172,49 @@ GPU_INDEX = Positions(GPU_COLUMNS + GPU_DERIVED_COLUMNS)
 GPU_MISSING = tuple(0.0 if c.name == "present" else None for c in GPU_COLUMNS)
 
 
-def _compile(name: str, src: str) -> Callable[..., Any]:
-    """A row function compiled once from the declarations (as dataclasses make ``__init__``):
-    the row written out as one tuple display. A call per column or value costs the hot path
-    ~8 %, a generic row builder ~5 %."""
-    scope: dict[str, Any] = {"GIB": _GIB, "IDLE_UTIL": IDLE_UTIL, "LINK_SHARES": LINK_SHARES}
-    exec(compile(src, f"<{__name__} {name}>", "exec"), scope)
-    return scope[name]
-
-
-def _gpu_rows(columns: Sequence[Column]) -> Callable[[GpuColumns, Mapping[int, tuple]], list[tuple]]:
-    fields = sorted({f for c in columns for f in c.fields} - {"owners"})
-    values = ", ".join(c.value or c.fields[0] for c in columns)
-    return _compile("gpu_rows", f"def gpu_rows(gpus, owners):\n"
-                                f"    return [({values},) for {', '.join(fields)} in "
-                                f"zip({', '.join('gpus.' + f for f in fields)})]\n")
-
-
-#: ``gpu_rows(gpus, owners)``: every GPU's row from a snapshot's GPU table (``GpuColumns``).
-gpu_rows = _gpu_rows(GPU_COLUMNS)
+def gpu_rows(gpus: GpuColumns, owners: Container[int]) -> list[tuple]:
+    """Every GPU's row from a snapshot's GPU table, its values in ``GPU_COLUMNS`` order: one
+    tuple display per GPU, its reason bits tested once (a call per column or value costs the
+    hot path ~8 %, a generic row builder ~5 %)."""
+    rows = []
+    for (index, util, used, total, temp, power, limit, sm, sm_max, default_limit, reasons, ecc, pending,
+         failure, tensor, sm_active, nvlink, gen, width, gen_max, width_max) in zip(
+            gpus.index, gpus.util_gpu, gpus.mem_used_bytes, gpus.mem_total_bytes, gpus.temp_gpu_c,
+            gpus.power_w, gpus.power_limit_w, gpus.clock_sm_mhz, gpus.clock_sm_max_mhz,
+            gpus.power_default_limit_w, gpus.clock_event_reasons, gpus.ecc_volatile_uncorrected,
+            gpus.remap_pending, gpus.remap_failure, gpus.tensor_active, gpus.sm_active, gpus.nvlink_down,
+            gpus.pcie_gen, gpus.pcie_width, gpus.pcie_gen_max, gpus.pcie_width_max):
+        if reasons is None:
+            slowdown = hw_thermal = brake = sw_thermal = power_cap = capped = thermal = loss = None
+        else:
+            slowdown = 1.0 if reasons & HW_SLOWDOWN else 0.0
+            hw_thermal = 1.0 if reasons & HW_THERMAL else 0.0
+            brake = 1.0 if reasons & HW_POWER_BRAKE else 0.0
+            sw_thermal = 1.0 if reasons & SW_THERMAL else 0.0
+            power_cap = 1.0 if reasons & SW_POWER_CAP else 0.0
+            capped = 1.0 if reasons & CAP_REASONS else 0.0
+            thermal = 1.0 if reasons & THERMAL_REASONS else 0.0
+            loss = (None if sm is None or not sm_max else
+                    max(0.0, 1.0 - sm / sm_max) if capped else 0.0)
+        held = index in owners
+        rows.append((
+            util,
+            None if used is None else used / _GIB,
+            None if total is None else total / _GIB,
+            temp, power, limit, sm, sm_max, default_limit,
+            slowdown, hw_thermal, brake, sw_thermal, power_cap, capped, thermal, loss,
+            ecc,
+            None if pending is None else float(pending),
+            None if failure is None else float(failure),
+            1.0 if held else 0.0,  # allocated
+            (1.0 if util < IDLE_UTIL else 0.0) if held and util is not None else 0.0,  # idle_allocated
+            0.0 if util is None and used is None and temp is None else 1.0,  # present
+            tensor, sm_active,
+            None if nvlink is None else float(nvlink),
+            gen, width,
+            None if width_max is None else LINK_SHARES[gen, width, gen_max, width_max],  # pcie_link_frac
+        ))
+    return rows
 
 
 def row_function(columns: Sequence[Column], *given: str) -> Callable[..., tuple]:
@@ -212,8 +223,13 @@ def row_function(columns: Sequence[Column], *given: str) -> Callable[..., tuple]
     unknown = set(given) - {c.name for c in columns}
     if unknown:
         raise KeyError(f"not columns of this row: {sorted(unknown)}")
-    values = ", ".join(c.name if c.name in given else "None" for c in columns)
-    return _compile("row", f"def row(*, {', '.join(given)}):\n    return ({values},)\n")
+    order, wanted = names(columns), frozenset(given)
+
+    def row(**values: float | None) -> tuple:
+        if values.keys() != wanted:
+            raise TypeError(f"a row of {sorted(wanted)} given {sorted(values)}")
+        return tuple(map(values.get, order))
+    return row
 
 
 # ------------------------------------------------------------------ task, node and class rows
