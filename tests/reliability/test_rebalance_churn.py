@@ -33,6 +33,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.long]
 
 CHURN_S = 300.0
 EVERY_S = 30.0
+MOVES = int(CHURN_S // EVERY_S) - 1  # a worker in and one out every 30 s for 5 min
 
 
 async def test_a_worker_added_and_one_removed_every_30_s_keeps_the_alerts_exact(
@@ -62,8 +63,7 @@ async def test_a_worker_added_and_one_removed_every_30_s_keeps_the_alerts_exact(
     moves: list[str] = []
 
     async def churn() -> None:
-        began = asyncio.get_running_loop().time()
-        while asyncio.get_running_loop().time() - began < CHURN_S - EVERY_S / 2:
+        for _ in range(MOVES):  # counted, not timed: a busy machine's slow stops made 8 in 5 min
             await asyncio.sleep(EVERY_S)
             new = start()
             every.append(new)
@@ -101,7 +101,7 @@ async def test_a_worker_added_and_one_removed_every_30_s_keeps_the_alerts_exact(
                        detail=f"{', '.join(moves)}; {len(want)} transitions expected, {len(got)} read committed: "
                               f"{len(missing)} lost, {len(extra)} unexpected, {len(twice)} twice; group at the end "
                               f"offsets {caught_up_s:.0f} s after the last record (lag {lag})")
-    assert len(moves) >= 9, moves
+    assert len(moves) == MOVES, moves
     assert not missing, sorted(missing)[:5]
     assert not extra, sorted(extra)[:5]
     assert not twice, twice[:5]

@@ -56,7 +56,7 @@ async def test_worker_sigkill_recovers_state_without_duplicate_notifications(
         return await read_to_end(kafka_bootstrap, topics.alerts, PARTITIONS)
 
     with workers(config, tmp_path, "w1", "w2") as (w1, w2):
-        await run_with_one_killed(kafka_bootstrap, settings, records, w1, 90)
+        await run_with_one_killed(kafka_bootstrap, settings, records, w1)
 
         async def all_alerts() -> bool:
             return expected <= set(transition_ids([r.value for r in await alerts()]))

@@ -50,8 +50,7 @@ async def produce_records(bootstrap: str, topics: Topics, records: list[Any], pa
         await asyncio.sleep(0.2)
 
 
-async def run_with_one_killed(bootstrap: str, settings: Any, records: list[Any], victim: Any,
-                              timeout: float) -> None:
+async def run_with_one_killed(bootstrap: str, settings: Any, records: list[Any], victim: Any) -> None:
     """Once both workers are in the group: the first half, wait for a first alert, SIGKILL
     ``victim``, then the second half."""
     topics = Topics(settings.kafka.topic_prefix)
@@ -63,9 +62,9 @@ async def run_with_one_killed(bootstrap: str, settings: Any, records: list[Any],
     async def some_alerts() -> bool:
         return len(await read_to_end(bootstrap, topics.alerts, settings.kafka.partitions)) > 0
 
-    await wait_for(both_in_group, timeout, "two workers in the consumer group")
+    await wait_for(both_in_group, "two workers in the consumer group")
     await produce_records(bootstrap, topics, records[:half])
-    await wait_for(some_alerts, timeout, "first alerts")
+    await wait_for(some_alerts, "first alerts")
     victim.kill()
     await produce_records(bootstrap, topics, records[half:])
 
@@ -92,7 +91,7 @@ async def test_worker_killed_mid_run_no_transition_lost_or_duplicated(
         return transition_ids([r.value for r in await read_to_end(kafka_bootstrap, topics.alerts, PARTITIONS)])
 
     with workers(config, tmp_path, "w1", "w2") as (w1, w2):
-        await run_with_one_killed(kafka_bootstrap, settings, records, w1, 60)
+        await run_with_one_killed(kafka_bootstrap, settings, records, w1)
 
         async def all_alerts() -> bool:
             return expected <= set(await alerts())
