@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.hang import HANG_S
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SLURM_LOCAL = REPO_ROOT / "scripts" / "slurm-local"
 #: Where the test jobs' output goes (sbatch's default, slurm-N.out in the working directory,
@@ -29,7 +31,6 @@ SLURM_LOCAL = REPO_ROOT / "scripts" / "slurm-local"
 JOB_OUTPUT = Path(tempfile.gettempdir()) / "gpuwarden-slurm-jobs"
 #: What a wait on the controller allows: it returns at the event, so only a hang fails it (#33: 30 s
 #: could pass on a busy machine before a job changed state).
-HANG_S = 300.0
 
 
 def slurm_local(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:

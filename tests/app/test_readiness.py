@@ -29,8 +29,9 @@ from gpuwarden.producers.simulator import Simulator
 from gpuwarden.spool import Spool
 from gpuwarden.streams.telemetry import StreamMetrics
 
+from tests.hang import HANG_S
+
 TP = namedtuple("TP", "topic partition")  # aiokafka's TopicPartition has these two fields
-HANG_S = 300.0  # what a wait on an event allows: only a hang, never a busy machine, fails it (#33)
 
 
 def free_port() -> int:

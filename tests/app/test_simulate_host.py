@@ -16,6 +16,7 @@ import pytest
 
 from gpuwarden.sdk import Task
 from tests.fakes.vllm import FakeVllm, Request
+from tests.hang import HANG_S
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -42,7 +43,6 @@ agent:
     return path
 
 
-HANG_S = 300.0  # what a wait on an event allows: only a hang, never a busy machine, fails it (#33)
 
 
 def serve_and_report(p: subprocess.Popen, socket: Path, vllm: FakeVllm, written: Path) -> None:

@@ -21,13 +21,13 @@ from gpuwarden.app.settings import load_settings
 from gpuwarden.contract import AlertTransition, DeadLetter, Topics, decode, encode
 from gpuwarden.notifiers.worker import Stats, run_notify
 from tests.fakes.http import FakeFeishu
+from tests.hang import HANG_S
 from tests.kafka_support import consume_all, create_topic, produce, unique_topic
 
 pytestmark = pytest.mark.kafka
 
 SECRET = "feishu-signing-secret-for-team"
 FP = re.compile(r"`(fp-[a-z0-9]+)`")
-HANG_S = 120.0  # what a wait on an event allows: only a hang, never a busy box, fails it (#33)
 
 
 def transition(fp: str, tier: str, node: str, *, state: str = "firing", started: float, **labels: str) -> bytes:

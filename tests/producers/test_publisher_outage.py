@@ -19,10 +19,10 @@ from gpuwarden.contract import NodeSnapshot, Topics, decode
 from gpuwarden.spool import Spool
 from gpuwarden.producers.publisher import Publisher
 from gpuwarden.producers.simulator import Simulator
+from tests.hang import HANG_S
 from tests.kafka_support import OwnBroker, create_topic
 
 OUTAGE_S = 20.0
-HANG_S = 300.0  # what a wait on an event allows: only a hang, never a busy machine, fails it
 
 
 async def _consume_all(bootstrap: str, topic: str, expect: int, timeout: float = HANG_S) -> list:

@@ -20,12 +20,12 @@ from gpuwarden.contract import Topics, encode
 from gpuwarden.notifiers.worker import Stats, run_notify
 from gpuwarden.remediation.act import audit_trail
 from gpuwarden.spool import Spool
+from tests.hang import HANG_S
 from tests.kafka_support import create_topic, produce, unique_topic
 from tests.remediation.support import alert
 from tests.remediation.test_command_auto import TOOL
 
 pytestmark = pytest.mark.kafka
-HANG_S = 120.0  # only a hang fails it
 
 
 async def test_gpuwarden_notify_drains_what_the_policy_names(kafka_bootstrap: str, tmp_path: Path) -> None:

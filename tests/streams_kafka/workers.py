@@ -20,6 +20,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from gpuwarden.contract import TaskSummary, decode
 from gpuwarden.streams.progress import is_progress
+from tests.hang import HANG_S
 from tests.kafka_support import REPO_ROOT
 
 
@@ -111,11 +112,6 @@ async def group_state(bootstrap: str, group: str) -> tuple[str, int]:
         await admin.close()
     _err, _group, state, _ptype, _protocol, members = desc.groups[0] if hasattr(desc, "groups") else desc[0]
     return state, len(members)
-
-
-#: How long a wait for an event may take before the test calls it a hang: a bound, not a figure
-#: (issue #33: 30-180 s limits failed on a busy machine; how long things take goes in bench/).
-HANG_S = 600.0
 
 
 async def wait_for(predicate: Any, what: str, poll: float = 0.5, bound: float = HANG_S) -> None:
