@@ -207,6 +207,16 @@ def load_row(topics: Any, r: Any) -> tuple[str, bytes, bytes, float]:
     return topics.for_record(r), record_key(r).encode(), encode(r), r.ts
 
 
+def kept(specs: dict[str, Any]) -> dict[str, Any]:
+    """The bench's topics kept whatever their records' age (``retention.ms=-1``): the backlog is
+    stamped with its records' event time (yesterday, for a day-aligned run that is the same input
+    every day), and a broker's time-based retention (scripts/kafka-local: 24 h) deleted it while
+    the worker read it. The topics are the bench's own and deleted at its end."""
+    from dataclasses import replace
+
+    return {t: replace(s, config={**s.config, "retention.ms": "-1"}) for t, s in specs.items()}
+
+
 @asynccontextmanager
 async def backlog_worker(bootstrap: str, records: list[Any], tmp: Path,
                          tree: Path | None = None) -> AsyncIterator[Backlog]:
@@ -227,8 +237,9 @@ async def backlog_worker(bootstrap: str, records: list[Any], tmp: Path,
     from gpuwarden.kafka import ensure_topics
     from gpuwarden.topics import data_topics
 
-    await ensure_topics({"bootstrap_servers": bootstrap}, data_topics(topics), partitions=PARTITIONS,
-                        replication_factor=1)  # all of them: a send to a missing one would auto-create it
+    # all of them: a send to a missing one would auto-create it
+    await ensure_topics({"bootstrap_servers": bootstrap}, kept(data_topics(topics)), partitions=PARTITIONS,
+                        replication_factor=1)
     loaded = [load_row(topics, r) for r in wire(records, batched_wire(tree))]
     await send(bootstrap, loaded)
     config = tmp / "gpuwarden.yaml"

@@ -133,8 +133,8 @@ def test_replay_from_kafka_by_time_range(recorded, kafka_bootstrap, tmp_path):
     records = list(read_file(recorded["file"]))
 
     async def publish() -> None:
-        for t in input_topics(prefix):
-            await create_topic(kafka_bootstrap, t, partitions=1)
+        for t in input_topics(prefix):  # kept: stamped at START, a fixed day, past a 24 h retention from the next day on
+            await create_topic(kafka_bootstrap, t, partitions=1, config={"retention.ms": "-1"})
         await produce_records(records, {"bootstrap_servers": kafka_bootstrap}, prefix, partitions=1, event_time=True)
 
     asyncio.run(publish())
