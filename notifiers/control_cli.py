@@ -15,13 +15,12 @@ from pathlib import Path
 from gpuwarden.contract import Ack, AlertTransition, Silence, Topics
 from gpuwarden.spool import Spool
 from gpuwarden.notifiers.alertlog import AlertLog
-from gpuwarden.notifiers.config import parse_matcher
+from gpuwarden.notifiers.config import NotifierSettings, parse_matcher
 from gpuwarden.notifiers.control import ControlRecord, ControlState, load_spool, warn_each, write_spool
 from gpuwarden.notifiers.kafka import read_control, write_control
 from gpuwarden.notifiers.matchers import show
 from gpuwarden.notifiers.pipeline import STATE_KEY, STATE_NS
 from gpuwarden.notifiers.router import firing_in_state
-from gpuwarden.notifiers.settings import NotifierSettings
 
 
 def _open_spool(settings: NotifierSettings) -> Spool:

@@ -23,12 +23,12 @@ from collections.abc import Awaitable, Callable
 
 from gpuwarden.contract import AlertTransition, Topics, encode
 from gpuwarden.spool import Spool
+from gpuwarden.notifiers.config import NotifierSettings
 from gpuwarden.notifiers.control import ControlState, load_spool, warn_each
 from gpuwarden.notifiers.delivery import Delivery
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.repeat import RepeatOffenders
 from gpuwarden.notifiers.router import Router
-from gpuwarden.notifiers.settings import NotifierSettings
 
 log = logging.getLogger("gpuwarden.notify")
 STATE_NS, STATE_KEY = "notify", "router"

@@ -31,14 +31,13 @@ from gpuwarden.outage import OUTAGE, recovered
 from gpuwarden.topics import TopicSpec, data_topics
 from gpuwarden.spool import Spool
 from gpuwarden.notifiers import am_server
-from gpuwarden.notifiers.config import NotifyConfig
+from gpuwarden.notifiers.config import NotifierSettings, NotifyConfig
 from gpuwarden.notifiers.control import warn_each
 from gpuwarden.notifiers.delivery import CHANNELS, Delivery, reread_on_sighup
 from gpuwarden.notifiers.kafka import assign_from_beginning, catch_up, ensure_control_topic, poll
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.outbox import DeliveryLog
 from gpuwarden.notifiers.pipeline import Notifier, OnRouted
-from gpuwarden.notifiers.settings import NotifierSettings
 from gpuwarden.notifiers.telemetry import WorkerCounts, notifier_ready
 
 log = logging.getLogger("gpuwarden.notify")
