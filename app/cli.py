@@ -1,7 +1,7 @@
 """``gpuwarden`` command line: argument parsing only; each command lives in its room or here.
 
 Handlers are named ``module:function`` and imported on use, so ``gpuwarden
---help`` stays fast and a room's heavy imports (faust, httpx) load only for the
+--help`` stays fast and a room's heavy imports (aiokafka, httpx) load only for the
 commands that need them. A handler takes ``(args, settings)`` and returns an
 exit status.
 """

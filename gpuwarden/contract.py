@@ -355,8 +355,8 @@ class TaskMetric(_TimedRecord):
     inference code said about itself, on the node it runs on.
 
     Not a record of its own on the wire: the agent publishes a node's metrics of one tick as
-    one :class:`TaskMetrics` batch (faust's public path costs ~65 µs of worker CPU per Kafka
-    record, and there are ~2.5 metrics per snapshot). ``task_metric/1`` tags it where the
+    one :class:`TaskMetrics` batch (a Kafka record costs a stream worker far more than an item
+    of a batch, and there are ~2.5 metrics per snapshot). ``task_metric/1`` tags it where the
     engine keeps it (a node's reorder buffer in its state envelope)."""
 
     schema_: Literal["task_metric/1"] = Field(default="task_metric/1", alias="schema")
@@ -409,7 +409,7 @@ class TaskMetrics(Wire):
     takeovers). Each item keeps its own event time (``ts``); the batch's :attr:`ts` is its
     earliest, where range reads (spool, export) find it. Readers apply the items one by
     one (:meth:`unpack`); a stream worker dead-letters a bad item alone and applies the
-    others (docs/streams-faust.md)."""
+    others (docs/streams-kafka.md)."""
 
     schema_: Literal["task_metrics/1"] = Field(default="task_metrics/1", alias="schema")
     node: Label

@@ -2,7 +2,7 @@
 
 The scheduler stage sends ``job_allocation/1`` records (key node) when a job's GPUs on a node
 change; they go through the node's reorder buffer like its samples, so they apply at their
-event time. In faust they come through the scheduler stage, behind the node's samples (hours
+event time. On Kafka they come through the scheduler stage, behind the node's samples (hours
 behind after a backlog), so an evaluation instant is held (``hold``: what the judgement reads)
 until the scheduler watermark has passed it (``streams/progress.py``), and judged then after the
 allocations dated before it (``judge_through``); in one process the gate is open and an instant
@@ -55,7 +55,7 @@ class Allocation:
 @state
 class NodeAllocations:
     """A node's allocations by job id, the job id each GPU's process carried last, and what waits
-    for the scheduler stage's watermark (faust: allocations come behind the node's samples)."""
+    for the scheduler stage's watermark (on Kafka allocations come behind the node's samples)."""
 
     __slots__ = ("jobs", "gpu_jobs", "instants", "queue", "judged", "applied")
 

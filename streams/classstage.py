@@ -7,7 +7,7 @@ that degraded is normal). A class is "learning" until ``observation_period``
 of event time has passed since its first summary and it has
 ``baseline_min_samples`` values: no deviation alerts meanwhile.
 
-Arrival order: a class's summaries come from several nodes, and in faust one
+Arrival order: a class's summaries come from several nodes, and on Kafka one
 node's may trail the others' (catching up after a takeover). A per-class reorder
 buffer (``gpuwarden.streams.reorder``, as stage 1's per node) applies them in content
 order (ts, node, task id): the head is released
@@ -18,7 +18,7 @@ contributors were interleaved, within that bound. A summary older than the last
 applied one is applied at once and counted ``late``; one not newer than its
 contributor's newest (stage 1 re-emits after a restart) is dropped.
 
-In faust the stage also waits for a *gate* (``process(summary, gate)``, ``release``):
+On Kafka the stage also waits for a *gate* (``process(summary, gate)``, ``release``):
 the watermark over stage 1's input partitions (:mod:`gpuwarden.streams.progress`), below
 which every summary has arrived. A head is released only once both say so, so a node this
 class has not heard from yet, or one whose partition is still reading a backlog hours of

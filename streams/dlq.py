@@ -31,8 +31,8 @@ from gpuwarden.deadletter import letter
 
 
 class Consumed(Protocol):
-    """What the workers read of a consumed record: faust's ``Message`` (``event.message``) as
-    it comes (a copy per record cost ~2 % of a stream worker's CPU), or an :class:`Inbound`."""
+    """What the workers read of a consumed record: aiokafka's ``ConsumerRecord`` as
+    it comes (a copy per record costs a stream worker CPU), or an :class:`Inbound`."""
 
     @property
     def topic(self) -> str: ...

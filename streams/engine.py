@@ -1,8 +1,8 @@
 """The pure engine: the stages wired in one process (standalone run, replay, tests).
 
 Records in, alert transitions out; event time only, so the same records in the
-same order give byte-identical transitions whether live or replayed. The faust
-topology runs :class:`NodeStage` and :class:`ClassStage` on separate partitions
+same order give byte-identical transitions whether live or replayed. The Kafka
+workers run :class:`NodeStage` and :class:`ClassStage` on separate partitions
 with the summaries in between on a topic, and :class:`SchedulerStage` (key cluster) on
 ``scheduler.jobs``, its job allocations going to stage 1 on ``scheduler.allocations``, and the
 inference stage (key node) on ``inference.metrics``, its services' minutes of SLO events going to

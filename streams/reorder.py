@@ -1,11 +1,11 @@
 """A reorder buffer: records held in content order until a watermark passes them.
 
 Both stages need results that do not depend on how their inputs were interleaved on
-arrival (faust merges topics and partitions in fetch order), so each holds records here
+arrival (a stream worker's fetches interleave topics and partitions as they arrive), so each holds records here
 and applies them in content order once the caller's watermark says nothing older can
 still come: stage 1 per node (``watermark``: the node's newest ts, held back for inputs
 still behind), stage 2 per task class (its slowest live contributor, and the gate of
-stage 1's progress in faust).
+stage 1's progress on Kafka).
 """
 
 from __future__ import annotations
