@@ -9,6 +9,11 @@ backoff, spool and fallback then apply as for a 5xx. Each send uses a fresh
 ``Apprise`` object, so Apprise's own per-object throttle (a real ``time.sleep``
 of seconds between sends) never fires; our limiter on the injected clock
 paces the sends instead.
+
+The body is declared plain text (``body_format=text``), written by :data:`~gpuwarden.notifiers.markup.APPRISE`:
+Apprise then escapes it for the target's own format (apprise ``conversion/format.py``:
+``text_to_markdown``, ``text_to_html``; its Slack plugin escapes ``&<>``), so data never turns into
+markup on a Markdown or HTML service.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from urllib.parse import unquote, urlsplit
 
 from gpuwarden.contract import Tier
 from gpuwarden.notifiers.channel import Channel, RateLimit, SendContext
+from gpuwarden.notifiers.markup import APPRISE
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.receivers import AppriseConfig
 from gpuwarden.notifiers.render import Locale, is_resolved, render_text, top_tier, truncate_utf8
@@ -66,7 +72,7 @@ def _notify_blocking(url: str, title: str, body: str, kind: str, timeout_s: floa
     for service in ap:  # never wait on one socket longer than delivery waits for the whole send
         service.socket_connect_timeout = min(service.socket_connect_timeout, timeout_s)
         service.socket_read_timeout = min(service.socket_read_timeout, timeout_s)
-    return bool(ap.notify(body=body, title=title, notify_type=kind, body_format=lib.NotifyFormat.MARKDOWN))
+    return bool(ap.notify(body=body, title=title, notify_type=kind, body_format=lib.NotifyFormat.TEXT))
 
 
 class AppriseChannel(Channel[AppriseConfig]):
@@ -97,8 +103,8 @@ class AppriseChannel(Channel[AppriseConfig]):
                 for name, cfg in receivers if not lib.Apprise().add(reveal(cfg.url))]
 
     async def send(self, cfg: AppriseConfig, n: Notification, locale: Locale, ctx: SendContext) -> Verdict:
-        """Rendered title and markdown body to the Apprise URL, in a worker thread, within ``ctx.timeout_s``."""
-        title, body = render_text(n, locale)
+        """Rendered title and plain-text body to the Apprise URL, in a worker thread, within ``ctx.timeout_s``."""
+        title, body = render_text(n, locale, APPRISE)
         timeout_s = ctx.timeout_s
         call = asyncio.to_thread(_notify_blocking, reveal(cfg.url), title, truncate_utf8(body, TEXT_LIMIT),
                                  notify_type(n), timeout_s)

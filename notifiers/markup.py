@@ -11,11 +11,18 @@ HTML entities). Slack's emphasis marks and the Markdown dialects of Feishu (``la
 DingTalk and WeCom document none, so their syntax characters are written as look-alikes
 that no parser reads as markup (``＜`` for ``<``, ``∗`` for ``*``, …), and line breaks in
 data become spaces (a data line must not start a heading, quote or list).
+
+Apprise reaches services whose dialect we do not know, so its body is declared plain text:
+Apprise escapes it for each target's format (CommonMark backslashes, HTML entities, Slack's
+``&amp;``). Mentions and CommonMark autolinks (``<https://…>``) are no part of those escapes, so a
+data ``@`` or ``<`` that would open one gets a zero-width space after it (discord.py's
+``escape_mentions`` does the same): the text reads and shows as it was.
 """
 
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -52,6 +59,7 @@ Line = Sequence[Span | Marked]
 
 
 _BREAKS = {"\n": " ", "\r": " ", "\u2028": " ", "\u2029": " "}
+_ONE_LINE = str.maketrans(_BREAKS)
 #: Slack's documented escapes, then its emphasis marks as look-alikes (Slack documents no escape for them).
 _SLACK = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;",
                  "*": "∗", "_": "ˍ", "~": "∼", "`": "ˋ", **_BREAKS})
@@ -85,8 +93,22 @@ def html_text(text: str) -> str:
     return html.escape(text, quote=True)
 
 
+#: An ``@`` or ``<`` that could open a mention (``@all``, ``<@U1>``, ``<!channel>``) or an autolink.
+_OPENER = re.compile(r"(?<![\w.+-])@(?=[\w!&#^+-])|<(?=[\w@!#/])")
+
+
+def unopened(text: str) -> str:
+    """Data for a target of unknown dialect (Apprise): a zero-width space after each mention or link opener."""
+    return _OPENER.sub(lambda m: m.group() + "\u200b", text)
+
+
+def apprise_text(text: str) -> str:
+    """Data on a line of Apprise's plain text: its line breaks as spaces, no opener left."""
+    return unopened(text.translate(_ONE_LINE))
+
+
 def plain_text(text: str) -> str:
-    """Plain text (email's text part, Apprise, PagerDuty details): nothing reads it as markup."""
+    """Plain text (email's text part, PagerDuty details): nothing reads it as markup."""
     return text
 
 
@@ -123,4 +145,6 @@ class Dialect:
 PLAIN = Dialect(plain_text, plain_text, ("**", "**"), ("`", "`"))
 SLACK = Dialect(slack_text, slack_block, ("*", "*"), ("`", "`"))
 MARKDOWN = Dialect(markdown_text, markdown_block, ("**", "**"), ("`", "`"))
+#: Apprise's declared plain text: no marks (they would show as characters), the table on lines of its own.
+APPRISE = Dialect(apprise_text, unopened, ("", ""), ("", ""), ("\n", ""))
 HTML = Dialect(html_text, html_text, ("<b>", "</b>"), ("<code>", "</code>"), ("<pre>", "</pre>"), "<br>\n")

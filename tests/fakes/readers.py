@@ -15,6 +15,10 @@ hostile with the same message built from harmless data: the product's own marks 
 * DingTalk custom robot markdown (open.dingtalk.com custom-robot-access): headings, ``> quote``,
   ``**bold**``, ``*italic*``, ``[text](url)``, ``![](img)``, lists; ``@mobile`` in the text is a
   mention of a number in ``atMobiles``.
+* CommonMark (spec.commonmark.org, read by markdown-it-py, its reference port): what Apprise's
+  Markdown targets receive; links, autolinks, images, emphasis, code, raw HTML, headings, quotes, lists.
+* Chat mentions in text whatever the markup: ``@all``/``@channel``/``@here``/``@user`` (Mattermost,
+  Rocket.Chat), ``@everyone``/``<@id>`` (Discord), ``<!channel>``/``<@U…>`` (Slack).
 * WeCom group robot markdown (developer.work.weixin.qq.com, 群机器人配置说明): ``**bold**``,
   ``[text](url)``, `` `code` ``, ``> quote``, ``<font color=…>``, and ``<@userid>`` mentions.
 """
@@ -26,6 +30,8 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
+
+from markdown_it import MarkdownIt  # rich's dependency
 
 
 @dataclass
@@ -73,6 +79,34 @@ def markdown(text: str, platform: str) -> Reading:
     return r
 
 
+_CHAT_MENTION = re.compile(r"(?<![\w.+-])@[\w!&#^+-]+|<[@!#][^<>\s]*")
+
+
+def chat_mentions(text: str) -> list[str]:
+    return _CHAT_MENTION.findall(text)
+
+
+#: CommonMark tokens that are plain prose; every other token is markup.
+_PROSE = {"paragraph_open", "paragraph_close", "inline", "text", "softbreak", "hardbreak"}
+
+
+def commonmark(text: str) -> Reading:
+    """A CommonMark document as a CommonMark renderer reads it (markdown-it-py, ``commonmark`` preset)."""
+    r = Reading()
+    shown: list[str] = []
+    tokens = MarkdownIt("commonmark").parse(text)
+    for t in [c for t in tokens for c in (t.children or [t])]:
+        if t.type in ("link_open", "image"):
+            r.links.append(str(t.attrGet("href") or t.attrGet("src")))
+        elif t.type not in _PROSE and not t.type.endswith("_close"):
+            r.emphasis.append(t.type)
+        breaks = t.type in ("softbreak", "hardbreak", "paragraph_close")
+        shown.append("\n" if breaks else t.content if t.type in ("text", "code_inline") else "")
+    r.visible = "".join(shown)
+    r.mentions = chat_mentions(r.visible)
+    return r
+
+
 class _Html(HTMLParser):
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -95,11 +129,11 @@ def html_body(text: str) -> Reading:
 
 
 #: Look-alikes a channel may show for a syntax character it cannot escape: the reader still sees the text.
-_LOOKALIKE = str.maketrans({"∗": "*", "ˍ": "_", "∼": "~", "ˋ": "`", "∖": "\\"})
+_LOOKALIKE = str.maketrans({"∗": "*", "ˍ": "_", "∼": "~", "ˋ": "`", "∖": "\\", "\u200b": ""})
 
 
 def readable(text: str) -> str:
     """``text`` as a reader reads it: full-width forms and look-alikes as the ASCII they stand for,
-    line breaks and runs of spaces as one space."""
+    zero-width spaces unseen, line breaks and runs of spaces as one space."""
     folded = unicodedata.normalize("NFKC", text).translate(_LOOKALIKE)
     return re.sub(r"\s+", " ", folded)

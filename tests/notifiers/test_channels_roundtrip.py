@@ -12,6 +12,7 @@ import pytest
 from gpuwarden.contract import AlertState, Tier
 from gpuwarden.notifiers import wecom
 from gpuwarden.notifiers.delivery import Delivery
+from gpuwarden.notifiers.markup import APPRISE
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.receivers import Receiver
 from gpuwarden.notifiers.render import Locale, render_text
@@ -44,7 +45,7 @@ async def test_apprise_json_delivers_the_rendered_title_and_body(monkeypatch, cl
             await d.aclose()
     assert [o.status for o in outs] == ["delivered", "delivered"] and outs[0].attempts == 1
     first, second = (q.json for q in sink.accepted)
-    title, body = render_text(fired, Locale("zh-CN"))
+    title, body = render_text(fired, Locale("zh-CN"), APPRISE)  # declared plain text: no marks
     assert (first["title"], first["message"], first["type"]) == (title, body, "failure")
     assert "建议操作" in first["message"] and FP.findall(first["message"]) == ["fp00001"]
     assert second["type"] == "success" and second["title"] == render_text(resolved, Locale("zh-CN"))[0]

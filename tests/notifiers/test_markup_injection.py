@@ -21,7 +21,7 @@ from gpuwarden.notifiers.receivers import Receiver
 from gpuwarden.notifiers.render import Locale
 from tests.fakes import readers
 from tests.fakes.alerts import T0, alert
-from tests.fakes.http import FakeDingTalk, FakeFeishu, FakeSlack, FakeWebhook, FakeWeCom, Received
+from tests.fakes.http import FakeAppriseJson, FakeDingTalk, FakeFeishu, FakeSlack, FakeWebhook, FakeWeCom, Received
 from tests.fakes.smtp import FakeSmtp
 
 LABELS = {
@@ -165,6 +165,29 @@ async def test_generic_webhook_json_carries_data_untouched(monkeypatch, clock, s
     assert {k: a["labels"][k] for k in LABELS} == LABELS
     assert a["annotations"]["summary"] == SUMMARY and a["annotations"]["action"] == ACTION
     assert NOTE in a["annotations"]["evidence"]
+
+
+#: What each ``format=`` of an Apprise URL delivers (appriseit.com: "format … can be set to either text, html,
+#: or markdown"), read the way that format is read.
+APPRISE_READERS = {
+    "markdown": readers.commonmark,
+    "html": readers.html_body,
+    "text": lambda text: readers.Reading(mentions=readers.chat_mentions(text), visible=text),
+}
+
+
+@pytest.mark.parametrize("fmt", APPRISE_READERS)
+async def test_apprise_targets_of_every_format_show_data_but_never_mention_link_or_style(fmt, monkeypatch, clock,
+                                                                                          spool):
+    """A json:// target given ``format=`` receives the body Apprise made for a service of that format."""
+    with FakeAppriseJson(clock) as fake:
+        monkeypatch.setenv("AP_URL", f"{fake.url()}?format={fmt}")
+        await send_both(Receiver(name="ap", apprise={"url": {"env": "AP_URL"}}), clock, spool)
+    hostile, clean = accepted_json(fake)
+    read = APPRISE_READERS[fmt]
+    h = read(hostile["message"])
+    assert_only_own_marks(h, read(clean["message"]))
+    assert readers.chat_mentions(h.visible) == [] and readers.chat_mentions(hostile["title"]) == []
 
 
 def test_a_slack_section_cut_at_its_limit_never_shows_half_an_entity() -> None:
