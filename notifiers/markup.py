@@ -6,11 +6,13 @@ parts and never writes markup itself: a :class:`Dialect` adds the few marks the 
 uses (bold, code) and escapes the text of every span that is not marked ``own`` (the
 product's fixed words), so nothing from data can become a mention, a link or emphasis.
 
-Where a platform documents an escape it is used (Slack: ``&amp;`` ``&lt;`` ``&gt;``; email:
-HTML entities). Slack's emphasis marks and the Markdown dialects of Feishu (``lark_md``),
-DingTalk and WeCom document none, so their syntax characters are written as look-alikes
-that no parser reads as markup (``＜`` for ``<``, ``∗`` for ``*``, …), and line breaks in
-data become spaces (a data line must not start a heading, quote or list).
+Where a platform has a form that shows text as it is, data goes there: Slack's Block Kit takes
+it in ``rich_text`` elements (:func:`rich_text`; mentions and links are elements of their own
+types there, never text), and the text fallback is sent with ``mrkdwn`` off, where only Slack's
+documented escapes ``&amp;`` ``&lt;`` ``&gt;`` apply. Email uses HTML entities. The Markdown
+dialects of Feishu (``lark_md``), DingTalk and WeCom document no escape, so their syntax characters are written as
+look-alikes that no parser reads as markup (``＜`` for ``<``, ``∗`` for ``*``, …), and line breaks
+in data become spaces (a data line must not start a heading, quote or list).
 
 Apprise reaches services whose dialect we do not know, so its body is declared plain text:
 Apprise escapes it for each target's format (CommonMark backslashes, HTML entities, Slack's
@@ -60,10 +62,8 @@ Line = Sequence[Span | Marked]
 
 _BREAKS = {"\n": " ", "\r": " ", "\u2028": " ", "\u2029": " "}
 _ONE_LINE = str.maketrans(_BREAKS)
-#: Slack's documented escapes, then its emphasis marks as look-alikes (Slack documents no escape for them).
-_SLACK = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;",
-                 "*": "∗", "_": "ˍ", "~": "∼", "`": "ˋ", **_BREAKS})
-_SLACK_BLOCK = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "`": "ˋ"})
+#: Slack's documented escapes for its control characters (docs.slack.dev, "Formatting text for app surfaces").
+_SLACK = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
 #: Markdown (lark_md, DingTalk, WeCom): tags/mentions, links, emphasis, code, escapes, @-mentions.
 _MARKDOWN = str.maketrans({"<": "＜", ">": "＞", "&": "＆", "[": "［", "]": "］", "*": "∗", "_": "ˍ",
                     "~": "∼", "`": "ˋ", "\\": "∖", "@": "＠", **_BREAKS})
@@ -72,12 +72,9 @@ _MARKDOWN_BLOCK = str.maketrans({"<": "＜", ">": "＞", "&": "＆", "`": "ˋ", 
 
 
 def slack_text(text: str) -> str:
-    """Data for Slack ``mrkdwn``: ``&<>`` as the entities Slack's formatting reference asks for."""
+    """Data in Slack's text with ``mrkdwn`` off: ``&<>`` as the entities Slack's formatting reference asks
+    for, which Slack shows as the characters; every other character as it is."""
     return text.translate(_SLACK)
-
-
-def slack_block(text: str) -> str:
-    return text.translate(_SLACK_BLOCK)
 
 
 def markdown_text(text: str) -> str:
@@ -143,8 +140,44 @@ class Dialect:
 
 
 PLAIN = Dialect(plain_text, plain_text, ("**", "**"), ("`", "`"))
-SLACK = Dialect(slack_text, slack_block, ("*", "*"), ("`", "`"))
+#: Slack's text fallback, sent with ``mrkdwn`` off: marks would show as characters, so there are none.
+SLACK = Dialect(slack_text, slack_text, ("", ""), ("", ""), ("\n", ""))
 MARKDOWN = Dialect(markdown_text, markdown_block, ("**", "**"), ("`", "`"))
 #: Apprise's declared plain text: no marks (they would show as characters), the table on lines of its own.
 APPRISE = Dialect(apprise_text, unopened, ("", ""), ("", ""), ("\n", ""))
 HTML = Dialect(html_text, html_text, ("<b>", "</b>"), ("<code>", "</code>"), ("<pre>", "</pre>"), "<br>\n")
+
+
+def rich_text(lines: Sequence[Line]) -> list[dict]:
+    """Slack ``rich_text`` objects for ``lines``. Each span is a ``text`` element, which Slack shows as it
+    is: no mrkdwn, and mentions, links and channels are elements of their own types, never text. Bold and
+    code are the element's style, a block is ``rich_text_preformatted`` (its lines kept)."""
+    out: list[dict] = []
+    section: list[dict] = []
+
+    def text(t: str, style: dict | None = None) -> None:
+        if t:
+            section.append({"type": "text", "text": t, **({"style": style} if style else {})})
+
+    def flush() -> None:
+        if section:
+            out.append({"type": "rich_text_section", "elements": section.copy()})
+            section.clear()
+
+    for i, line in enumerate(lines):
+        if i and section:
+            text("\n")
+        for s in line:
+            if isinstance(s, Span):
+                text(s.text)
+            elif s.mark is Mark.BLOCK:
+                flush()
+                out.append({"type": "rich_text_preformatted",
+                            "elements": [{"type": "text", "text": "".join(p.text for p in s.parts)}]})
+            elif s.mark is Mark.BOLD:
+                for p in s.parts:
+                    text(p.text, {"bold": True})
+            else:
+                text(" ".join("".join(p.text for p in s.parts).splitlines()), {"code": True})
+    flush()
+    return out

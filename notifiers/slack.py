@@ -1,62 +1,77 @@
-"""Slack incoming webhook: Block Kit (at most 50 blocks) with a plain-text fallback."""
+"""Slack incoming webhook: Block Kit (at most 50 blocks) with a plain-text fallback.
+
+Data is never mrkdwn here: the blocks carry it in ``plain_text`` and ``rich_text`` elements, which
+Slack shows as they are (its rich text block is meant for "user-defined formatted text"), and the
+fallback ``text`` goes with ``mrkdwn: false``, so only ``&<>`` are escaped, as entities Slack decodes.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from gpuwarden.notifiers.http_channel import HttpChannel
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.receivers import SlackConfig
-from gpuwarden.notifiers.markup import SLACK
-from gpuwarden.notifiers.render import (DETAILED_ALERTS, Locale, alert_block, alert_line, render_text, render_title,
-                                        truncate_utf8)
+from gpuwarden.notifiers.markup import PLAIN, SLACK, Line, rich_text
+from gpuwarden.notifiers.render import (DETAILED_ALERTS, Locale, block_parts, intro_parts, line_parts, render_text,
+                                        render_title, truncate_utf8)
 from gpuwarden.notifiers.verdict import HttpRequest, Ok, Permanent, Verdict, http_status_verdict, json_request, reveal
 
 TEXT_LIMIT = 30_000
 MAX_BLOCKS = 50
-SECTION_CHARS = 3000  # a section block's text limit
+BLOCK_CHARS = 3000  # a section's text limit, kept for each rich text block
 HEADER_CHARS = 150
 
 
-def _cut(text: str, limit: int) -> str:
-    """At most ``limit`` characters, never half an entity (``&amp;`` cut to ``&am`` would show)."""
-    if len(text) <= limit:
-        return text
-    cut = text[:limit]
-    amp = cut.rfind("&")
-    return cut[:amp] if amp != -1 and ";" not in cut[amp:] else cut
+def _capped(objects: list[dict], limit: int) -> list[dict]:
+    """The rich text objects cut to at most ``limit`` characters of text in all (a section's limit, kept
+    for rich text too); what is cut is in the text fallback."""
+    out: list[dict] = []
+    for obj in objects:
+        kept = []
+        for el in obj["elements"]:
+            if limit <= 0:
+                break
+            kept.append({**el, "text": el["text"][:limit]})
+            limit -= len(kept[-1]["text"])
+        if kept:
+            out.append({**obj, "elements": kept})
+    return out
 
 
-def _section(text: str) -> dict:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": _cut(text, SECTION_CHARS)}}
+def _rich(lines: Sequence[Line]) -> dict:
+    return {"type": "rich_text", "elements": _capped(rich_text(lines), BLOCK_CHARS)}
 
 
 def blocks(n: Notification, locale: Locale) -> list[dict]:
-    """Header (plain text), intro, one section per detailed alert, the rest as line sections (mrkdwn, data
-    escaped): never over 50 blocks."""
-    _, body = render_text(n, locale, SLACK)
-    intro = body.split("\n\n", 1)[0]
+    """Header (plain text), intro, one rich text block per detailed alert, the rest as blocks of lines: data
+    only ever in plain text or rich text elements, never in mrkdwn. Never over 50 blocks."""
     out: list[dict] = [{"type": "header", "text": {"type": "plain_text", "text": render_title(n, locale)[:HEADER_CHARS]}},
-                       _section(intro)]
-    out += [_section(alert_block(a, locale, SLACK)) for a in n.alerts[:DETAILED_ALERTS]]
-    chunk = ""
+                       _rich(intro_parts(n, locale))]
+    out += [_rich(block_parts(a, locale)) for a in n.alerts[:DETAILED_ALERTS]]
+    chunk: list[Line] = []
+    size = 0
     for a in n.alerts[DETAILED_ALERTS:]:
-        line = alert_line(a, locale, SLACK)
-        if len(chunk) + len(line) + 1 > SECTION_CHARS:
-            out.append(_section(chunk))
-            chunk = ""
-        chunk += line + "\n"
+        line = line_parts(a, locale)
+        chars = len(PLAIN.line(line)) + 1
+        if chunk and size + chars > BLOCK_CHARS:
+            out.append(_rich(chunk))
+            chunk, size = [], 0
+        chunk.append(line)
+        size += chars
     if chunk:
-        out.append(_section(chunk))
+        out.append(_rich(chunk))
     if len(out) > MAX_BLOCKS:
         dropped = len(out) - (MAX_BLOCKS - 1)
         out = out[: MAX_BLOCKS - 1] + [{"type": "context", "elements": [
-            {"type": "mrkdwn", "text": f"+{dropped} sections in the text fallback"}]}]
+            {"type": "plain_text", "text": f"+{dropped} sections in the text fallback"}]}]
     return out
 
 
 def build_request(cfg: SlackConfig, n: Notification, locale: Locale, now: float) -> HttpRequest:
     title, body = render_text(n, locale, SLACK)
     text = truncate_utf8(f"{title}\n{body}", TEXT_LIMIT)
-    return json_request(reveal(cfg.url), {"text": text, "blocks": blocks(n, locale)})
+    return json_request(reveal(cfg.url), {"text": text, "mrkdwn": False, "blocks": blocks(n, locale)})
 
 
 def classify(status: int, headers: object, body: bytes) -> Verdict:

@@ -144,6 +144,32 @@ class JsonCodeServer(FakeServer):
 # ----------------------------------------------------------------------------- Slack
 
 
+#: Block Kit as docs.slack.dev/reference/block-kit describes the blocks Slack takes in a message.
+RICH_TEXT_OBJECTS = {"rich_text_section", "rich_text_list", "rich_text_preformatted", "rich_text_quote"}
+RICH_TEXT_ELEMENTS = {"text", "link", "emoji", "user", "usergroup", "channel", "broadcast", "team", "date", "color"}
+
+
+def valid_block(b: dict) -> bool:
+    """A header/section/context/rich_text block shaped as the reference says (text objects 1-3000 characters,
+    a header's 150, every rich text element a known type with its text a string)."""
+    def text_object(t: dict, limit: int = 3000) -> bool:
+        return t.get("type") in ("plain_text", "mrkdwn") and 1 <= len(t.get("text", "")) <= limit
+
+    kind = b.get("type")
+    if kind == "header":
+        return b["text"]["type"] == "plain_text" and text_object(b["text"], 150)
+    if kind == "section":
+        return text_object(b["text"])
+    if kind == "context":
+        return 1 <= len(b["elements"]) <= 10 and all(map(text_object, b["elements"]))
+    if kind == "rich_text":
+        return bool(b["elements"]) and all(
+            o.get("type") in RICH_TEXT_OBJECTS and o["elements"]
+            and all(e.get("type") in RICH_TEXT_ELEMENTS and isinstance(e.get("text", ""), str) for e in o["elements"])
+            for o in b["elements"])
+    return False
+
+
 class FakeSlack(FakeServer):
     limits = [(1, 1.0)]
     path = "/services/T000/B000/XXXXSECRETSLACK"
@@ -157,7 +183,7 @@ class FakeSlack(FakeServer):
             return 400, {}, b"invalid_payload"
         if not body.get("text") and not body.get("blocks"):
             return 400, {}, b"no_text"
-        if len(body.get("blocks", [])) > 50:
+        if len(body.get("blocks", [])) > 50 or not all(map(valid_block, body.get("blocks", []))):
             return 400, {}, b"invalid_blocks"
         if not self.admit(rec.at):
             return 429, {"Retry-After": "1"}, b"rate_limited"

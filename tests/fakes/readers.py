@@ -8,7 +8,13 @@ hostile with the same message built from harmless data: the product's own marks 
   ``&``, ``<``, ``>`` are control characters and must be sent as ``&amp;`` ``&lt;`` ``&gt;``;
   ``<!here>``, ``<!channel>``, ``<!everyone>``, ``<@U…>``, ``<!subteam^…>`` mention, ``<#C…>``
   links a channel, ``<url|text>`` and ``<url>`` link; ``*bold*``, ``_italic_``, ``~strike~``,
-  `` `code` `` style; ``plain_text`` objects are shown as they are.
+  `` `code` `` style, unless the message says ``"mrkdwn": false`` (chat.postMessage: "Disable Slack
+  markup parsing by setting to false"), where ``&<>`` stay control characters; ``plain_text`` objects
+  are shown as they are.
+* Slack rich text (docs.slack.dev/reference/block-kit/blocks/rich-text-block and its element pages): a
+  ``text`` element shows its text; ``style`` bold/italic/strike/code/underline styles it;
+  ``rich_text_preformatted``, ``_quote`` and ``_list`` are formatting; ``user``, ``usergroup``,
+  ``broadcast``, ``channel`` and ``team`` elements mention, ``link`` links.
 * Feishu card ``lark_md`` (open.feishu.cn, message card "Markdown" / text component): ``**bold**``,
   ``*italic*``, ``~~strike~~``, ``[text](url)`` links, ``<at id=…></at>`` / ``<at user_id="all">``
   mentions, ``<font>`` colour tags.
@@ -46,14 +52,53 @@ _SLACK_CONTROL = re.compile(r"<([^<>]*)>")
 _SLACK_STYLE = re.compile(r"(?<![\w*_~`])([*_~`])(?=\S)([^\n]*?\S)\1(?![\w])")
 
 
-def slack_mrkdwn(text: str) -> Reading:
+def slack_mrkdwn(text: str, mrkdwn: bool = True) -> Reading:
     r = Reading()
     for m in _SLACK_CONTROL.finditer(text):
         inner = m.group(1)
         (r.mentions if inner[:1] in "!@#" else r.links).append(inner)
-    r.emphasis = [m.group(0) for m in _SLACK_STYLE.finditer(text)]
+    r.emphasis = [m.group(0) for m in _SLACK_STYLE.finditer(text)] if mrkdwn else []
     shown = _SLACK_CONTROL.sub(lambda m: m.group(1).split("|")[-1], text)
     r.visible = shown.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+    return r
+
+
+_SLACK_MENTIONS = ("user", "usergroup", "broadcast", "channel", "team")
+_SLACK_CONTAINERS = ("rich_text_preformatted", "rich_text_quote", "rich_text_list")
+
+
+def slack_blocks(blocks: list[dict]) -> Reading:
+    """What Slack shows of Block Kit blocks: ``plain_text`` objects and rich text; mrkdwn objects as mrkdwn."""
+    r = Reading()
+    shown: list[str] = []
+
+    def element(el: dict) -> None:
+        kind = el.get("type")
+        if kind in _SLACK_MENTIONS:
+            r.mentions.append(str(el))
+        elif kind == "link":
+            r.links.append(el.get("url", ""))
+        elif kind == "text":
+            shown.append(el["text"])
+            r.emphasis += [f"{k}:{el['text']}" for k, on in el.get("style", {}).items() if on]
+        elif kind == "plain_text":
+            shown.append(el["text"] + "\n")
+        elif kind == "mrkdwn":
+            read = slack_mrkdwn(el["text"])
+            r.mentions += read.mentions
+            r.links += read.links
+            r.emphasis += read.emphasis
+            shown.append(read.visible + "\n")
+        else:
+            if kind in _SLACK_CONTAINERS:
+                r.emphasis.append(kind)
+            for child in [el["text"]] if isinstance(el.get("text"), dict) else el.get("elements", []):
+                element(child)
+            shown.append("\n")
+
+    for block in blocks:
+        element(block)
+    r.visible = "".join(shown)
     return r
 
 

@@ -11,6 +11,7 @@ from gpuwarden.notifiers.receivers import Receiver
 from gpuwarden.notifiers.render import Locale, render_text, truncate_utf8
 from gpuwarden.notifiers.verdict import Ok, Permanent, Retry
 from tests.fakes.alerts import alert, note
+from tests.fakes.http import valid_block
 
 
 def many(receiver: str, k: int) -> Notification:
@@ -33,7 +34,9 @@ def test_slack_never_exceeds_50_blocks(monkeypatch):
     r = Receiver(name="s", slack={"url": {"env": "U"}})
     body = json.loads(slack.build_request(r.channel, many("s", 2000), Locale("en"), 0).body)
     assert len(body["blocks"]) == 50 and body["text"]
-    assert all(len(b["text"]["text"]) <= 3000 for b in body["blocks"] if b["type"] == "section")
+    assert all(valid_block(b) for b in body["blocks"])
+    assert all(sum(len(e["text"]) for o in b["elements"] for e in o["elements"]) <= 3000
+               for b in body["blocks"] if b["type"] == "rich_text")
 
 
 def test_wecom_markdown_is_cut_on_a_utf8_boundary(monkeypatch):

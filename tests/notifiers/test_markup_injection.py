@@ -80,22 +80,18 @@ def accepted_json(fake) -> tuple[dict, dict]:
     return hostile.json, clean.json
 
 
-async def test_slack_text_and_blocks_show_data_but_never_mention_link_or_style(monkeypatch, clock, spool):
+async def test_slack_text_and_blocks_show_data_exactly_but_never_mention_link_or_style(monkeypatch, clock, spool):
     with FakeSlack(clock) as fake:
         monkeypatch.setenv("SL_URL", fake.base + fake.path)
         await send_both(Receiver(name="sl", slack={"url": {"env": "SL_URL"}}), clock, spool)
     hostile, clean = accepted_json(fake)
-    assert_only_own_marks(readers.slack_mrkdwn(hostile["text"]), readers.slack_mrkdwn(clean["text"]))
-    # the exact case reads back exactly: Slack decodes &lt; &gt; &amp; for display
-    assert LABELS["task"] in readers.slack_mrkdwn(hostile["text"]).visible
-
-    def mrkdwn(blocks: list[dict]) -> str:
-        texts = [b["text"]["text"] for b in blocks if b["type"] == "section"]
-        texts += [e["text"] for b in blocks if b["type"] == "context" for e in b["elements"]]
-        return "\n".join(texts)
-
-    assert_only_own_marks(readers.slack_mrkdwn(mrkdwn(hostile["blocks"])),
-                          readers.slack_mrkdwn(mrkdwn(clean["blocks"])))
+    assert hostile["mrkdwn"] is False  # the fallback is not read as mrkdwn
+    text = readers.slack_mrkdwn(hostile["text"], mrkdwn=False)
+    assert_only_own_marks(text, readers.slack_mrkdwn(clean["text"], mrkdwn=False))
+    blocks = readers.slack_blocks(hostile["blocks"])
+    assert_only_own_marks(blocks, readers.slack_blocks(clean["blocks"]))
+    for data in HOSTILE:  # every character as it was, nothing swapped for a look-alike: a user can copy and grep it
+        assert data in text.visible and data in blocks.visible, data
     header = hostile["blocks"][0]["text"]
     assert header["type"] == "plain_text" and SUMMARY.replace("\n", " ")[:40] in header["text"]
 
@@ -190,12 +186,18 @@ async def test_apprise_targets_of_every_format_show_data_but_never_mention_link_
     assert readers.chat_mentions(h.visible) == [] and readers.chat_mentions(hostile["title"]) == []
 
 
-def test_a_slack_section_cut_at_its_limit_never_shows_half_an_entity() -> None:
-    for pad in range(2940, 2960):  # the 3000-character cut falls inside "&amp;" for some of these
+def rich_chars(block: dict) -> int:
+    return sum(len(e["text"]) for o in block["elements"] for e in o["elements"])
+
+
+def test_a_slack_rich_text_block_stays_within_a_sections_limit() -> None:
+    for pad in range(2940, 2960):
         a = alert(1).model_copy(update={"summary": "x" * pad + "&" * 20})
         n = Notification(receiver="sl", group_key="g", alerts=[a], reason="new", at=T0)
-        (section,) = [b["text"]["text"] for b in slack.blocks(n, Locale("en"))[2:3]]
-        assert len(section) <= slack.SECTION_CHARS and re.sub(r"&amp;", "", section).count("&") == 0
+        block = slack.blocks(n, Locale("en"))[2]
+        assert block["type"] == "rich_text" and rich_chars(block) == slack.BLOCK_CHARS
+        texts = "".join(e["text"] for o in block["elements"] for e in o["elements"])
+        assert a.summary in texts and "&amp;" not in texts  # the text as it is: no entity to cut in half
 
 
 TABLE = "user        card-hours\n<!channel>  1.5\nbob_x `x`  2.0\n"
@@ -217,8 +219,12 @@ async def test_a_table_note_keeps_its_lines_in_a_code_block_and_stays_inert(monk
                 assert (await d.deliver(n)).status == "delivered"
         finally:
             await d.aclose()
-    text = sl.accepted[0].json["text"]
-    assert "```\nuser        card-hours\n&lt;!channel&gt;  1.5\nbob_x ˋxˋ  2.0\n```" in text
-    assert readers.slack_mrkdwn(text).mentions == [] and text.count("```") == 2
+    body = sl.accepted[0].json
+    shown = [o["elements"] for b in body["blocks"] if b["type"] == "rich_text" for o in b["elements"]
+             if o["type"] == "rich_text_preformatted"]
+    assert shown == [[{"type": "text", "text": TABLE}]]  # in Slack's preformatted block, exactly
+    assert "\nuser        card-hours\n&lt;!channel&gt;  1.5\nbob_x `x`  2.0\n" in body["text"]
+    assert readers.slack_mrkdwn(body["text"], mrkdwn=False).mentions == []
+    assert readers.slack_blocks(body["blocks"]).mentions == []
     content = fs.accepted[0].json["card"]["elements"][0]["text"]["content"]
     assert "```\nuser        card-hours\n＜!channel＞  1.5\nbob_x ˋxˋ  2.0\n```" in content
