@@ -56,6 +56,9 @@ class StreamMetrics:
                          ("topic", "partition"), registry=r)
         self.dead_letters = Counter("gpuwarden_streams_dead_letters", "records sent to a dead-letter topic, "
                                     "by input topic and reason", ("topic", "reason"), registry=r)
+        self.deleted_unread = Counter("gpuwarden_streams_deleted_unread", "input records the broker deleted "
+                                      "(retention, delete-records) before this worker read them",
+                                      ("topic", "partition"), registry=r)
         self.unsent = Counter("gpuwarden_streams_unsent", "records too large for their topic (kept in the "
                               "worker's unsent.jsonl)", registry=r)
         self.transitions = Counter("gpuwarden_streams_transitions", "alert transitions produced, by rule, tier "
