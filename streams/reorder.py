@@ -10,7 +10,7 @@ stage 1's progress on Kafka).
 
 from __future__ import annotations
 
-from bisect import insort
+from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Generic, NamedTuple, TypeVar
@@ -50,6 +50,14 @@ class ReorderBuffer(Generic[T]):
             items.append(item)
         else:
             insort(items, item)
+
+    def at(self, ts: float) -> Iterator[Entry[T]]:
+        """The entries held at ``ts``, in order (found by bisection)."""
+        items = self.items
+        i, n = bisect_left(items, (ts,)), len(items)
+        while i < n and items[i].ts == ts:
+            yield items[i]
+            i += 1
 
     def release(self, watermark: float) -> Iterator[Entry[T]]:
         """Remove and yield, oldest first, the entries with ``ts <= watermark``."""
