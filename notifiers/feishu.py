@@ -15,7 +15,7 @@ from gpuwarden.contract import Tier
 from gpuwarden.notifiers.http_channel import HttpChannel
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.receivers import FeishuConfig
-from gpuwarden.notifiers.markup import MARKDOWN
+from gpuwarden.notifiers.markup import TEXT
 from gpuwarden.notifiers.render import Locale, is_resolved, render_text, render_title, top_tier, truncate_utf8
 from gpuwarden.notifiers.verdict import HttpRequest, Verdict, body_code_verdict, json_request, reveal
 
@@ -31,17 +31,21 @@ def sign(timestamp: int, secret: str) -> str:
 
 
 def card(cfg: FeishuConfig, n: Notification, locale: Locale) -> dict:
-    _, body = render_text(n, locale, MARKDOWN)  # lark_md; the title is plain_text
+    """Title and body as ``plain_text`` (Feishu renders no markup there: data shows as it is); the
+    configured mentions, and only they, in a ``lark_md`` div of their own."""
+    _, body = render_text(n, locale, TEXT)
     ats = [*cfg.at_user_ids, *n.mentions]
     if cfg.at_all_on_critical and top_tier(n) == Tier.CRITICAL and not is_resolved(n):
         ats.append("all")
     mention = " ".join(f"<at id={u}></at>" for u in ats)
-    content = truncate_utf8(body + (f"\n{mention}" if mention else ""), TEXT_LIMIT)
+    elements = [{"tag": "div", "text": {"tag": "plain_text", "content": truncate_utf8(body, TEXT_LIMIT - len(mention))}}]
+    if mention:
+        elements.append({"tag": "div", "text": {"tag": "lark_md", "content": mention}})
     return {
         "config": {"wide_screen_mode": True},
         "header": {"title": {"tag": "plain_text", "content": render_title(n, locale)},
                    "template": "green" if is_resolved(n) else _TEMPLATE[top_tier(n)]},
-        "elements": [{"tag": "div", "text": {"tag": "lark_md", "content": content}}],
+        "elements": elements,
     }
 
 

@@ -9,8 +9,9 @@ product's fixed words), so nothing from data can become a mention, a link or emp
 Where a platform has a form that shows text as it is, data goes there: Slack's Block Kit takes
 it in ``rich_text`` elements (:func:`rich_text`; mentions and links are elements of their own
 types there, never text), and the text fallback is sent with ``mrkdwn`` off, where only Slack's
-documented escapes ``&amp;`` ``&lt;`` ``&gt;`` apply. Email uses HTML entities. The Markdown
-dialects of Feishu (``lark_md``), DingTalk and WeCom document no escape, so their syntax characters are written as
+documented escapes ``&amp;`` ``&lt;`` ``&gt;`` apply. A Feishu card takes it in a ``plain_text``
+div (:data:`TEXT`), the ``lark_md`` div holding only the configured ``<at>`` mentions. Email uses
+HTML entities. The Markdown dialects of DingTalk and WeCom document no escape, so their syntax characters are written as
 look-alikes that no parser reads as markup (``＜`` for ``<``, ``∗`` for ``*``, …), and line breaks
 in data become spaces (a data line must not start a heading, quote or list).
 
@@ -64,7 +65,7 @@ _BREAKS = {"\n": " ", "\r": " ", "\u2028": " ", "\u2029": " "}
 _ONE_LINE = str.maketrans(_BREAKS)
 #: Slack's documented escapes for its control characters (docs.slack.dev, "Formatting text for app surfaces").
 _SLACK = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
-#: Markdown (lark_md, DingTalk, WeCom): tags/mentions, links, emphasis, code, escapes, @-mentions.
+#: Markdown (DingTalk, WeCom): tags/mentions, links, emphasis, code, escapes, @-mentions.
 _MARKDOWN = str.maketrans({"<": "＜", ">": "＞", "&": "＆", "[": "［", "]": "］", "*": "∗", "_": "ˍ",
                     "~": "∼", "`": "ˋ", "\\": "∖", "@": "＠", **_BREAKS})
 #: Inside a fenced block only the fence, tags and @-mentions can act.
@@ -78,7 +79,7 @@ def slack_text(text: str) -> str:
 
 
 def markdown_text(text: str) -> str:
-    """Data for the Markdown dialects of Feishu, DingTalk and WeCom: no syntax character left."""
+    """Data for the Markdown dialects of DingTalk and WeCom: no syntax character left."""
     return text.translate(_MARKDOWN)
 
 
@@ -105,7 +106,7 @@ def apprise_text(text: str) -> str:
 
 
 def plain_text(text: str) -> str:
-    """Plain text (email's text part, PagerDuty details): nothing reads it as markup."""
+    """Plain text (email's text part, PagerDuty details, Feishu's ``plain_text``): nothing reads it as markup."""
     return text
 
 
@@ -142,6 +143,8 @@ class Dialect:
 PLAIN = Dialect(plain_text, plain_text, ("**", "**"), ("`", "`"))
 #: Slack's text fallback, sent with ``mrkdwn`` off: marks would show as characters, so there are none.
 SLACK = Dialect(slack_text, slack_text, ("", ""), ("", ""), ("\n", ""))
+#: Text a platform shows as it is (Feishu's ``plain_text``): nothing escaped, no marks (they would show).
+TEXT = Dialect(plain_text, plain_text, ("", ""), ("", ""), ("\n", ""))
 MARKDOWN = Dialect(markdown_text, markdown_block, ("**", "**"), ("`", "`"))
 #: Apprise's declared plain text: no marks (they would show as characters), the table on lines of its own.
 APPRISE = Dialect(apprise_text, unopened, ("", ""), ("", ""), ("\n", ""))

@@ -94,7 +94,7 @@ async def test_zh_cn_messages_carry_chinese_summaries_and_actions_with_times_in_
     assert bodies and len({t.rule for t in transitions}) >= 10  # most of the rule pack fired
     for body in bodies:
         assert not [e for e in english if e and e in body], body  # no English summary or action left
-        lines = [ln for ln in body.splitlines() if ln.startswith("**[") or ln.startswith("建议操作")]
+        lines = [ln for ln in body.splitlines() if ln.startswith("[") or ln.startswith("建议操作")]
         assert lines and all(len(CJK.findall(ln)) >= 4 for ln in lines), lines
         assert "开始于 2026年1月1日 " in body and " CST" in body  # UTC+8, in human form
 

@@ -17,7 +17,7 @@ hostile with the same message built from harmless data: the product's own marks 
   ``broadcast``, ``channel`` and ``team`` elements mention, ``link`` links.
 * Feishu card ``lark_md`` (open.feishu.cn, message card "Markdown" / text component): ``**bold**``,
   ``*italic*``, ``~~strike~~``, ``[text](url)`` links, ``<at id=…></at>`` / ``<at user_id="all">``
-  mentions, ``<font>`` colour tags.
+  mentions, ``<font>`` colour tags. A text component's ``plain_text`` is "普通文本内容": shown as it is.
 * DingTalk custom robot markdown (open.dingtalk.com custom-robot-access): headings, ``> quote``,
   ``**bold**``, ``*italic*``, ``[text](url)``, ``![](img)``, lists; ``@mobile`` in the text is a
   mention of a number in ``atMobiles``.
@@ -149,6 +149,24 @@ def commonmark(text: str) -> Reading:
         shown.append("\n" if breaks else t.content if t.type in ("text", "code_inline") else "")
     r.visible = "".join(shown)
     r.mentions = chat_mentions(r.visible)
+    return r
+
+
+def feishu_card(card: dict) -> Reading:
+    """A card's header and div texts: ``plain_text`` shown as it is, ``lark_md`` read as Markdown."""
+    r = Reading()
+    shown = [card["header"]["title"]["content"]] if card["header"]["title"]["tag"] == "plain_text" else []
+    for el in card["elements"]:
+        text = el["text"]
+        if text["tag"] == "plain_text":
+            shown.append(text["content"])
+            continue
+        read = markdown(text["content"], "feishu")
+        r.mentions += read.mentions
+        r.links += read.links
+        r.emphasis += read.emphasis
+        shown.append(read.visible)
+    r.visible = "\n".join(shown)
     return r
 
 

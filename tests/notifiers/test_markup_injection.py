@@ -96,25 +96,20 @@ async def test_slack_text_and_blocks_show_data_exactly_but_never_mention_link_or
     assert header["type"] == "plain_text" and SUMMARY.replace("\n", " ")[:40] in header["text"]
 
 
-async def test_feishu_configured_mentions_are_the_only_ones(monkeypatch, clock, spool):
+async def test_feishu_shows_data_exactly_and_configured_mentions_are_the_only_ones(monkeypatch, clock, spool):
     with FakeFeishu(clock) as fake:
         monkeypatch.setenv("FS_URL", fake.base + fake.hook)
         r = Receiver(name="fs", feishu={"url": {"env": "FS_URL"}, "at_user_ids": ["ou_oncall"]})
         await send_both(r, clock, spool)
     hostile, clean = accepted_json(fake)
-    read = readers.markdown(hostile["card"]["elements"][0]["text"]["content"], "feishu")
-    assert read.mentions == ["at id=ou_oncall"]
-
-
-def lark_md(body: dict) -> str:
-    (el,) = body["card"]["elements"]
-    assert el["text"]["tag"] == "lark_md" and body["card"]["header"]["title"]["tag"] == "plain_text"
-    return el["text"]["content"]
+    read = readers.feishu_card(hostile["card"])
+    assert_only_own_marks(read, readers.feishu_card(clean["card"]), mentions=["at id=ou_oncall"])
+    for data in HOSTILE:  # every character as it was: a user can copy and grep it
+        assert data in read.visible, data
 
 
 #: platform → (fake, its webhook URL, the markdown text in what it accepted)
 MARKDOWN_CHANNELS = {
-    "feishu": (FakeFeishu, lambda f: f.base + f.hook, lark_md),
     "dingtalk": (FakeDingTalk, lambda f: f"{f.base}/robot/send?access_token={f.token}",
                  lambda body: body["markdown"]["text"]),
     "wecom": (FakeWeCom, lambda f: f"{f.base}/cgi-bin/webhook/send?key={f.key}",
@@ -226,5 +221,5 @@ async def test_a_table_note_keeps_its_lines_in_a_code_block_and_stays_inert(monk
     assert "\nuser        card-hours\n&lt;!channel&gt;  1.5\nbob_x `x`  2.0\n" in body["text"]
     assert readers.slack_mrkdwn(body["text"], mrkdwn=False).mentions == []
     assert readers.slack_blocks(body["blocks"]).mentions == []
-    content = fs.accepted[0].json["card"]["elements"][0]["text"]["content"]
-    assert "```\nuser        card-hours\n＜!channel＞  1.5\nbob_x ˋxˋ  2.0\n```" in content
+    (div,) = fs.accepted[0].json["card"]["elements"]
+    assert div["text"]["tag"] == "plain_text" and "\n" + TABLE in div["text"]["content"]

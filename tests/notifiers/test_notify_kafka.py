@@ -27,7 +27,7 @@ from tests.kafka_support import consume_all, create_topic, produce, unique_topic
 pytestmark = pytest.mark.kafka
 
 SECRET = "feishu-signing-secret-for-team"
-FP = re.compile(r"`(fp-[a-z0-9]+)`")
+FP = re.compile(r"(?m)[·)] (fp-[a-z0-9]+)$")  # an alert's ids line ends with its fingerprint (plain_text: no code marks)
 
 
 def transition(fp: str, tier: str, node: str, *, state: str = "firing", started: float, **labels: str) -> bytes:
@@ -43,7 +43,7 @@ def messages(fake: FakeFeishu) -> list[tuple[str, tuple[str, ...], str]]:
     out = []
     for rec in fake.accepted:
         card = rec.json["card"]
-        body = card["elements"][0]["text"]["content"]
+        body = "\n".join(el["text"]["content"] for el in card["elements"])  # the text, then the mentions
         state = "resolved" if "resolved:" in card["header"]["title"]["content"] else "firing"
         out.append((state, tuple(FP.findall(body)), body))
     return out
