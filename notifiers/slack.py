@@ -21,6 +21,7 @@ TEXT_LIMIT = 30_000
 MAX_BLOCKS = 50
 BLOCK_CHARS = 3000  # a section's text limit, kept for each rich text block
 HEADER_CHARS = 150
+MORE = "\n…"  # where the fallback is cut
 
 
 def _capped(objects: list[dict], limit: int) -> list[dict]:
@@ -68,10 +69,22 @@ def blocks(n: Notification, locale: Locale) -> list[dict]:
     return out
 
 
-def build_request(cfg: SlackConfig, n: Notification, locale: Locale, now: float) -> HttpRequest:
+def fallback(n: Notification, locale: Locale) -> str:
+    """Title and body, escaped for Slack's text with ``mrkdwn`` off, within TEXT_LIMIT bytes and never
+    ending in half an entity (``&amp;`` cut to ``&am`` would show)."""
     title, body = render_text(n, locale, SLACK)
-    text = truncate_utf8(f"{title}\n{body}", TEXT_LIMIT)
-    return json_request(reveal(cfg.url), {"text": text, "mrkdwn": False, "blocks": blocks(n, locale)})
+    text = f"{title}\n{body}"
+    cut = truncate_utf8(text, TEXT_LIMIT, MORE)
+    if cut == text:
+        return text
+    head = cut.removesuffix(MORE)
+    amp = head.rfind("&")
+    return (head[:amp] if amp != -1 and ";" not in head[amp:] else head) + MORE
+
+
+def build_request(cfg: SlackConfig, n: Notification, locale: Locale, now: float) -> HttpRequest:
+    payload = {"text": fallback(n, locale), "mrkdwn": False, "blocks": blocks(n, locale)}
+    return json_request(reveal(cfg.url), payload)
 
 
 def classify(status: int, headers: object, body: bytes) -> Verdict:

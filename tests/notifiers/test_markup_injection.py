@@ -8,6 +8,7 @@ from harmless data: the product's own marks are in both, nothing else may be.
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -193,6 +194,17 @@ def test_a_slack_rich_text_block_stays_within_a_sections_limit() -> None:
         assert block["type"] == "rich_text" and rich_chars(block) == slack.BLOCK_CHARS
         texts = "".join(e["text"] for o in block["elements"] for e in o["elements"])
         assert a.summary in texts and "&amp;" not in texts  # the text as it is: no entity to cut in half
+
+
+def test_the_slack_fallback_cut_at_its_limit_never_shows_half_an_entity(monkeypatch) -> None:
+    monkeypatch.setenv("SL_URL", "http://127.0.0.1/hook")
+    cfg = Receiver(name="sl", slack={"url": {"env": "SL_URL"}}).channel
+    for pad in range(5):  # the cut falls inside "&amp;" for four of these
+        a = alert(1).model_copy(update={"summary": "x" * pad + "&" * 7000})
+        n = Notification(receiver="sl", group_key="g", alerts=[a], reason="new", at=T0)
+        text = json.loads(slack.build_request(cfg, n, Locale("en"), 0).body)["text"]
+        assert len(text.encode()) <= slack.TEXT_LIMIT and text.endswith("\n…")
+        assert re.sub(r"&amp;", "", text).count("&") == 0, text[-20:]
 
 
 TABLE = "user        card-hours\n<!channel>  1.5\nbob_x `x`  2.0\n"
