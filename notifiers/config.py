@@ -18,6 +18,7 @@ from pydantic import Field, field_validator, model_validator
 from gpuwarden.config import KafkaConfig, LimitsConfig, MetricsEndpoint, SecretRef, Section, SpoolConfig
 from gpuwarden.contract import Matcher, Tier
 from gpuwarden.units import Duration, Size
+from gpuwarden.notifiers.markup import slack_id_kind
 from gpuwarden.notifiers.receivers import BasicAuth, Receiver, fallback_problems
 
 _MATCHER = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(=~|!~|!=|=)\s*(.*?)\s*$")
@@ -282,6 +283,7 @@ class NotifyConfig(MetricsEndpoint):
             if lvl.schedule is not None and lvl.schedule not in self.schedules:
                 problems.append(f"escalation[{i}].schedule: expected a schedule name (no schedule {lvl.schedule!r})")
         refs += _route_refs(self.route, "route")
+        problems += _slack_mention_problems(self)
         for where, name in refs:
             if name is not None and not name.startswith("@") and name not in names:
                 problems.append(f"{where}: expected a receiver name (no receiver {name!r})")
@@ -302,6 +304,55 @@ def _route_refs(route: RouteConfig | None, where: str) -> list[tuple[str, str]]:
     for i, child in enumerate(route.routes):
         out += _route_refs(child, f"{where}.routes[{i}]")
     return out
+
+
+def _mentioning(cfg: NotifyConfig) -> dict[str, set[str]]:
+    """Schedule name → the receivers whose messages may mention its on-call: level 0's through the routes
+    with ``mention_oncall`` and every ``@oncall``, each level's through its receivers, and their fallbacks."""
+    def resolve(token: str) -> list[str]:
+        if token == OWNER:
+            return [*cfg.owners.users.values(), *cfg.owners.projects.values(), cfg.owners.default or "", cfg.team or ""]
+        if token == TEAM:
+            return [cfg.team or ""]
+        if token == ONCALL:
+            return list(cfg.escalation[0].receivers) if cfg.escalation else []
+        return [token]
+
+    def routes(route: RouteConfig, receivers: list[str], mention: bool) -> list[str]:
+        receivers = route.receivers if route.receivers is not None else receivers
+        mention = route.mention_oncall if route.mention_oncall is not None else mention
+        out = [r for t in receivers if mention or t == ONCALL for r in resolve(t)]
+        return out + [r for child in route.routes for r in routes(child, receivers, mention)]
+
+    fallbacks = {r.name: r.fallback for r in cfg.receivers}
+    reach: dict[str, set[str]] = {}
+    for i, level in enumerate(cfg.escalation):
+        if level.schedule is None:
+            continue
+        todo = [r for t in level.receivers for r in resolve(t)]
+        todo += routes(cfg.routing_tree(), [], False) if i == 0 else []
+        names = reach.setdefault(level.schedule, set())
+        while todo:
+            if (name := todo.pop()) not in names:
+                names.add(name)
+                todo += fallbacks.get(name, [])
+    return reach
+
+
+def _slack_mention_problems(cfg: NotifyConfig) -> list[str]:
+    """A schedule whose on-call a Slack receiver mentions holds Slack ids: Slack mentions by id only."""
+    slack = {r.name for r in cfg.receivers if r.kind == "slack"}
+    problems: list[str] = []
+    for name, receivers in sorted(_mentioning(cfg).items()):
+        if name not in cfg.schedules or not (on_slack := sorted(receivers & slack)):
+            continue  # an unknown schedule is named by the check of escalation[i].schedule
+        s = cfg.schedules[name]
+        users = [(f"users[{i}]", u) for i, u in enumerate(s.users)]
+        users += [(f"overrides[{i}].user", o.user) for i, o in enumerate(s.overrides)]
+        problems += [f"schedules.{name}.{where}: expected a Slack member id (U… or W…) or user-group id (S…), "
+                     f"as receiver {on_slack[0]!r} (slack) mentions this schedule's on-call (got {user!r})"
+                     for where, user in users if slack_id_kind(user) is None]
+    return problems
 
 
 def default_route() -> RouteConfig:

@@ -54,11 +54,19 @@ class Marked:
     parts: tuple[Span, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Mention:
+    """A configured id to mention (an on-call from ``notify.schedules``), never data: each channel writes
+    its own mention of it."""
+
+    id: str
+
+
 def own(text: str) -> Span:
     return Span(text, own=True)
 
 
-Line = Sequence[Span | Marked]
+Line = Sequence[Span | Marked | Mention]
 
 
 _BREAKS = {"\n": " ", "\r": " ", "\u2028": " ", "\u2029": " "}
@@ -105,6 +113,31 @@ def apprise_text(text: str) -> str:
     return unopened(text.translate(_ONE_LINE))
 
 
+#: Slack's ids (docs.slack.dev, "Formatting text for app surfaces", Block Kit's rich text elements): a member
+#: (``U…``, ``W…`` on Enterprise Grid) is mentioned by ``<@U…>`` or a ``user`` element, a user group (``S…``)
+#: by ``<!subteam^S…>`` or a ``usergroup`` element; an ``@name`` in text mentions no one.
+_SLACK_IDS = {"user": re.compile(r"[UW][A-Z0-9]{8,}"), "usergroup": re.compile(r"S[A-Z0-9]{8,}")}
+
+
+def slack_id_kind(id: str) -> str | None:
+    """``user`` for a Slack member id, ``usergroup`` for a user group's, None for anything else."""
+    return next((kind for kind, form in _SLACK_IDS.items() if form.fullmatch(id)), None)
+
+
+def slack_mention(id: str) -> str:
+    """A configured id in Slack's text: a real mention of a member or user group; anything else as text."""
+    kind = slack_id_kind(id)
+    if kind is None:
+        return "@" + slack_text(id)
+    return f"<@{id}>" if kind == "user" else f"<!subteam^{id}>"
+
+
+def at_text(id: str) -> str:
+    """A configured id as ``@id``: what DingTalk (``@mobile``), WeCom and Feishu's text show beside their own
+    mention fields."""
+    return "@" + id
+
+
 def plain_text(text: str) -> str:
     """Plain text (email's text part, PagerDuty details, Feishu's ``plain_text``): nothing reads it as markup."""
     return text
@@ -121,10 +154,13 @@ class Dialect:
     code: tuple[str, str]
     block: tuple[str, str] = ("```\n", "```")
     newline: str = "\n"
+    mention: Callable[[str], str] = at_text
 
-    def span(self, s: Span | Marked) -> str:
+    def span(self, s: Span | Marked | Mention) -> str:
         if isinstance(s, Span):
             return s.text if s.own else self.escape(s.text)
+        if isinstance(s, Mention):
+            return self.mention(s.id)
         if s.mark is Mark.BOLD:
             return self.bold[0] + "".join(self.span(p) for p in s.parts) + self.bold[1]
         # Code and blocks show their text as it is: only what could end them or mention is escaped.
@@ -142,7 +178,7 @@ class Dialect:
 
 PLAIN = Dialect(plain_text, plain_text, ("**", "**"), ("`", "`"))
 #: Slack's text fallback, sent with ``mrkdwn`` off: marks would show as characters, so there are none.
-SLACK = Dialect(slack_text, slack_text, ("", ""), ("", ""), ("\n", ""))
+SLACK = Dialect(slack_text, slack_text, ("", ""), ("", ""), ("\n", ""), mention=slack_mention)
 #: Text a platform shows as it is (Feishu's ``plain_text``): nothing escaped, no marks (they would show).
 TEXT = Dialect(plain_text, plain_text, ("", ""), ("", ""), ("\n", ""))
 MARKDOWN = Dialect(markdown_text, markdown_block, ("**", "**"), ("`", "`"))
@@ -154,7 +190,8 @@ HTML = Dialect(html_text, html_text, ("<b>", "</b>"), ("<code>", "</code>"), ("<
 def rich_text(lines: Sequence[Line]) -> list[dict]:
     """Slack ``rich_text`` objects for ``lines``. Each span is a ``text`` element, which Slack shows as it
     is: no mrkdwn, and mentions, links and channels are elements of their own types, never text. Bold and
-    code are the element's style, a block is ``rich_text_preformatted`` (its lines kept)."""
+    code are the element's style, a block is ``rich_text_preformatted`` (its lines kept); a configured
+    :class:`Mention` of a Slack member or user group is a ``user`` or ``usergroup`` element."""
     out: list[dict] = []
     section: list[dict] = []
 
@@ -173,6 +210,12 @@ def rich_text(lines: Sequence[Line]) -> list[dict]:
         for s in line:
             if isinstance(s, Span):
                 text(s.text)
+            elif isinstance(s, Mention):
+                kind = slack_id_kind(s.id)
+                if kind is None:
+                    text("@" + s.id)
+                else:
+                    section.append({"type": kind, f"{kind}_id": s.id})
             elif s.mark is Mark.BLOCK:
                 flush()
                 out.append({"type": "rich_text_preformatted",

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, tzinfo
 
 from gpuwarden.contract import AlertState, AlertTransition, Evidence, Tier
 from gpuwarden.humantime import UNITS, span
-from gpuwarden.notifiers.markup import PLAIN, Dialect, Line, Mark, Marked, Span, own
+from gpuwarden.notifiers.markup import PLAIN, Dialect, Line, Mark, Marked, Mention, Span, own
 from gpuwarden.notifiers.message import Notification
 
 _WORDS: dict[str, dict[str, str]] = {
@@ -236,9 +236,13 @@ def intro_parts(n: Notification, locale: Locale) -> list[Line]:
         parts.insert(0, w["digest"].format(n=len(n.alerts)))
     if n.escalation_level:
         parts.append(w["escalation"].format(n=n.escalation_level))
-    if n.mentions:  # on-call ids from the config
-        parts.append(" ".join(f"@{m}" for m in n.mentions))
-    return [[own(p)] for p in parts]
+    lines: list[Line] = [[own(p)] for p in parts]
+    if n.mentions:  # on-call ids from the config: each channel writes its own mention of them
+        line: list[Span | Mention] = [Mention(n.mentions[0])]
+        for m in n.mentions[1:]:
+            line += [own(" "), Mention(m)]
+        lines.append(line)
+    return lines
 
 
 def render_text(n: Notification, locale: Locale, d: Dialect = PLAIN) -> tuple[str, str]:

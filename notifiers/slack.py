@@ -3,6 +3,8 @@
 Data is never mrkdwn here: the blocks carry it in ``plain_text`` and ``rich_text`` elements, which
 Slack shows as they are (its rich text block is meant for "user-defined formatted text"), and the
 fallback ``text`` goes with ``mrkdwn: false``, so only ``&<>`` are escaped, as entities Slack decodes.
+The configured on-call (a member ``U…`` or user group ``S…``) is a ``user``/``usergroup`` element in
+the blocks and ``<@U…>``/``<!subteam^S…>`` in the fallback: the only mentions a message holds.
 """
 
 from __future__ import annotations
@@ -26,15 +28,17 @@ MORE = "\n…"  # where the fallback is cut
 
 def _capped(objects: list[dict], limit: int) -> list[dict]:
     """The rich text objects cut to at most ``limit`` characters of text in all (a section's limit, kept
-    for rich text too); what is cut is in the text fallback."""
+    for rich text too; a mention element has no text); what is cut is in the text fallback."""
     out: list[dict] = []
     for obj in objects:
         kept = []
         for el in obj["elements"]:
             if limit <= 0:
                 break
-            kept.append({**el, "text": el["text"][:limit]})
-            limit -= len(kept[-1]["text"])
+            if "text" in el:
+                el = {**el, "text": el["text"][:limit]}
+                limit -= len(el["text"])
+            kept.append(el)
         if kept:
             out.append({**obj, "elements": kept})
     return out

@@ -147,11 +147,19 @@ class JsonCodeServer(FakeServer):
 #: Block Kit as docs.slack.dev/reference/block-kit describes the blocks Slack takes in a message.
 RICH_TEXT_OBJECTS = {"rich_text_section", "rich_text_list", "rich_text_preformatted", "rich_text_quote"}
 RICH_TEXT_ELEMENTS = {"text", "link", "emoji", "user", "usergroup", "channel", "broadcast", "team", "date", "color"}
+#: The field each mention element requires (its reference page: ``user_id`` "Required", ``usergroup_id`` …).
+MENTION_IDS = {"user": "user_id", "usergroup": "usergroup_id"}
+
+
+def valid_element(e: dict) -> bool:
+    kind = e.get("type")
+    return (kind in RICH_TEXT_ELEMENTS and isinstance(e.get("text", ""), str)
+            and (kind not in MENTION_IDS or bool(e.get(MENTION_IDS[kind]))))
 
 
 def valid_block(b: dict) -> bool:
     """A header/section/context/rich_text block shaped as the reference says (text objects 1-3000 characters,
-    a header's 150, every rich text element a known type with its text a string)."""
+    a header's 150, every rich text element a known type with its text a string, a mention with its id)."""
     def text_object(t: dict, limit: int = 3000) -> bool:
         return t.get("type") in ("plain_text", "mrkdwn") and 1 <= len(t.get("text", "")) <= limit
 
@@ -165,7 +173,7 @@ def valid_block(b: dict) -> bool:
     if kind == "rich_text":
         return bool(b["elements"]) and all(
             o.get("type") in RICH_TEXT_OBJECTS and o["elements"]
-            and all(e.get("type") in RICH_TEXT_ELEMENTS and isinstance(e.get("text", ""), str) for e in o["elements"])
+            and all(map(valid_element, o["elements"]))
             for o in b["elements"])
     return False
 

@@ -51,16 +51,17 @@ def transition(clean: bool) -> AlertTransition:
     })
 
 
-def notification(receiver: str, clean: bool) -> Notification:
+def notification(receiver: str, clean: bool, mentions: tuple[str, ...] = ()) -> Notification:
     return Notification(receiver=receiver, group_key="g1", alerts=[transition(clean)], reason="new", at=T0,
-                        id=f"n-{receiver}-{clean}")
+                        id=f"n-{receiver}-{clean}", mentions=list(mentions))
 
 
-async def send_both(receiver: Receiver, clock, spool) -> None:
+async def send_both(receiver: Receiver, clock, spool, mentions: tuple[str, ...] = ()) -> None:
+    """The hostile message and its harmless twin; ``mentions``: the on-call ids the config names."""
     d = Delivery([receiver], spool=spool, clock=clock, sleep=clock.sleep)
     try:
         for clean in (False, True):
-            assert (await d.deliver(notification(receiver.name, clean))).status == "delivered"
+            assert (await d.deliver(notification(receiver.name, clean, mentions))).status == "delivered"
             await clock.sleep(120)  # apart, within every platform's rate limit
     finally:
         await d.aclose()
@@ -95,6 +96,44 @@ async def test_slack_text_and_blocks_show_data_exactly_but_never_mention_link_or
         assert data in text.visible and data in blocks.visible, data
     header = hostile["blocks"][0]["text"]
     assert header["type"] == "plain_text" and SUMMARY.replace("\n", " ")[:40] in header["text"]
+
+
+#: A member and a user group as Slack's docs write them (docs.slack.dev: the user element's "U1234ABCD",
+#: "Formatting text for app surfaces": ``<@U0G9QF9C6>``, ``<!subteam^SAZ94GDB8>``).
+SLACK_ONCALL = ("U0G9QF9C6", "SAZ94GDB8")
+
+
+async def test_slack_configured_on_call_is_a_real_mention_and_the_only_one(monkeypatch, clock, spool):
+    """Slack mentions by id only: in rich text a ``user`` element (``user_id``) or ``usergroup`` element
+    (``usergroup_id``), in text ``<@U…>`` or ``<!subteam^S…>``; ``@U0G9QF9C6`` as text mentions no one."""
+    with FakeSlack(clock) as fake:
+        monkeypatch.setenv("SL_URL", fake.base + fake.path)
+        await send_both(Receiver(name="sl", slack={"url": {"env": "SL_URL"}}), clock, spool, SLACK_ONCALL)
+    hostile, clean = accepted_json(fake)
+    text = readers.slack_mrkdwn(hostile["text"], mrkdwn=False)
+    assert_only_own_marks(text, readers.slack_mrkdwn(clean["text"], mrkdwn=False),
+                          mentions=["@U0G9QF9C6", "!subteam^SAZ94GDB8"])
+    blocks = readers.slack_blocks(hostile["blocks"])
+    assert_only_own_marks(blocks, readers.slack_blocks(clean["blocks"]), mentions=[
+        str({"type": "user", "user_id": "U0G9QF9C6"}), str({"type": "usergroup", "usergroup_id": "SAZ94GDB8"})])
+    for data in HOSTILE:
+        assert data in text.visible and data in blocks.visible, data
+
+
+async def test_slack_never_mentions_an_on_call_that_is_not_a_slack_id(monkeypatch, clock, spool):
+    """An on-call override from the control state is not checked at load: what is not a member or user
+    group id is shown as text, whatever it holds."""
+    odd = ("ann", "<!channel>", "U0G9QF9C6> <!here")
+    with FakeSlack(clock) as fake:
+        monkeypatch.setenv("SL_URL", fake.base + fake.path)
+        await send_both(Receiver(name="sl", slack={"url": {"env": "SL_URL"}}), clock, spool, odd)
+    hostile, clean = accepted_json(fake)
+    text = readers.slack_mrkdwn(hostile["text"], mrkdwn=False)
+    blocks = readers.slack_blocks(hostile["blocks"])
+    assert_only_own_marks(text, readers.slack_mrkdwn(clean["text"], mrkdwn=False))
+    assert_only_own_marks(blocks, readers.slack_blocks(clean["blocks"]))
+    for who in odd:
+        assert f"@{who}" in text.visible and f"@{who}" in blocks.visible, who
 
 
 async def test_feishu_shows_data_exactly_and_configured_mentions_are_the_only_ones(monkeypatch, clock, spool):

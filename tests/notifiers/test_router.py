@@ -7,9 +7,13 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from gpuwarden.app.settings import validate_settings
+from gpuwarden.config import ConfigError
 from gpuwarden.contract import Ack, AlertTransition, OnCallOverride, Silence
+from gpuwarden.notifiers import slack
 from gpuwarden.notifiers.config import NotifyConfig, parse_matcher
 from gpuwarden.notifiers.control import ControlState
+from gpuwarden.notifiers.render import Locale
 from gpuwarden.notifiers.router import Router
 
 T0 = 1_700_000_000.0
@@ -315,6 +319,48 @@ def test_config_errors_name_the_place(bad: dict[str, Any], where: str) -> None:
     with pytest.raises(ValidationError) as e:
         config(**bad)
     assert where in str(e.value)
+
+
+def on_slack(*slack: str, **kw: Any) -> dict[str, Any]:
+    """The ``notify:`` section of :func:`config` with the receivers ``slack`` on Slack."""
+    base = config().model_dump(mode="json", by_alias=True, exclude_unset=True) | kw
+    for r in base["receivers"]:
+        if r["name"] in slack:
+            r.pop("feishu")
+            r["slack"] = {"url": {"env": "URL_SLACK"}}
+    return base
+
+
+@pytest.mark.parametrize("slack, kw, where", [
+    (("team-chat",), {}, "schedules.primary.users[0]"),  # the default tree's critical route: @team, mention_oncall
+    (("lead-chat",), {}, "schedules.secondary.users[0]"),  # escalation level 1's receivers
+    (("boss",), {"receivers": [*receivers("team-chat", "alice-chat", "llm-chat", "lead-chat", "boss"),
+                               {"name": "pager", "feishu": {"url": {"env": "URL_PAGER"}}, "fallback": ["boss"]}]},
+     "schedules.primary.users[0]"),  # the pager's fallback
+])
+def test_an_on_call_mentioned_on_slack_must_be_a_slack_id_at_load(slack, kw, where) -> None:
+    """Slack mentions by id only (docs.slack.dev: ``<@U…>``, ``<!subteam^S…>``, ``user``/``usergroup``
+    elements): ``ann`` would go out as text that mentions no one, so the config is refused at load."""
+    with pytest.raises(ConfigError) as e:
+        validate_settings({"notify": on_slack(*slack, **kw)}, "gw.yaml")
+    assert (f"gw.yaml: notify: {where}: expected a Slack member id (U… or W…) or user-group id (S…), as receiver "
+            f"'{slack[0]}' (slack) mentions this schedule's on-call (got ") in str(e.value)
+
+
+def test_slack_ids_load_and_reach_slack_as_mentions() -> None:
+    schedules = {"primary": {"start": T0, "users": ["U0G9QF9C6", "W012A3CDE"],
+                             "overrides": [{"user": "SAZ94GDB8", "starts_at": T0 + DAY, "ends_at": T0 + 2 * DAY}]},
+                 "secondary": {"users": ["dan", "eve"]}}  # level 1 pages no Slack receiver
+    settings = validate_settings({"notify": on_slack("team-chat", schedules=schedules)}, "gw.yaml")
+    r = Router(settings.notify, ControlState())
+    (chat,) = [n for n in r.on_transition(alert("x", tier="critical"), T0 + 10) if n.receiver == "team-chat"]
+    assert {"type": "user", "user_id": "U0G9QF9C6"} in slack.blocks(chat, Locale("en"))[1]["elements"][-1]["elements"]
+    assert "<@U0G9QF9C6>" in slack.fallback(chat, Locale("en"))
+
+
+def test_an_owner_chat_on_slack_takes_any_schedule() -> None:
+    """Attention goes to the owner's chat without a mention: a Slack owner chat asks nothing of the schedules."""
+    validate_settings({"notify": on_slack("alice-chat", "llm-chat")}, "gw.yaml")
 
 
 def test_ack_reaches_every_level_that_was_paged() -> None:
