@@ -32,6 +32,9 @@ from gpuwarden.notifiers.render import Locale, is_resolved, render_text, top_tie
 from gpuwarden.notifiers.verdict import Ok, Retry, Verdict, reveal
 
 INSTALL_HINT = "pip install 'gpuwarden[apprise]'"
+#: The oldest Apprise whose Markdown targets get a plain-text body escaped (pyproject's extra): 1.7.0 to
+#: 1.13.1 send it as it is, and ``[t](url)`` from data is a link (tests/notifiers/test_markup_injection.py).
+MIN_MAJOR = 2
 #: Loggers that see apprise URLs: apprise's own and urllib3's request line (under requests).
 LOGGERS = ("apprise", "urllib3.connectionpool")
 #: Digests stay under what most chat targets take (Telegram 4096, Discord 2000 is split by Apprise).
@@ -90,7 +93,7 @@ class AppriseChannel(Channel[AppriseConfig]):
         return super().secrets(cfg) + url_secrets(cfg)
 
     def problems(self, receivers: list[tuple[str, AppriseConfig]]) -> list[str]:
-        """Why these receivers cannot run here: the extra is missing, or Apprise rejects the URL."""
+        """Why these receivers cannot run here: the extra is missing or too old, or Apprise rejects the URL."""
         if not receivers:
             return []
         names = ", ".join(name for name, _ in receivers)
@@ -98,6 +101,9 @@ class AppriseChannel(Channel[AppriseConfig]):
             lib = _apprise()
         except ImportError:
             return [f"receivers {names}: the apprise channel needs the apprise extra ({INSTALL_HINT})"]
+        if int(lib.__version__.split(".")[0]) < MIN_MAJOR:
+            return [f"receivers {names}: the apprise channel needs apprise {MIN_MAJOR}.0 or later, found "
+                    f"{lib.__version__}, which sends data unescaped to Markdown targets ({INSTALL_HINT})"]
         return [f"receivers {name}: apprise does not accept the URL in {cfg.url.env or cfg.url.file} "
                 "(unknown schema or malformed)"
                 for name, cfg in receivers if not lib.Apprise().add(reveal(cfg.url))]

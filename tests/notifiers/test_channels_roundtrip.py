@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import re
@@ -113,6 +114,11 @@ async def test_apprise_without_the_extra_or_with_a_bad_url_fails_at_start(monkey
                                                    "(pip install 'gpuwarden[apprise]')")):
         Delivery([r], spool=spool)
     monkeypatch.delitem(sys.modules, "apprise")
+    monkeypatch.setattr(importlib.import_module("apprise"), "__version__", "1.13.1")  # the last 1.x fails the escaping
+    with pytest.raises(ValueError, match=re.escape("receivers ap: the apprise channel needs apprise 2.0 or later, "
+                                                   "found 1.13.1")):
+        Delivery([r], spool=spool)
+    monkeypatch.undo()
     bad = apprise_receiver(monkeypatch, "nosuchschema://secret-token-987654")
     with pytest.raises(ValueError, match="apprise does not accept the URL in APPRISE_URL") as e:
         Delivery([bad], spool=spool)
