@@ -34,7 +34,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_right, insort
 from collections.abc import Set as AbstractSet
-from operator import itemgetter
+from itertools import compress, repeat
+from operator import gt, itemgetter
 
 from gpuwarden.contract import DEFAULT_MAX_PAST_SKEW_S, GpuEvent, JobAllocation, NodeSnapshot, RecordUnion, \
     TaskMetric, decode, encode, simulated_labels
@@ -565,7 +566,11 @@ class NodeStage:
     def _expire(self, st: NodeState, t: float, out: StageOutput) -> None:
         if len(st.seen) > 64:  # ids of released records: a copy of one is late anyway
             released = st.released
-            st.seen = {k: ts for k, ts in st.seen.items() if ts >= released}
+            # the released ones deleted (found in C), not the rest copied: a catch-up's buffer
+            # holds thousands, and a copy hashes every key again (3.4 % of a worker's CPU)
+            seen = st.seen
+            for k in list(compress(seen, map(gt, repeat(released), seen.values()))):
+                del seen[k]
         horizons = self.event_horizons
         st.events.expire(t, horizons)
         for idx in sorted(st.gpus):
@@ -613,16 +618,22 @@ def _owner_labels(st: NodeState, index: int, owner: Owner) -> dict[str, str]:
 def _labels_at(st: NodeState, gs: GpuState, ts: float) -> dict[str, str]:
     """The GPU's labels once the buffered snapshots up to ``ts`` are applied, as ``_snapshot``
     will apply them: the labels the ordered evaluation at ``ts`` gives an alert."""
-    owner, labels = gs.owner, gs.labels
+    owner, labels, index = gs.owner, gs.labels, gs.index
     for t, _, rec in st.buffer:
         if t > ts:
             break
-        if type(rec) is not Snap or not any(i == gs.index for i, _, _ in rec.gpus):
+        if type(rec) is not Snap:
             continue
-        held = rec.owners.get(gs.index)
-        if held is not None and (held.task_id or "") != owner:
-            owner, labels = held.task_id or "", _owner_labels(st, gs.index, held)
-        elif held is None and owner:
+        held = rec.owners.get(index)
+        # a snapshot that would change nothing is passed over before its GPUs are looked at (a
+        # catch-up's buffer holds thousands of them, read for every event announced)
+        if (owner == (held.task_id or "")) if held is not None else not owner:
+            continue
+        if not any(i == index for i, _, _ in rec.gpus):
+            continue
+        if held is not None:
+            owner, labels = held.task_id or "", _owner_labels(st, index, held)
+        else:
             owner, labels = "", {}
     return labels or _mark(st, {"node": st.node, "gpu": str(gs.index)})
 
