@@ -16,7 +16,7 @@ from gpuwarden.contract import Tier
 from gpuwarden.notifiers.http_channel import HttpChannel
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.receivers import DingTalkConfig
-from gpuwarden.notifiers.markup import MARKDOWN
+from gpuwarden.notifiers.markup import DINGTALK, dingtalk_mention, is_dingtalk_mobile
 from gpuwarden.notifiers.render import Locale, is_resolved, render_text, render_title, top_tier, truncate_utf8
 from gpuwarden.notifiers.verdict import HttpRequest, Verdict, body_code_verdict, json_request, reveal
 
@@ -33,11 +33,12 @@ def sign(timestamp_ms: int, secret: str) -> str:
 
 def payload(cfg: DingTalkConfig, n: Notification, locale: Locale) -> dict:
     title = render_title(n, locale)  # the plain-text preview; the markdown text has its own, escaped
-    heading, body = render_text(n, locale, MARKDOWN)
-    mobiles = [*cfg.at_mobiles, *n.mentions]
+    heading, body = render_text(n, locale, DINGTALK)
+    mobiles = list(dict.fromkeys(m for m in [*cfg.at_mobiles, *n.mentions] if is_dingtalk_mobile(m)))
     at_all = cfg.at_all_on_critical and top_tier(n) == Tier.CRITICAL and not is_resolved(n)
-    # DingTalk only notifies mobiles that also appear as "@mobile" in the text.
-    tail = " ".join(f"@{m}" for m in mobiles)
+    # DingTalk only notifies mobiles that also appear as "@mobile" in the text: DINGTALK writes the on-call's
+    # in the body, the receiver's own go at the end.
+    tail = " ".join(dingtalk_mention(m) for m in cfg.at_mobiles)
     text = truncate_utf8(f"### {heading}\n\n{body}", TEXT_LIMIT) + (f"\n\n{tail}" if tail else "")
     at = {"atMobiles": mobiles, "atUserIds": cfg.at_user_ids, "isAtAll": at_all}
     if cfg.msgtype == "actionCard":

@@ -15,7 +15,7 @@ from gpuwarden.contract import Tier
 from gpuwarden.notifiers.http_channel import HttpChannel
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.receivers import FeishuConfig
-from gpuwarden.notifiers.markup import TEXT
+from gpuwarden.notifiers.markup import TEXT, feishu_mention
 from gpuwarden.notifiers.render import Locale, is_resolved, render_text, render_title, top_tier, truncate_utf8
 from gpuwarden.notifiers.verdict import HttpRequest, Verdict, body_code_verdict, json_request, reveal
 
@@ -34,10 +34,10 @@ def card(cfg: FeishuConfig, n: Notification, locale: Locale) -> dict:
     """Title and body as ``plain_text`` (Feishu renders no markup there: data shows as it is); the
     configured mentions, and only they, in a ``lark_md`` div of their own."""
     _, body = render_text(n, locale, TEXT)
-    ats = [*cfg.at_user_ids, *n.mentions]
+    ats = [a for a in map(feishu_mention, [*cfg.at_user_ids, *n.mentions]) if a]
     if cfg.at_all_on_critical and top_tier(n) == Tier.CRITICAL and not is_resolved(n):
-        ats.append("all")
-    mention = " ".join(f"<at id={u}></at>" for u in ats)
+        ats.append("<at id=all></at>")
+    mention = " ".join(ats)
     elements = [{"tag": "div", "text": {"tag": "plain_text", "content": truncate_utf8(body, TEXT_LIMIT - len(mention))}}]
     if mention:
         elements.append({"tag": "div", "text": {"tag": "lark_md", "content": mention}})

@@ -15,6 +15,12 @@ HTML entities. The Markdown dialects of DingTalk and WeCom document no escape, s
 look-alikes that no parser reads as markup (``＜`` for ``<``, ``∗`` for ``*``, …), and line breaks
 in data become spaces (a data line must not start a heading, quote or list).
 
+A configured on-call id (:class:`Mention`) is a mention only where the channel's documented mechanism
+takes an id of that form (Slack ``<@U…>``, DingTalk ``@mobile``, WeCom ``<@userid>``, Feishu
+``<at id=…>``); any other id, and every id on a channel without one, is the text ``@id`` escaped like
+data: an on-call override is typed by a person, so ``<!channel>`` or ``[x](https://…)`` there must not
+become a broadcast or a link.
+
 Apprise reaches services whose dialect we do not know, so its body is declared plain text:
 Apprise escapes it for each target's format (CommonMark backslashes, HTML entities, Slack's
 ``&amp;``). Mentions and CommonMark autolinks (``<https://…>``) are no part of those escapes, so a
@@ -124,18 +130,44 @@ def slack_id_kind(id: str) -> str | None:
     return next((kind for kind, form in _SLACK_IDS.items() if form.fullmatch(id)), None)
 
 
+#: DingTalk's custom robot notifies a number in ``at.atMobiles`` that is written ``@mobile`` in the text
+#: (open.dingtalk.com, custom robot: "在text内容里要有@人的手机号"): digits, an optional ``+`` and hyphens.
+_DINGTALK_MOBILE = re.compile(r"\+?[0-9][0-9-]{3,18}[0-9]")
+#: WeCom's group robot markdown mentions a member by ``<@userid>`` (群机器人配置说明); a userid is 1-64
+#: letters, digits and ``_-@.``, the first a letter or digit (通讯录管理, 创建成员).
+_WECOM_USERID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
+#: Feishu's card Markdown mentions by ``<at id=…></at>`` with an open_id, user_id or union_id (``ou_…``);
+#: ``id=all`` is everyone, which only ``at_all_on_critical`` asks for.
+_FEISHU_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def is_dingtalk_mobile(id: str) -> bool:
+    return _DINGTALK_MOBILE.fullmatch(id) is not None
+
+
+def dingtalk_mention(id: str) -> str:
+    """A configured id in DingTalk's markdown: ``@mobile`` for a mobile number (it goes to ``atMobiles`` too),
+    anything else as escaped text."""
+    return "@" + id if is_dingtalk_mobile(id) else markdown_text("@" + id)
+
+
+def wecom_mention(id: str) -> str:
+    """A configured id in WeCom's markdown: ``<@userid>`` for a userid, anything else as escaped text."""
+    return f"<@{id}>" if _WECOM_USERID.fullmatch(id) else markdown_text("@" + id)
+
+
+def feishu_mention(id: str) -> str:
+    """A configured id in Feishu's card Markdown: ``<at id=…></at>`` for an open_id/user_id, else nothing (the
+    ``plain_text`` body shows it as text)."""
+    return f"<at id={id}></at>" if _FEISHU_ID.fullmatch(id) and id != "all" else ""
+
+
 def slack_mention(id: str) -> str:
     """A configured id in Slack's text: a real mention of a member or user group; anything else as text."""
     kind = slack_id_kind(id)
     if kind is None:
         return "@" + slack_text(id)
     return f"<@{id}>" if kind == "user" else f"<!subteam^{id}>"
-
-
-def at_text(id: str) -> str:
-    """A configured id as ``@id``: what DingTalk (``@mobile``), WeCom and Feishu's text show beside their own
-    mention fields."""
-    return "@" + id
 
 
 def plain_text(text: str) -> str:
@@ -146,7 +178,8 @@ def plain_text(text: str) -> str:
 @dataclass(frozen=True, slots=True)
 class Dialect:
     """How one channel writes text: the escaper for data in a line and in a block, its bold, code
-    and block marks, its line break."""
+    and block marks, its line break, and its mention of a configured id (None: the channel has no
+    mention mechanism, so ``@id`` is escaped as data)."""
 
     escape: Callable[[str], str]
     escape_block: Callable[[str], str]
@@ -154,13 +187,13 @@ class Dialect:
     code: tuple[str, str]
     block: tuple[str, str] = ("```\n", "```")
     newline: str = "\n"
-    mention: Callable[[str], str] = at_text
+    mention: Callable[[str], str] | None = None
 
     def span(self, s: Span | Marked | Mention) -> str:
         if isinstance(s, Span):
             return s.text if s.own else self.escape(s.text)
         if isinstance(s, Mention):
-            return self.mention(s.id)
+            return self.mention(s.id) if self.mention else self.escape("@" + s.id)
         if s.mark is Mark.BOLD:
             return self.bold[0] + "".join(self.span(p) for p in s.parts) + self.bold[1]
         # Code and blocks show their text as it is: only what could end them or mention is escaped.
@@ -181,7 +214,8 @@ PLAIN = Dialect(plain_text, plain_text, ("**", "**"), ("`", "`"))
 SLACK = Dialect(slack_text, slack_text, ("", ""), ("", ""), ("\n", ""), mention=slack_mention)
 #: Text a platform shows as it is (Feishu's ``plain_text``): nothing escaped, no marks (they would show).
 TEXT = Dialect(plain_text, plain_text, ("", ""), ("", ""), ("\n", ""))
-MARKDOWN = Dialect(markdown_text, markdown_block, ("**", "**"), ("`", "`"))
+DINGTALK = Dialect(markdown_text, markdown_block, ("**", "**"), ("`", "`"), mention=dingtalk_mention)
+WECOM = Dialect(markdown_text, markdown_block, ("**", "**"), ("`", "`"), mention=wecom_mention)
 #: Apprise's declared plain text: no marks (they would show as characters), the table on lines of its own.
 APPRISE = Dialect(apprise_text, unopened, ("", ""), ("", ""), ("\n", ""))
 HTML = Dialect(html_text, html_text, ("<b>", "</b>"), ("<code>", "</code>"), ("<pre>", "</pre>"), "<br>\n")

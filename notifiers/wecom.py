@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpuwarden.notifiers.http_channel import HttpChannel
 from gpuwarden.notifiers.message import Notification
 from gpuwarden.notifiers.receivers import WeComConfig
-from gpuwarden.notifiers.markup import MARKDOWN
+from gpuwarden.notifiers.markup import WECOM, wecom_mention
 from gpuwarden.notifiers.render import Locale, render_text, truncate_utf8
 from gpuwarden.notifiers.verdict import HttpRequest, Verdict, body_code_verdict, json_request, reveal
 
@@ -15,9 +15,10 @@ RATE_LIMIT_WAIT_S = 60.0
 
 
 def content(cfg: WeComConfig, n: Notification, locale: Locale) -> str:
-    """Markdown content cut on a UTF-8 boundary so it never exceeds 4096 bytes."""
-    title, body = render_text(n, locale, MARKDOWN)
-    mentions = "".join(f"<@{u}>" for u in [*cfg.mention_user_ids, *n.mentions])
+    """Markdown content cut on a UTF-8 boundary so it never exceeds 4096 bytes; the on-call's ``<@userid>`` in
+    the body (written by WECOM), the receiver's own at the end."""
+    title, body = render_text(n, locale, WECOM)
+    mentions = "".join(wecom_mention(u) for u in cfg.mention_user_ids)
     tail = f"\n{mentions}" if mentions else ""
     room = MARKDOWN_BYTES - len(tail.encode())
     return truncate_utf8(f"## {title}\n{body}", room) + tail

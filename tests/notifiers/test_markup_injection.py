@@ -56,12 +56,15 @@ def notification(receiver: str, clean: bool, mentions: tuple[str, ...] = ()) -> 
                         id=f"n-{receiver}-{clean}", mentions=list(mentions))
 
 
-async def send_both(receiver: Receiver, clock, spool, mentions: tuple[str, ...] = ()) -> None:
-    """The hostile message and its harmless twin; ``mentions``: the on-call ids the config names."""
+async def send_both(receiver: Receiver, clock, spool, mentions: tuple[str, ...] = (),
+                    clean_mentions: tuple[str, ...] | None = None) -> None:
+    """The hostile message and its harmless twin; ``mentions``: the on-call ids the config names (the twin's
+    ``clean_mentions``, the same unless given)."""
     d = Delivery([receiver], spool=spool, clock=clock, sleep=clock.sleep)
     try:
         for clean in (False, True):
-            assert (await d.deliver(notification(receiver.name, clean, mentions))).status == "delivered"
+            who = mentions if not clean or clean_mentions is None else clean_mentions
+            assert (await d.deliver(notification(receiver.name, clean, who))).status == "delivered"
             await clock.sleep(120)  # apart, within every platform's rate limit
     finally:
         await d.aclose()
@@ -134,6 +137,75 @@ async def test_slack_never_mentions_an_on_call_that_is_not_a_slack_id(monkeypatc
     assert_only_own_marks(blocks, readers.slack_blocks(clean["blocks"]))
     for who in odd:
         assert f"@{who}" in text.visible and f"@{who}" in blocks.visible, who
+
+
+#: On-call overrides as a person may type them into the control state (OnCallOverride records): each
+#: channel's syntax, none an id in any platform's form.
+ODD_ONCALL = ("<!channel>", "[x](https://evil.example)", "**bold**", "<script>alert(1)</script>", "@all",
+              "a> <@all")
+
+#: platform → (an on-call id in the form its docs give, the mentions its reader may find with ODD_ONCALL beside it):
+#: DingTalk "@mobile" in the text for a number in at.atMobiles (custom robot docs; the DingTalk SDKs' 15212345678),
+#: WeCom markdown "<@userid>" (群机器人配置说明; userid "zhangsan" as in 创建成员), Feishu card "<at id=ou_…>";
+#: email and Apprise have no mention of their own: "@ann" there is text.
+ONCALL = {
+    "dingtalk": ("15212345678", ["15212345678"]),
+    "wecom": ("zhangsan", ["@zhangsan"]),
+    "feishu": ("ou_c99c5f35d542efc7ee492afe11af19ef", ["at id=ou_c99c5f35d542efc7ee492afe11af19ef"]),
+    "email": ("ann", []),
+    "apprise-markdown": ("ann", []),
+    "apprise-text": ("ann", []),
+}
+
+
+async def on_call_readings(platform: str, monkeypatch, clock, spool,
+                           mentions: tuple[str, ...]) -> tuple[readers.Reading, readers.Reading, dict]:
+    """The message naming ``mentions`` and its twin (harmless data, the first id only), read as ``platform``
+    reads them, and the hostile message's JSON (empty for email)."""
+    both = {"mentions": mentions, "clean_mentions": mentions[:1]}
+    if platform == "email":
+        with FakeSmtp() as smtp:
+            r = Receiver(name="mail", email={"to": ["oncall@example.org"], "from": "gpuwarden@example.org",
+                                             "host": "127.0.0.1", "port": smtp.port})
+            await send_both(r, clock, spool, **both)
+        hostile, clean = (readers.html_body(part(m, "text/html")) for m in smtp.messages)
+        return hostile, clean, {}
+    if platform.startswith("apprise"):
+        fmt = platform.removeprefix("apprise-")
+        with FakeAppriseJson(clock) as fake:
+            monkeypatch.setenv("AP_URL", f"{fake.url()}?format={fmt}")
+            await send_both(Receiver(name="ap", apprise={"url": {"env": "AP_URL"}}), clock, spool, **both)
+        h, c = accepted_json(fake)
+        read = APPRISE_READERS[fmt]
+        return read(h["message"]), read(c["message"]), h
+    if platform == "feishu":
+        with FakeFeishu(clock) as fake:
+            monkeypatch.setenv("FS_URL", fake.base + fake.hook)
+            await send_both(Receiver(name="fs", feishu={"url": {"env": "FS_URL"}}), clock, spool, **both)
+        h, c = accepted_json(fake)
+        return readers.feishu_card(h["card"]), readers.feishu_card(c["card"]), h
+    fake_type, url_of, text_of = MARKDOWN_CHANNELS[platform]
+    with fake_type(clock) as fake:
+        monkeypatch.setenv("MD_URL", url_of(fake))
+        await send_both(Receiver(name="md", **{platform: {"url": {"env": "MD_URL"}}}), clock, spool, **both)
+    h, c = accepted_json(fake)
+    return readers.markdown(text_of(h), platform), readers.markdown(text_of(c), platform), h
+
+
+@pytest.mark.parametrize("platform", ONCALL)
+async def test_an_on_call_id_mentions_only_through_the_channels_own_mechanism(platform, monkeypatch, clock, spool):
+    """An on-call override is not checked at load: an id in the channel's documented form is its mention, any
+    other id is shown as ``@id`` text, never a mention, link, tag or emphasis."""
+    valid, expected = ONCALL[platform]
+    hostile, clean, body = await on_call_readings(platform, monkeypatch, clock, spool, (valid, *ODD_ONCALL))
+    assert_only_own_marks(hostile, clean, mentions=expected)
+    if platform.startswith("apprise"):
+        assert readers.chat_mentions(hostile.visible) == []
+    if platform == "dingtalk":
+        assert body["at"]["atMobiles"] == [valid]  # DingTalk notifies only these
+    shown = readers.readable(hostile.visible)
+    for who in (valid, *ODD_ONCALL):
+        assert readers.readable(f"@{who}") in shown, who
 
 
 async def test_feishu_shows_data_exactly_and_configured_mentions_are_the_only_ones(monkeypatch, clock, spool):
