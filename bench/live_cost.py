@@ -234,7 +234,7 @@ async def gpuwarden_side(bs: str, f: Fleet, interval: float, warmup: float, seco
         async def joined() -> bool:
             return await group_members(bs, app_id(settings)) == 1
 
-        await wait_for(joined, 120, "the worker in the group")
+        await wait_for(joined, "the worker in the group", bound=120)
         began, tick, mark = time.monotonic(), 0, None
         while True:
             now = time.monotonic()
@@ -286,7 +286,7 @@ async def restore_seconds(config: Path, tasks: int, tmp: Path, worker_id: str) -
     try:
         async def restored() -> bool:
             return len(pattern.findall(worker.log.read_text(errors="replace"))) >= tasks
-        await wait_for(restored, 300, "every task restored")
+        await wait_for(restored, "every task restored", bound=300)
         found = pattern.findall(worker.log.read_text(errors="replace"))
     finally:
         worker.stop()
