@@ -56,6 +56,10 @@ METADATA_MAX_AGE_MS = 10_000
 #: each empty answer decodes every input partition, a millisecond of CPU on a quiet worker. A
 #: partition resumed after its restore waits for the fetch in flight, at most this.
 FETCH_WAIT_MS = 3000
+#: How long aiokafka's fetch routine sleeps when nothing wakes it (its default: 0.2 s). A fetch
+#: answer, a drained partition, a seek, a resume and a new assignment wake it anyway; at 0.2 s it
+#: walked every input partition five times a second behind a fetch the broker was holding.
+FETCHER_IDLE_MS = 5000
 #: A transaction holding progress reports (and no output a reader acts on at once) is committed
 #: after this, not after ``commit_interval``: stage 2 learns how far stage 1 got within it.
 QUIET_COMMIT_S = 5.0
@@ -71,6 +75,13 @@ OFFSETS_COMMIT_S = 30.0
 #: peak on bench/worker_memory.py's backlog; 128 KiB gave 158 MiB, caught up in 30 s.
 MAX_RECORDS = 5000
 FETCH_BYTES = 1 << 17
+#: After a ``getmany`` that returned records, the next one waits this long from it: what arrives
+#: meanwhile (the rest of a tick from many agents) comes in one fetch answer and is applied in one
+#: round, not in a fetch and a round per arrival (the fetch answers' decoding and the rounds were a
+#: live worker's largest cost beside its engine: docs/benchmarks.md, live cost). A record that
+#: comes after a quiet spell is fetched at once; one in a stream waits at most this. A round
+#: longer than this (a catch-up's) is not held at all.
+ROUND_GAP_S = 0.2
 #: How often a task holding records back for an input behind is settled when nothing comes.
 IDLE_S = 1.0
 #: With nothing held back, nothing due and no records coming, the loop looks at its tasks this
@@ -149,6 +160,7 @@ class Runtime:
         self.reported: dict[str, int] = {"dead_letters": 0, "unsent": 0}
         self.reported_at = -math.inf
         self.fetched_any = False
+        self.drained_at = -math.inf  # monotonic time the last ``getmany`` returned records
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -160,7 +172,8 @@ class Runtime:
             auto_offset_reset="earliest", partition_assignment_strategy=(self.assignor,),
             session_timeout_ms=int(SESSION_TIMEOUT_S * 1000), heartbeat_interval_ms=int(HEARTBEAT_INTERVAL_S * 1000),
             max_poll_interval_ms=int(MAX_POLL_INTERVAL_S * 1000), metadata_max_age_ms=METADATA_MAX_AGE_MS,
-            max_partition_fetch_bytes=FETCH_BYTES, fetch_max_wait_ms=FETCH_WAIT_MS)
+            max_partition_fetch_bytes=FETCH_BYTES, fetch_max_wait_ms=FETCH_WAIT_MS,
+            consumer_timeout_ms=FETCHER_IDLE_MS)
         reader = AIOKafkaConsumer(**kw, enable_auto_commit=False, isolation_level="read_committed",
                                   auto_offset_reset="earliest", max_partition_fetch_bytes=FETCH_BYTES,
                                   fetch_max_wait_ms=20)  # a restore reads on at once
@@ -200,6 +213,9 @@ class Runtime:
         """``getmany``, cut short by a new assignment (reconciled now, not when the wait ends).
         Cancelled while it waits, ``getmany`` has drained nothing (it drains and returns without
         awaiting); one that finished meanwhile gives its records."""
+        gap = self.drained_at + ROUND_GAP_S - time.monotonic()
+        if gap > 0:
+            await asyncio.sleep(gap)
         fetch = asyncio.ensure_future(self.consumer.getmany(timeout_ms=self._wait_ms(), max_records=MAX_RECORDS))
         woken = asyncio.ensure_future(self.assigned.wait())
         try:
@@ -209,7 +225,10 @@ class Runtime:
         if not fetch.done():
             fetch.cancel()
             await asyncio.wait((fetch,))
-        return {} if fetch.cancelled() else fetch.result()
+        data = {} if fetch.cancelled() else fetch.result()
+        if 0 < sum(len(r) for r in data.values()) < MAX_RECORDS:  # a full one: more is waiting (a catch-up)
+            self.drained_at = time.monotonic()
+        return data
 
     def _wait_ms(self) -> int:
         """How long the next fetch may wait for records: until the next commit due, the next
