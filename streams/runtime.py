@@ -75,6 +75,11 @@ OFFSETS_COMMIT_S = 30.0
 #: peak on bench/worker_memory.py's backlog; 128 KiB gave 158 MiB, caught up in 30 s.
 MAX_RECORDS = 5000
 FETCH_BYTES = 1 << 17
+#: A round holds the event loop, where aiokafka's heartbeats run: on a CPU shared at load ~9,
+#: 5,000 records took a round 12-22 s, past the 10 s session timeout (the member was thrown out).
+#: So a ``getmany`` asks for about this much work at the last rounds' pace (at least MIN_RECORDS).
+ROUND_S = 1.0
+MIN_RECORDS = 100
 #: After a ``getmany`` that returned records, the next one waits this long from it: what arrives
 #: meanwhile (the rest of a tick from many agents) comes in one fetch answer and is applied in one
 #: round, not in a fetch and a round per arrival (the fetch answers' decoding and the rounds were a
@@ -142,8 +147,11 @@ class Runtime:
         self.limits, self.factory, self.metrics, self.unsent = limits, factory, metrics, unsent
         self.commit_s, self.snapshot_s, self.snapshot_records = commit_s, snapshot_s, snapshot_records
         self.group_of = {t: g.name for g in groups.values() for t in g.inputs}
-        #: what agents and collectors write (stamped near event time): the inputs paced while behind
-        self.sources = frozenset((topics.samples, topics.events, topics.metrics, topics.inference, topics.jobs))
+        #: what agents and collectors write (stamped near event time): the inputs paced while behind.
+        #: Not events: a node may have none for hours, and stage 1 holds each node back to its last
+        #: event while the events partition has records left (streams/backlog.py), so events paused
+        #: for being ahead held every node's samples and metrics (a worker's peak 400+ MiB, not 145)
+        self.sources = frozenset((topics.samples, topics.metrics, topics.inference, topics.jobs))
         self.assignor = TaskAssignor({g.name: g.inputs for g in groups.values()})
         self.instance = uuid.uuid4().hex[:12]  # names this process's commits (a kept task is checked by it)
         self.lock = asyncio.Lock()  # a round, a reconcile and the rebalance barrier, one at a time
@@ -161,6 +169,8 @@ class Runtime:
         self.reported_at = -math.inf
         self.fetched_any = False
         self.drained_at = -math.inf  # monotonic time the last ``getmany`` returned records
+        self.max_records = MAX_RECORDS  # records per getmany (``_size_rounds``)
+        self.waited = 0.0  # seconds spent waiting for records: pacing's clock (streams/pacing.py)
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -216,7 +226,8 @@ class Runtime:
         gap = self.drained_at + ROUND_GAP_S - time.monotonic()
         if gap > 0:
             await asyncio.sleep(gap)
-        fetch = asyncio.ensure_future(self.consumer.getmany(timeout_ms=self._wait_ms(), max_records=MAX_RECORDS))
+        began = time.monotonic()
+        fetch = asyncio.ensure_future(self.consumer.getmany(timeout_ms=self._wait_ms(), max_records=self.max_records))
         woken = asyncio.ensure_future(self.assigned.wait())
         try:
             await asyncio.wait((fetch, woken), return_when=asyncio.FIRST_COMPLETED)
@@ -225,8 +236,9 @@ class Runtime:
         if not fetch.done():
             fetch.cancel()
             await asyncio.wait((fetch,))
+        self.waited += time.monotonic() - began
         data = {} if fetch.cancelled() else fetch.result()
-        if 0 < sum(len(r) for r in data.values()) < MAX_RECORDS:  # a full one: more is waiting (a catch-up)
+        if 0 < sum(len(r) for r in data.values()) < self.max_records:  # a full one: more is waiting (a catch-up)
             self.drained_at = time.monotonic()
         return data
 
@@ -264,7 +276,7 @@ class Runtime:
             beyond = frozenset(tp.topic for tp in a.tps if highs.get(tp, math.inf) > ends[tp])
             await self._guard(a, self._batch(a, records, beyond, ends, now, wall))
         for a in paced:
-            self._pace(a, data, highs, ends, wall)
+            self._pace(a, data, highs, ends, self.waited)
         for a in list(self.active.values()):
             if a.task.id not in batched:
                 await self._guard(a, self._send(a, a.task.reports(wall)))
@@ -277,6 +289,7 @@ class Runtime:
                              self.unsent, [a.task for a in self.active.values()])
         self._report_counts(wall)
         n = sum(len(r) for r in data.values())
+        self._size_rounds(n, time.monotonic() - wall)
         self.trim.busy(n)
         if not n:
             self.trim.idle()
@@ -317,8 +330,14 @@ class Runtime:
         else:
             self._due_in(a, self.commit_s if any(not is_progress(o.headers) for o in fit) else QUIET_COMMIT_S)
 
+    def _size_rounds(self, n: int, took: float) -> None:
+        """The next ``getmany``'s records: about ``ROUND_S`` of work at this round's pace, learnt
+        from a round that took all it was allowed or ran long."""
+        if n >= self.max_records or took > ROUND_S:
+            self.max_records = max(MIN_RECORDS, min(MAX_RECORDS, int(n * ROUND_S / max(took, 1e-3))))
+
     def _pace(self, a: Active, data: Mapping[TopicPartition, list], highs: Mapping[TopicPartition, int],
-              ends: Mapping[TopicPartition, int], wall: float) -> None:
+              ends: Mapping[TopicPartition, int], waited: float) -> None:
         """Pause the task's source inputs that ran ahead in time of one still behind; resume them
         when it caught up (streams/pacing.py). Inputs a worker writes are stamped when written,
         not in event time, so only the agents' and collectors' topics are paced."""
@@ -326,7 +345,7 @@ class Runtime:
             return
         sources = [tp for tp in a.tps if tp.topic in self.sources]
         a.pacing.read({tp: data[tp] for tp in sources if tp in data})
-        pause, resume = a.pacing.plan([tp for tp in sources if highs.get(tp, math.inf) > ends[tp]], wall)
+        pause, resume = a.pacing.plan([tp for tp in sources if highs.get(tp, math.inf) > ends[tp]], waited)
         if pause:
             self._pause(pause)
         if resume:
