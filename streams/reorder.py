@@ -10,7 +10,7 @@ stage 1's progress on Kafka).
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Generic, NamedTuple, TypeVar
@@ -48,8 +48,17 @@ class ReorderBuffer(Generic[T]):
         items, item = self.items, Entry(ts, order, payload)
         if not items or item > items[-1]:
             items.append(item)
-        else:
-            insort(items, item)
+            return
+        # A late-comer (a task metric behind the snapshots held) is mostly near the newest: gallop
+        # back from the end, then bisect there. A deque reads an index by walking its blocks from
+        # the nearer end, so a bisection over the whole of a long buffer starts with the slowest
+        # reads; here every read is near the end, and so is the insertion.
+        hi, step = len(items) - 1, 1  # item < items[hi]
+        lo = hi - step
+        while lo > 0 and item < items[lo]:
+            hi, step = lo, 2 * step
+            lo = hi - step
+        items.insert(bisect_right(items, item, max(lo, 0), hi), item)
 
     def at(self, ts: float) -> Iterator[Entry[T]]:
         """The entries held at ``ts``, in order (found by bisection)."""
