@@ -162,7 +162,7 @@ async def measure_kafka(faults: int, bootstrap: str) -> dict:
                 async def joined() -> bool:
                     return await group_members(bootstrap, app_id(settings)) == 1
 
-                await wait_for(joined, 90, "the stream worker in its consumer group")
+                await wait_for(joined, "the stream worker in its consumer group", bound=90)
                 await asyncio.sleep(5.0)  # assignment done; the notify worker has joined its group too
 
                 async def publish(records: list) -> None:

@@ -104,7 +104,7 @@ async def step(bs: str, gpus: int, seconds: float, tmp: Path, tree: Path | None 
             async def ready() -> bool:
                 return await group_members(bs, app_id(settings)) == 2
 
-            await wait_for(ready, 120, "two workers in the group")
+            await wait_for(ready, "two workers in the group", bound=120)
             cpu0 = sum(cpu_s(w.proc.pid) for w in ws)
             t0 = time.monotonic()
             next_sample = t0 + SAMPLE_S
