@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
 ## pytest-xdist workers: the suite waits on brokers and subprocesses, so two share two cores well
-PYTEST_WORKERS ?= 2
+PYTEST_WORKERS ?= 3
 
 .PHONY: demo test test-frameworks soak bench kafka-start kafka-stop clean
 

@@ -25,7 +25,7 @@ def kafka_report(record_property) -> Callable[[str], None]:
     return lambda line: record_property("kafka_traffic", line)
 
 
-# Under pytest-xdist (make test: -n 2 --dist loadgroup) these tests share one worker: the session
+# Under pytest-xdist (make test: -n 3 --dist loadgroup) these tests share one worker: the session
 # fixtures on one shared directory (.cache/slurm, .cache/kafka/run-scram), which the first worker to
 # start one would stop under the other; and every Slurm, since two on one host are two slurmctlds
 # and four slurmds competing for the same cores and a loaded box delays their jobs.
