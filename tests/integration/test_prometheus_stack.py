@@ -26,6 +26,7 @@ from gpuwarden.contract import GpuSample, NodeSnapshot, Topics
 from gpuwarden.producers.xid import lookup
 from tests.fakes.http import FakeWebhook
 from tests.fakes.vllm import FakeVllm, Request
+from tests.hang import HANG_S
 from tests.kafka_support import create_topic, produce, unique_topic
 from tests.producers.test_metrics import free_port
 from tests.slurm_support import LocalSlurm
@@ -171,7 +172,9 @@ def test_prometheus_scrapes_the_pipeline_and_every_dashboard_panel_has_data(kafk
             queries = panel_queries()
             delivered_expr = 'sum(gpuwarden_notify_deliveries_total{outcome="delivered"}) > 0'
             idle_expr = 'sum(gpuwarden_streams_scheduler_allocated_gpus{use="idle"}) == 4'
-            deadline, empty, delivered, joined = time.monotonic() + 120, queries, [], []
+            # Until every panel has data: the bound only catches a hang (#33; 120 s ran out once in a full
+            # run with three pytest workers while Slurm's scheduler panels were still filling).
+            deadline, empty, delivered, joined = time.monotonic() + HANG_S, queries, [], []
             seq = 0
             while (empty or not delivered or not joined) and time.monotonic() < deadline:
                 time.sleep(2)
