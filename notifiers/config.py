@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, Literal, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -296,6 +297,49 @@ class NotifyConfig(MetricsEndpoint):
     def routing_tree(self) -> RouteConfig:
         return self.route if self.route is not None else default_route()
 
+    def resolve(self, token: str, labels: Mapping[str, str] | None = None) -> list[str]:
+        """The receiver names ``token`` stands for: for the alert with ``labels`` (the router), or for
+        any alert (None: what :meth:`reach` asks). A name stands for itself. ``team``, ``owners`` and the
+        escalation levels' receivers may hold tokens too (the load check allows them), resolved in turn
+        so an ``@oncall`` reaching ``[pager, "@team"]`` sends to the team chat; a token met again inside
+        its own resolution stands for no one (``escalation[0]: ["@oncall"]``)."""
+        return list(dict.fromkeys(self._resolve(token, labels, frozenset())))
+
+    def _resolve(self, token: str, labels: Mapping[str, str] | None, outer: frozenset[str]) -> Iterator[str]:
+        if token not in (OWNER, ONCALL, TEAM):
+            yield token
+        elif token not in outer:
+            for value in self._token_values(token, labels):
+                yield from self._resolve(value, labels, outer | {token})
+
+    def _token_values(self, token: str, labels: Mapping[str, str] | None) -> list[str]:
+        """What the config sets ``token`` to; ``@owner`` is the user's chat, else the project's, else
+        ``owners.default``, else the team (any alert: every one of these that an alert can get)."""
+        own = self.owners
+        if token == TEAM:
+            values = [self.team]
+        elif token == ONCALL:
+            values = list(self.escalation[0].receivers) if self.escalation else []
+        elif labels is not None:
+            values = [own.users.get(labels.get("user", "")) or own.projects.get(labels.get("project", ""))
+                      or own.default or self.team]
+        else:
+            values = [*own.users.values(), *own.projects.values(), own.default or self.team]
+        return [v for v in values if v]
+
+    def reach(self, tokens: Iterable[str]) -> set[str]:
+        """The receivers ``tokens`` may send to for any alert, fallbacks included: a route's for
+        readiness (every one failing: not ready), the mentioning ones for the Slack on-call check. A
+        name that is no receiver reaches nothing; the load check names it (:meth:`_names`)."""
+        receivers = {r.name: r for r in self.receivers}
+        out: set[str] = set()
+        todo = [name for token in tokens for name in self.resolve(token)]
+        while todo:
+            if (name := todo.pop()) in receivers and name not in out:
+                out.add(name)
+                todo += receivers[name].fallback
+        return out
+
 
 def _route_refs(route: RouteConfig | None, where: str) -> list[tuple[str, str]]:
     if route is None:
@@ -309,33 +353,17 @@ def _route_refs(route: RouteConfig | None, where: str) -> list[tuple[str, str]]:
 def _mentioning(cfg: NotifyConfig) -> dict[str, set[str]]:
     """Schedule name → the receivers whose messages may mention its on-call: level 0's through the routes
     with ``mention_oncall`` and every ``@oncall``, each level's through its receivers, and their fallbacks."""
-    def resolve(token: str) -> list[str]:
-        if token == OWNER:
-            return [*cfg.owners.users.values(), *cfg.owners.projects.values(), cfg.owners.default or "", cfg.team or ""]
-        if token == TEAM:
-            return [cfg.team or ""]
-        if token == ONCALL:
-            return list(cfg.escalation[0].receivers) if cfg.escalation else []
-        return [token]
-
-    def routes(route: RouteConfig, receivers: list[str], mention: bool) -> list[str]:
+    def mentioning(route: RouteConfig, receivers: list[str], mention: bool) -> list[str]:
         receivers = route.receivers if route.receivers is not None else receivers
         mention = route.mention_oncall if route.mention_oncall is not None else mention
-        out = [r for t in receivers if mention or t == ONCALL for r in resolve(t)]
-        return out + [r for child in route.routes for r in routes(child, receivers, mention)]
+        out = [t for t in receivers if mention or t == ONCALL]
+        return out + [t for child in route.routes for t in mentioning(child, receivers, mention)]
 
-    fallbacks = {r.name: r.fallback for r in cfg.receivers}
     reach: dict[str, set[str]] = {}
     for i, level in enumerate(cfg.escalation):
-        if level.schedule is None:
-            continue
-        todo = [r for t in level.receivers for r in resolve(t)]
-        todo += routes(cfg.routing_tree(), [], False) if i == 0 else []
-        names = reach.setdefault(level.schedule, set())
-        while todo:
-            if (name := todo.pop()) not in names:
-                names.add(name)
-                todo += fallbacks.get(name, [])
+        if level.schedule is not None:
+            tokens = level.receivers + (mentioning(cfg.routing_tree(), [], False) if i == 0 else [])
+            reach.setdefault(level.schedule, set()).update(cfg.reach(tokens))
     return reach
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from gpuwarden.contract import AlertState, AlertTransition, ContractError, Matcher, Tier, decode, encode, is_simulated
-from gpuwarden.notifiers.config import GROUP_BY_ALL, ONCALL, OWNER, TEAM, NotifyConfig, RouteConfig
+from gpuwarden.notifiers.config import GROUP_BY_ALL, ONCALL, NotifyConfig, RouteConfig
 from gpuwarden.notifiers.control import ControlState
 from gpuwarden.notifiers.matchers import alert_labels, matches_all
 from gpuwarden.notifiers.message import Notification, Reason
@@ -246,7 +246,7 @@ class Router:
     def _add(self, route: Route, t: AlertTransition, labels: dict[str, str], now: float) -> None:
         gl = json.dumps(group_labels(route, labels), sort_keys=True, separators=(",", ":"))
         for token in route.receivers:
-            for receiver in self._resolve(token, labels):
+            for receiver in self.config.resolve(token, labels):
                 if not self._takes(receiver, t):
                     continue
                 key = f"{route.id}/{receiver}/{gl}"
@@ -263,19 +263,6 @@ class Router:
         """Simulated alerts go only to receivers that opted in (``accept_simulated``): a demo, or an
         agent left on ``source: simulate``, must never page anyone (issue #18, defect 6)."""
         return receiver in self._take_simulated or not is_simulated(t.labels)
-
-    def _resolve(self, token: str, labels: dict[str, str]) -> list[str]:
-        cfg = self.config
-        if token == OWNER:
-            own = cfg.owners
-            name = (own.users.get(labels.get("user", "")) or own.projects.get(labels.get("project", ""))
-                    or own.default or cfg.team)
-            return [name] if name else []
-        if token == TEAM:
-            return [cfg.team] if cfg.team else []
-        if token == ONCALL:
-            return list(cfg.escalation[0].receivers) if cfg.escalation else []
-        return [token]
 
     def _muted(self, t: AlertTransition, now: float) -> bool:
         """Silenced, or inhibited by another firing alert (an alert never inhibits itself)."""
@@ -373,7 +360,10 @@ class Router:
                     break
                 p.level += 1
                 mentions = self._oncall_now(p.level, now)
-                paged = [r for r in levels[p.level].receivers if self._takes(r, p.alert)]
+                labels = alert_labels(p.alert)
+                resolved = dict.fromkeys(r for token in levels[p.level].receivers
+                                         for r in self.config.resolve(token, labels))
+                paged = [r for r in resolved if self._takes(r, p.alert)]
                 out += [_notification(r, f"escalation/{fp}", [p.alert], "escalation", now, mentions, p.level)
                         for r in paged]
                 p.receivers.update(paged)

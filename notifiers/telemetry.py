@@ -95,34 +95,15 @@ class WorkerCounts(Collector):
 def unready_routes(config: Any, down: frozenset[str]) -> list[str]:
     """The routes of ``config`` (a :class:`gpuwarden.notifiers.config.NotifyConfig`) whose every
     receiver is in ``down``, fallbacks included, as ``route.routes[0] (pager, pager-sms)``: the
-    notifier is not ready (``/-/ready``) while one is. ``@team`` is the team receiver, ``@oncall``
-    the first escalation level's, ``@owner`` every owner's; a route naming none (record only) is
-    never failing."""
-    from gpuwarden.notifiers.config import ONCALL, OWNER, TEAM
-
+    notifier is not ready (``/-/ready``) while one is. A route's receivers are those its tokens may
+    reach (``NotifyConfig.reach``); a route naming none (record only) is never failing."""
     if not down:
         return []
-    receivers = {r.name: r for r in config.receivers}
-    owners = {*config.owners.users.values(), *config.owners.projects.values(), config.owners.default}
-    aliases = {TEAM: {config.team}, ONCALL: set(config.escalation[0].receivers) if config.escalation else set(),
-               OWNER: owners}
-
-    def reach(names: Iterable[str]) -> set[str]:
-        out: set[str] = set()
-        todo = [n for name in names for n in (aliases.get(name) or {name})]
-        while todo:
-            n = todo.pop()
-            if n is None or n in out or n not in receivers:
-                continue
-            out.add(n)
-            todo += receivers[n].fallback
-        return out
-
     failing = []
 
     def walk(route: Any, where: str) -> None:
         if route.receivers:
-            names = reach(route.receivers)
+            names = config.reach(route.receivers)
             if names and names <= down:
                 failing.append(f"{where} ({', '.join(sorted(names))})")
         for i, child in enumerate(route.routes):

@@ -210,6 +210,20 @@ def test_the_notifier_is_not_ready_while_every_receiver_of_a_route_fails(hooks):
     assert unready_routes(explicit, frozenset({"pager", "pager-sms"})) == ["route.routes[0] (pager, pager-sms)"]
 
 
+def test_a_route_s_receivers_for_readiness_are_those_the_router_resolves(hooks):
+    """Readiness asks :meth:`NotifyConfig.reach`, as the router resolves: ``@team`` among the first
+    level's receivers is reached by ``@oncall``, and an alert of no known owner goes to the team
+    when there is no ``owners.default``, so a route is failing only when those fail too."""
+    oncall = NotifyConfig.model_validate({**NOTIFY, "escalation": [{"receivers": ["pager", "@team"]}],
+                                          "route": {"receivers": ["@oncall"]}})
+    assert unready_routes(oncall, frozenset({"pager", "pager-sms"})) == []  # chat answers
+    assert unready_routes(oncall, frozenset({"pager", "pager-sms", "chat"})) == ["route (chat, pager, pager-sms)"]
+    owner = NotifyConfig.model_validate({**NOTIFY, "owners": {"users": {"ann": "pager"}},
+                                         "route": {"receivers": ["@owner"]}})
+    assert unready_routes(owner, frozenset({"pager", "pager-sms"})) == []  # everyone but ann: chat
+    assert unready_routes(owner, frozenset({"pager", "pager-sms", "chat"})) == ["route (chat, pager, pager-sms)"]
+
+
 async def test_the_notifier_check_reads_the_delivery_s_failing_receivers(hooks):
     config = NotifyConfig.model_validate(NOTIFY)
     delivery = Delivery(config.receivers, spool=None)

@@ -235,6 +235,29 @@ def test_escalation_exact_times_levels_and_mentions() -> None:
                                                ("team-chat", "repeat", ["x:firing"])]
 
 
+def test_tokens_in_escalation_levels_are_resolved_for_the_alert() -> None:
+    """The config accepts ``@team``/``@owner``/``@oncall`` among a level's receivers (and in ``team``,
+    ``owners``): ``@oncall`` of a route and each level then send to the receivers those stand for,
+    never to a receiver named ``@team`` that delivery does not have."""
+    r = Router(config(escalation=[{"receivers": ["pager", "@team"], "schedule": "primary"},
+                                  {"after": "15m", "receivers": ["@owner", "@oncall"]}],
+                      route={"receivers": ["@oncall"], "group_by": ["..."], "group_wait": "0s"}))
+    first = r.on_transition(alert("x", tier="critical", user="alice"), T0)
+    assert [(n.receiver, n.reason, n.mentions) for n in first] == [
+        ("pager", "new", ["ann"]), ("team-chat", "new", ["ann"])]
+    lvl1 = r.tick(T0 + 900)
+    assert [(n.receiver, n.reason, n.escalation_level) for n in lvl1] == [
+        ("alice-chat", "escalation", 1), ("pager", "escalation", 1), ("team-chat", "escalation", 1)]
+
+
+def test_a_token_inside_its_own_resolution_stands_for_no_one() -> None:
+    """``escalation[0]: [@oncall]`` or ``team: "@owner"`` with no ``owners.default`` go round in a
+    circle: the circle resolves to nothing instead of recursing without end."""
+    cfg = config(escalation=[{"receivers": ["@oncall", "pager"]}], team="@owner", owners={})
+    assert cfg.resolve("@oncall") == ["pager"]
+    assert cfg.resolve("@team") == [] and cfg.reach(["@owner", "@team"]) == set()
+
+
 def test_escalation_stops_when_resolved() -> None:
     r = Router(config())
     r.on_transition(alert("x", tier="critical"), T0)
@@ -361,6 +384,38 @@ def test_slack_ids_load_and_reach_slack_as_mentions() -> None:
 def test_an_owner_chat_on_slack_takes_any_schedule() -> None:
     """Attention goes to the owner's chat without a mention: a Slack owner chat asks nothing of the schedules."""
     validate_settings({"notify": on_slack("alice-chat", "llm-chat")}, "gw.yaml")
+
+
+def test_owner_reaches_the_team_chat_for_the_slack_check_only_without_a_default_owner() -> None:
+    """The router sends ``@owner`` to the team only for an alert of no known owner when ``owners.default``
+    is unset: a mentioning ``[@owner]`` route asks Slack ids for a Slack team chat only then."""
+    route = {"receivers": ["@owner"], "mention_oncall": True}
+    validate_settings({"notify": on_slack("team-chat", route=route,
+                                          owners={"users": {"alice": "alice-chat"}, "default": "lead-chat"})}, "gw.yaml")
+    with pytest.raises(ConfigError, match=r"schedules\.primary\.users\[0\]: .* receiver 'team-chat' \(slack\)"):
+        validate_settings({"notify": on_slack("team-chat", route=route, owners={"users": {"alice": "alice-chat"}})},
+                          "gw.yaml")
+
+
+def test_reach_is_every_receiver_tokens_may_send_to_fallbacks_included() -> None:
+    """:meth:`NotifyConfig.reach`, what readiness and the Slack on-call check ask: names, ``@team``,
+    ``@oncall``, every owner's chat and, without ``owners.default``, the team; then their fallbacks.
+    A name that is no receiver reaches nothing (at load it is an error of its own)."""
+    cfg = config(receivers=[*receivers("team-chat", "alice-chat", "llm-chat", "boss", "sms"),
+                            {"name": "pager", "feishu": {"url": {"env": "URL_PAGER"}}, "fallback": ["lead-chat"]},
+                            {"name": "lead-chat", "feishu": {"url": {"env": "URL_LEAD"}}, "fallback": ["sms"]}])
+    assert cfg.reach(["pager"]) == {"pager", "lead-chat", "sms"}  # a fallback's fallback too
+    assert cfg.reach(["@oncall"]) == {"pager", "lead-chat", "sms"}
+    assert cfg.reach(["@team"]) == {"team-chat"}
+    assert cfg.reach(["@owner"]) == {"alice-chat", "llm-chat", "team-chat"}
+    assert config(owners={"users": {"alice": "alice-chat"}, "default": "boss"}).reach(["@owner"]) == {
+        "alice-chat", "boss"}
+    assert config(team=None).reach(["@team"]) == set() and cfg.reach([]) == set()
+    assert cfg.reach(["ghost", "@team"]) == {"team-chat"}
+    with pytest.raises(ValidationError, match=r"escalation\[0\]\.receivers\[0\]: expected a receiver name"):
+        config(escalation=[{"receivers": ["ghost"]}])
+    nested = config(escalation=[{"receivers": ["pager", "@team"]}], owners={"default": "@oncall"})
+    assert nested.reach(["@oncall"]) == nested.reach(["@owner"]) == {"pager", "team-chat"}
 
 
 def test_ack_reaches_every_level_that_was_paged() -> None:
