@@ -117,18 +117,26 @@ async def send(bootstrap: str, records: list[tuple[str, bytes | None, bytes, flo
 
 async def output_times(bootstrap: str, topic: str, want: Any, timeout: float) -> list[float]:
     """Kafka timestamps (s) of the records in ``topic`` once ``want(values)`` holds (stage 1's
-    progress reports in ``task.summaries`` left out)."""
-    from gpuwarden.streams.progress import is_progress
-    from tests.streams_kafka.workers import read_to_end
+    progress reports in ``task.summaries`` left out). One ``read_committed`` consumer reads on
+    as the worker commits: reading the topic again from the start every 0.5 s took CPU from
+    the worker on a 2-core box (a new client each time) and got worse as the topic grew."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    deadline = time.monotonic() + timeout
-    while True:
-        got = [r for r in await read_to_end(bootstrap, topic, PARTITIONS) if not is_progress(r.headers)]
-        if want([r.value for r in got]):
-            return sorted(r.timestamp / 1000.0 for r in got)
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{topic}: {len(got)} records after {timeout:.0f} s")
-        await asyncio.sleep(0.5)
+    from gpuwarden.streams.progress import is_progress
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                isolation_level="read_committed", auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        got: list[Any] = []
+        async with asyncio.timeout(timeout):
+            while not want([r.value for r in got]):
+                for batch in (await consumer.getmany(timeout_ms=500)).values():
+                    got.extend(r for r in batch if not is_progress(r.headers))
+        return sorted(r.timestamp / 1000.0 for r in got)
+    finally:
+        await consumer.stop()
 
 
 async def started(proc: subprocess.Popen, log: Path, marker: str, timeout: float = 120.0) -> tuple[float, float]:

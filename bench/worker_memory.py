@@ -27,7 +27,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
-from streams_throughput import PARTITIONS, backlog_worker, broker, output_times, started, stop  # noqa: E402
+from streams_throughput import PARTITIONS, backlog_worker, broker, cpu_s, output_times, started, stop  # noqa: E402
 
 
 def status_kib(pid: int | str, field: str) -> int:
@@ -69,14 +69,15 @@ async def worker_run(bootstrap: str, records: list[Any], tmp: Path) -> dict[str,
     from tests.streams_kafka.workers import read_to_end
 
     async with backlog_worker(bootstrap, records, tmp) as w:
-        t0, _ = await started(w.proc, w.log, "first fetch")
+        t0, c0 = await started(w.proc, w.log, "first fetch")
         times = await output_times(bootstrap, w.topics.summaries, lambda v: len(v) >= w.summaries, 1800)
+        cpu = cpu_s(w.proc.pid) - c0  # read when the last summary was seen (polled every 0.5 s)
         await asyncio.sleep(5.0)
         rss, hwm = status_kib(w.proc.pid, "VmRSS"), status_kib(w.proc.pid, "VmHWM")
         stop(w.proc)  # a clean stop snapshots every node's state into the changelog
         changelog = await read_to_end(bootstrap, f"{app_id(w.settings)}-node-state-changelog", PARTITIONS)
         latest = {r.key: len(r.value or b"") for r in changelog if not r.key.startswith(b"\x00")}
-        return {"catch_up_s": times[-1] - t0, "rss_kib": rss, "hwm_kib": hwm, "state_bytes": sum(latest.values()),
+        return {"catch_up_s": times[-1] - t0, "cpu_s": cpu, "rss_kib": rss, "hwm_kib": hwm, "state_bytes": sum(latest.values()),
                 "nodes": len(latest)}
 
 
@@ -95,8 +96,12 @@ def main() -> None:
             subprocess.run([str(REPO / "scripts" / "kafka-local"), "stop"], timeout=120)
     alone = engine_alone(a.nodes, a.hours)
     mib = 1024.0
+    from gpuwarden.contract import NodeSnapshot
+
+    gpu_samples = sum(len(r.gpus) for r in records if type(r) is NodeSnapshot)
     print(f"worker memory: {a.hours:g} h backlog, {a.nodes} nodes x 8 GPUs, {len(records):,} records, "
-          f"{PARTITIONS} partitions, one worker from scratch (caught up in {w['catch_up_s']:.1f} s)")
+          f"{PARTITIONS} partitions, one worker from scratch (caught up in {w['catch_up_s']:.1f} s, "
+          f"worker CPU {w['cpu_s']:.1f} s: {gpu_samples / w['cpu_s']:,.0f} GPU-samples per CPU-s)")
     print(f"  worker, once caught up:  RSS {w['rss_kib'] / mib:7.1f} MiB   peak {w['hwm_kib'] / mib:7.1f} MiB   "
           f"snapshotted node state {w['state_bytes'] / 1e3:.0f} kB ({w['state_bytes'] / max(1, w['nodes']) / 1e3:.0f} kB/node)")
     print(f"  engine alone, same input: RSS {alone['rss_kib'] / mib:7.1f} MiB   peak {alone['hwm_kib'] / mib:7.1f} MiB   "
@@ -104,7 +109,7 @@ def main() -> None:
     print(json.dumps({"records": len(records), "worker_rss_mib": round(w["rss_kib"] / mib, 1),
                       "worker_peak_mib": round(w["hwm_kib"] / mib, 1), "state_kb": round(w["state_bytes"] / 1e3),
                       "engine_rss_mib": round(alone["rss_kib"] / mib, 1),
-                      "engine_peak_mib": round(alone["hwm_kib"] / mib, 1), "catch_up_s": round(w["catch_up_s"], 1)}))
+                      "engine_peak_mib": round(alone["hwm_kib"] / mib, 1), "catch_up_s": round(w["catch_up_s"], 1), "worker_cpu_s": round(w["cpu_s"], 1)}))
 
 
 if __name__ == "__main__":

@@ -85,7 +85,8 @@ MIN_RECORDS = 100
 #: round, not in a fetch and a round per arrival (the fetch answers' decoding and the rounds were a
 #: live worker's largest cost beside its engine: docs/benchmarks.md, live cost). A record that
 #: comes after a quiet spell is fetched at once; one in a stream waits at most this. A round
-#: longer than this (a catch-up's) is not held at all.
+#: longer than this is not held at all, nor is a fetch while the inputs hold records past it (a
+#: catch-up, whose fetch answers are cut at ``FETCH_BYTES`` a partition or paced: ``drained``).
 ROUND_GAP_S = 0.2
 #: How often a task holding records back for an input behind is settled when nothing comes.
 IDLE_S = 1.0
@@ -168,7 +169,8 @@ class Runtime:
         self.reported: dict[str, int] = {"dead_letters": 0, "unsent": 0}
         self.reported_at = -math.inf
         self.fetched_any = False
-        self.drained_at = -math.inf  # monotonic time the last ``getmany`` returned records
+        self.drained_at = -math.inf  # monotonic time of the last ``getmany`` that took all there was
+        self.fetched_at = -math.inf  # monotonic time the last ``getmany`` returned
         self.max_records = MAX_RECORDS  # records per getmany (``_size_rounds``)
         self.waited = 0.0  # seconds spent waiting for records: pacing's clock (streams/pacing.py)
 
@@ -237,10 +239,8 @@ class Runtime:
             fetch.cancel()
             await asyncio.wait((fetch,))
         self.waited += time.monotonic() - began
-        data = {} if fetch.cancelled() else fetch.result()
-        if 0 < sum(len(r) for r in data.values()) < self.max_records:  # a full one: more is waiting (a catch-up)
-            self.drained_at = time.monotonic()
-        return data
+        self.fetched_at = time.monotonic()
+        return {} if fetch.cancelled() else fetch.result()
 
     def _wait_ms(self) -> int:
         """How long the next fetch may wait for records: until the next commit due, the next
@@ -258,6 +258,9 @@ class Runtime:
             return
         now, wall, c = time.time(), time.monotonic(), self.consumer
         ends = {tp: await c.position(tp) for a in self.active.values() for tp in a.tps}
+        n = sum(len(r) for r in data.values())
+        if drained(n, self.max_records, ends, c.last_stable_offset):
+            self.drained_at = self.fetched_at
         await self._check_deleted(data, ends)
         due = []
         for a in self.active.values():
@@ -288,7 +291,6 @@ class Runtime:
         self.metrics.refresh(self.lags, [r for a in self.active.values() for r in a.task.tables.values()],
                              self.unsent, [a.task for a in self.active.values()])
         self._report_counts(wall)
-        n = sum(len(r) for r in data.values())
         self._size_rounds(n, time.monotonic() - wall)
         self.trim.busy(n)
         if not n:
@@ -589,6 +591,19 @@ class Runtime:
             eta = f"{lag / rate:,.0f} s" if rate > 0 else "unknown"
             log.warning("catching up: %s records behind, %s records/s, done in %s", f"{lag:,}", f"{rate:,.0f}", eta)
             self.progress_at, self.applied_at = wall, self.applied
+
+
+def drained(n: int, asked: int, positions: Mapping[TopicPartition, int],
+            stable: Callable[[TopicPartition], int | None]) -> bool:
+    """Whether a ``getmany`` that returned ``n`` records of ``asked`` took all the inputs held:
+    some records, fewer than asked, and no input's last stable offset (as its latest fetch
+    answer gave it; None when none has) past the consumer's position. A short answer with records
+    left behind it is a catch-up's (cut at ``FETCH_BYTES`` a partition, or paced), and the next
+    fetch is not held for ``ROUND_GAP_S``: those holds were 5 s of a 2 h backlog's 31 s catch-up
+    (bench/worker_memory.py, docs/benchmarks.md)."""
+    if not 0 < n < asked:
+        return False
+    return not any((end := stable(tp)) is not None and end > at for tp, at in positions.items())
 
 
 class _Barrier(ConsumerRebalanceListener):  # type: ignore[misc]
