@@ -54,10 +54,11 @@ test-frameworks: $(STAMP)
 	GW_FRAMEWORKS=1 $(PY) -m pytest -q -rfEs -p no:cacheprovider -m frameworks $(PYTEST_ARGS) tests/integrations
 
 ## The random-kill test (tests/reliability/test_random_kills.py) over ten random seeds, 2 and 3
-## workers each, against a broker it starts; each run prints its seed. E.g. make soak SOAK_SEEDS=20.
+## workers each, against a broker it starts; each run prints its seed as it starts (in pytest's own
+## process: -n 0). E.g. make soak SOAK_SEEDS=20.
 SOAK_SEEDS ?= 10
 soak: $(STAMP)
-	@GW_SOAK_SEEDS=$(SOAK_SEEDS) $(MAKE) --no-print-directory test PYTEST_WORKERS=1 \
+	@GW_SOAK_SEEDS=$(SOAK_SEEDS) $(MAKE) --no-print-directory test PYTEST_WORKERS=0 \
 	  PYTEST_ARGS="tests/reliability/test_random_kills.py -s"
 
 bench: $(STAMP)

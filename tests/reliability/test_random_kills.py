@@ -80,7 +80,8 @@ async def test_random_kills_keep_the_alerts_exact_and_the_group_commits_to_the_e
     transitions = Engine(config=settings.engine).process_many(records)
     want = transition_ids([encode(t) for t in transitions])
     rules = {t.rule for t in transitions}
-    assert len(want) == len(set(want)) and {"inference-tail-rising", "xid-hardware"} <= rules, sorted(rules)
+    # not unique: an open alert whose cause changed is sent again under its id (exactness.compare counts)
+    assert {"inference-tail-rising", "xid-hardware"} <= rules, sorted(rules)
     parts = chunks(records)
     config = write_config(tmp_path / "gpuwarden.yaml", settings)
     group = app_id(settings)

@@ -54,7 +54,7 @@ async def test_a_frozen_worker_that_wakes_after_its_tasks_moved_changes_nothing(
                     onset_s=600.0)
     records = list(sim.run(SPAN_S))
     want = transition_ids([encode(t) for t in Engine(config=settings.engine).process_many(records)])
-    assert want and len(want) == len(set(want))
+    assert want  # not unique: an alert whose cause changed is sent again under its id (compare counts)
     parts = chunks(records)
     assert CHUNK_S * len(parts) >= SPAN_S
     config = write_config(tmp_path / "gpuwarden.yaml", settings)
