@@ -290,9 +290,23 @@ class NotifyConfig(MetricsEndpoint):
                 problems.append(f"{where}: expected a receiver name (no receiver {name!r})")
             elif name is not None and name.startswith("@") and name not in (OWNER, ONCALL, TEAM):
                 problems.append(f"{where}: expected @owner, @oncall or @team (got {name!r})")
+        problems += self._circles(refs)
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def _circles(self, refs: list[tuple[str, str | None]]) -> list[str]:
+        """A token set only to tokens that lead back to it (``escalation[0]: ["@oncall"]``, ``team:
+        "@owner"`` with no ``owners.default``) reaches no one: refused at load, where it is first
+        used, rather than an alert routed to nobody. An unset token (no ``team``) is not a circle."""
+        out, seen = [], set()
+        for where, token in refs:
+            if token in (OWNER, ONCALL, TEAM) and token not in seen:
+                seen.add(token)
+                if self._token_values(token, None) and not self.resolve(token):
+                    out.append(f"{where}: {token} leads back to itself through {', '.join(self._token_values(token, None))} "
+                               "and reaches no receiver (expected a receiver name somewhere on the way)")
+        return out
 
     def routing_tree(self) -> RouteConfig:
         return self.route if self.route is not None else default_route()

@@ -251,11 +251,22 @@ def test_tokens_in_escalation_levels_are_resolved_for_the_alert() -> None:
 
 
 def test_a_token_inside_its_own_resolution_stands_for_no_one() -> None:
-    """``escalation[0]: [@oncall]`` or ``team: "@owner"`` with no ``owners.default`` go round in a
-    circle: the circle resolves to nothing instead of recursing without end."""
-    cfg = config(escalation=[{"receivers": ["@oncall", "pager"]}], team="@owner", owners={})
+    """``escalation[0]: [@oncall, pager]`` goes round in a circle beside a receiver: the circle
+    resolves to nothing instead of recursing without end, the receiver stays."""
+    cfg = config(escalation=[{"receivers": ["@oncall", "pager"]}])
     assert cfg.resolve("@oncall") == ["pager"]
-    assert cfg.resolve("@team") == [] and cfg.reach(["@owner", "@team"]) == set()
+
+
+@pytest.mark.parametrize("bad, where", [
+    ({"escalation": [{"receivers": ["@oncall"]}]}, "escalation[0].receivers[0]: @oncall leads back to itself"),
+    ({"team": "@owner", "owners": {}}, "team: @owner leads back to itself"),
+    ({"team": "@owner", "owners": {}, "escalation": [{"receivers": ["@team"]}]}, "reaches no receiver"),
+])
+def test_a_token_that_only_leads_back_to_itself_is_refused_at_load(bad: dict[str, Any], where: str) -> None:
+    """Else an alert routed to it would reach no one, silently."""
+    with pytest.raises(ValidationError) as e:
+        config(**bad)
+    assert where in str(e.value)
 
 
 def test_escalation_stops_when_resolved() -> None:
