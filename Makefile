@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
-## pytest-xdist workers: the suite waits on brokers and subprocesses, so two share two cores well
+## pytest-xdist workers: the suite waits on brokers and subprocesses, so three share two cores well
 PYTEST_WORKERS ?= 3
 
 .PHONY: demo test test-frameworks soak bench kafka-start kafka-stop clean

@@ -71,7 +71,7 @@ async def worker_run(bootstrap: str, records: list[Any], tmp: Path) -> dict[str,
     async with backlog_worker(bootstrap, records, tmp) as w:
         t0, c0 = await started(w.proc, w.log, "first fetch")
         times = await output_times(bootstrap, w.topics.summaries, lambda v: len(v) >= w.summaries, 1800)
-        cpu = cpu_s(w.proc.pid) - c0  # read when the last summary was seen (polled every 0.5 s)
+        cpu = cpu_s(w.proc.pid) - c0  # read once the last summary was read
         await asyncio.sleep(5.0)
         rss, hwm = status_kib(w.proc.pid, "VmRSS"), status_kib(w.proc.pid, "VmHWM")
         stop(w.proc)  # a clean stop snapshots every node's state into the changelog

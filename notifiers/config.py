@@ -303,8 +303,9 @@ class NotifyConfig(MetricsEndpoint):
         for where, token in refs:
             if token in (OWNER, ONCALL, TEAM) and token not in seen:
                 seen.add(token)
-                if self._token_values(token, None) and not self.resolve(token):
-                    out.append(f"{where}: {token} leads back to itself through {', '.join(self._token_values(token, None))} "
+                values = self._token_values(token, None)
+                if values and not self.resolve(token):
+                    out.append(f"{where}: {token} leads back to itself through {', '.join(values)} "
                                "and reaches no receiver (expected a receiver name somewhere on the way)")
         return out
 

@@ -599,7 +599,7 @@ def drained(n: int, asked: int, positions: Mapping[TopicPartition, int],
     some records, fewer than asked, and no input's last stable offset (as its latest fetch
     answer gave it; None when none has) past the consumer's position. A short answer with records
     left behind it is a catch-up's (cut at ``FETCH_BYTES`` a partition, or paced), and the next
-    fetch is not held for ``ROUND_GAP_S``: those holds were 5 s of a 2 h backlog's 31 s catch-up
+    fetch is not held for ``ROUND_GAP_S``: those holds were 2-5 s of a 2 h backlog's 31-41 s catch-up
     (bench/worker_memory.py, docs/benchmarks.md)."""
     if not 0 < n < asked:
         return False
