@@ -980,6 +980,7 @@ SCHEDULER_RECORDS = RecordUnion(SchedulerJob, NodeCapacity, SchedulerPoll)
 _CONTROL = TypeAdapter(ControlRecord)
 
 
+_EXTRA = attrgetter("__pydantic_extra__")
 #: Per record class, its fields that hold contract models (where unknown fields can nest).
 _NESTED: dict[type, tuple[str, ...]] = {
     NodeSnapshot: ("gpus", "processes"),
@@ -1052,7 +1053,8 @@ def unknown_fields(record: BaseModel) -> list[str]:
     for name in _NESTED.get(type(record), ()):
         value = getattr(record, name)
         if isinstance(value, list):  # a batch's items: each field once (``metrics[].x``)
-            out.extend(dict.fromkeys(f"{name}[].{k}" for v in value for k in v.__pydantic_extra__ or ()))
+            if any(map(_EXTRA, value)):  # the usual none tested in C: this ran for every record
+                out.extend(dict.fromkeys(f"{name}[].{k}" for v in value for k in v.__pydantic_extra__ or ()))
         elif value is not None and value.__pydantic_extra__:
             out.extend(f"{name}.{k}" for k in value.__pydantic_extra__)
     return out

@@ -15,6 +15,7 @@ whatever history it has.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from operator import add
 
 from gpuwarden.streams.quantiles import Buckets
 from gpuwarden.slo import Events
@@ -131,8 +132,7 @@ class ServiceWindow:
         for m in self._minutes(since, until):
             row = m.hist.get(name)
             if row is not None:
-                for i in range(len(counts)):
-                    counts[i] += row[i]
+                counts = list(map(add, counts, row))  # bucket by bucket (the row's last value is its sum)
                 total += row[-1]
         b = Buckets(bounds, tuple(round(c) for c in counts))
         return (b if b.total else None), total
