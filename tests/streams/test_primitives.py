@@ -10,7 +10,7 @@ from gpuwarden.streams import statecodec
 from gpuwarden.streams.alerts import AlertSlot, fingerprint, step
 from gpuwarden.streams.baseline import band, median_mad
 from gpuwarden.streams.trend import monotonicity, slope, time_to_full
-from gpuwarden.streams.windows import BucketWindow, EventLog
+from gpuwarden.streams.windows import TRIM_SLACK, BucketWindow, EventLog, Keep
 
 
 def test_slope_of_a_line_and_undefined_cases() -> None:
@@ -71,6 +71,24 @@ def test_bucket_window_means_maxes_and_series() -> None:
         w.close(t)
     assert w.series(0, 30) == ([45, 60], [45.0, 60.0])
     assert w.series(1, 0) == ([], [])  # bounded: the first bucket fell out of the deque
+
+
+def test_a_window_with_keep_reads_and_dumps_as_one_trimmed_at_every_close() -> None:
+    """With ``keep``, buckets past ``maxlen`` are dropped in bulk: what a rule can read (the
+    ``keep`` newest) and what a dump writes are those of a window that drops one per close."""
+    keep = Keep(means=(4, 2), maxes=(4, 0))
+    w = BucketWindow(maxlen=4, keep=keep)
+    for i in range(1, 3 * TRIM_SLACK):
+        w.add((float(i), float(-i)))
+        w.close(15.0 * i)
+        newest = [15.0 * k for k in range(max(1, i - 3), i + 1)]
+        assert w.series(0, 15.0 * i - 60) == (newest, [float(k) for k in range(max(1, i - 3), i + 1)])
+        assert w.series(1, 15.0 * i - 30) == (newest[-2:], [float(-k) for k in range(max(1, i - 1), i + 1)])
+        assert len(w.t) <= 4 + TRIM_SLACK
+    state = w.__getstate__()
+    back = BucketWindow(maxlen=4)
+    back.__setstate__(state)
+    assert back.t == newest and back.mean[0] == [float(k) for k in range(3 * TRIM_SLACK - 4, 3 * TRIM_SLACK)]
 
 
 def test_event_log_counts_within_window_and_weights() -> None:
