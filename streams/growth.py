@@ -121,11 +121,14 @@ def judge(m: Minima, now: float, capacity: float, *, rungs: tuple[float, ...], r
             if up <= 0.5 * rise or up <= 0.5 * rate * (ts[-1] - ts[i]):
                 continue
         wt, wy = ts[i:], ys[i:]
+        mono = tr.monotonicity(wy)
+        if not measure and (mono is None or mono < monotonic):
+            continue  # not rising steadily over this window: judged without the pairwise slopes
         s = theil_sen(wt, wy)
         if s is None:
             continue
         ttf = tr.time_to_full(wy[-1], capacity, s)
-        g = Growth(d, wy[0], wy[-1], s, ttf, tr.monotonicity(wy), False)
+        g = Growth(d, wy[0], wy[-1], s, ttf, mono, False)
         if measure and shortest is None:
             shortest = g
         if s <= rate or s * (wt[-1] - wt[0]) <= rise or ttf is None or d < min(max(share * ttf, hold_min), hold_max):
