@@ -53,11 +53,9 @@ async def record(bootstrap: str, nodes: int, hours: float, path: Path) -> None:
         async with backlog_worker(bootstrap, records, Path(tmp)) as w:
             await started(w.proc, w.log, "first fetch")
             await output_times(bootstrap, w.topics.summaries, lambda v: len(v) >= w.summaries, 1800)
-            inputs = {}
+            inputs = []  # aiokafka's ConsumerRecords, as the worker read them
             for name in INPUTS:
-                topic = getattr(w.topics, name)
-                inputs[topic] = [(r.partition, r.offset, r.key, r.value, r.timestamp, tuple(r.headers or ()))
-                                 for r in await read_to_end(bootstrap, topic, PARTITIONS, 120)]
+                inputs += await read_to_end(bootstrap, getattr(w.topics, name), PARTITIONS, 120)
             log = await read_to_end(bootstrap, batchlog_topic(app_id(w.settings), "node"), PARTITIONS, 120)
     batches: dict[int, list] = {}
     for r in log:
@@ -66,17 +64,6 @@ async def record(bootstrap: str, nodes: int, hours: float, path: Path) -> None:
     gpu_samples = sum(len(r.gpus) for r in records if type(r) is NodeSnapshot)
     path.write_bytes(pickle.dumps({"prefix": w.settings.kafka.topic_prefix, "partitions": PARTITIONS,
                                    "inputs": inputs, "batches": batches, "gpu_samples": gpu_samples}))
-
-
-class Consumed:
-    """A consumed record as a task reads it (aiokafka's ``ConsumerRecord`` fields)."""
-
-    __slots__ = ("topic", "partition", "offset", "key", "value", "timestamp", "headers")
-
-    def __init__(self, topic: str, partition: int, offset: int, key: bytes, value: bytes, timestamp: int,
-                 headers: tuple) -> None:
-        self.topic, self.partition, self.offset, self.key = topic, partition, offset, key
-        self.value, self.timestamp, self.headers = value, timestamp, headers
 
 
 def replay(path: Path) -> dict[str, Any]:
@@ -93,11 +80,10 @@ def replay(path: Path) -> dict[str, Any]:
     settings = validate_settings({"kafka": {"bootstrap": "replay:9092", "topic_prefix": trace["prefix"],
                                             "partitions": n}})
     factory = TaskFactory(settings, {t: n for t in data_topics(topics)})
-    by: dict[tuple[int, str], list[Consumed]] = {}
-    for topic, rows in trace["inputs"].items():
-        for p, offset, key, value, ts, headers in rows:
-            by.setdefault((p, topic), []).append(Consumed(topic, p, offset, key, value, ts, headers))
-    offsets_of = {k: [r.offset for r in rows] for k, rows in by.items()}  # in offset order, as read
+    by: dict[tuple[int, str], list] = {}
+    for r in trace["inputs"]:  # each partition's in offset order, as read
+        by.setdefault((r.partition, r.topic), []).append(r)
+    offsets_of = {k: [r.offset for r in rows] for k, rows in by.items()}
     plan = []
     for p, entries in sorted(trace["batches"].items()):
         at: dict[str, int] = {}
